@@ -1,0 +1,41 @@
+"""The `osprey` command: a root group that loads each subcommand's module only when it runs."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from .. import __version__
+
+# name -> (module, attribute, one-line help); modules load lazily so --help stays fast.
+SUBCOMMANDS = {
+    "agent": ("osprey.cli.agent", "agent", "Run the agent loop headless on one prompt."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in SUBCOMMANDS:
+            return None
+        module, attr, _ = SUBCOMMANDS[name]
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Short help from the table, so listing commands imports none of them.
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, SUBCOMMANDS[name][2]) for name in sorted(SUBCOMMANDS)])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="osprey")
+def main() -> None:
+    """Osprey: a coding agent whose file and shell tools run behind one gRPC ToolService.
+
+    \b
+    Run `osprey agent "PROMPT"` for a headless session (JSON Lines when stdout is not a terminal).
+    Configuration: docs/configuration.md. Event schema: docs/events.md.
+    """

@@ -1,0 +1,43 @@
+"""`osprey agent PROMPT`: one headless session. Heavy imports happen inside the command."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+PROVIDERS = ["openai", "anthropic", "replay"]
+EFFORTS = ["minimal", "low", "medium", "high"]
+POLICIES = ["on-request", "on-failure", "unless-trusted", "deny-untrusted", "never"]
+
+
+@click.command()
+@click.argument("prompt", required=False)
+@click.option("--provider", type=click.Choice(PROVIDERS), help="Model provider (default: openai; replay with --replay).")
+@click.option("--model", help="Model name as the provider knows it.")
+@click.option("--base-url", help="API base URL, e.g. http://localhost:8080/v1 for an OpenAI-compatible server.")
+@click.option("--effort", type=click.Choice(EFFORTS), help="Reasoning effort, where the model supports it.")
+@click.option("--max-turns", type=click.IntRange(min=1), help="Most model turns before the run stops with MaxContinuations (default 150).")
+@click.option("--replay", "replay_file", type=click.Path(dir_okay=False), help="Play back a recorded session instead of calling a model.")
+@click.option("--record", "record_file", type=click.Path(dir_okay=False, writable=True), help="Write this session's model turns to FILE for --replay.")
+@click.option("--events-jsonl", is_flag=True, help="Print JSON Lines events even on a terminal.")
+@click.option("-C", "--cwd", type=click.Path(exists=True, file_okay=False), help="Working directory (default: the current one).")
+@click.option("--approval-policy", type=click.Choice(POLICIES), help="Which tool calls run without approval (headless default: deny-untrusted).")
+@click.option("--yolo", is_flag=True, help="Run every tool call without approval (policy never).")
+@click.option("--read-only", is_flag=True, help="Only the trusted read-only tools run (policy deny-untrusted).")
+def agent(prompt: str | None, **options: object) -> None:
+    """Run the agent loop headless on PROMPT (or on standard input when PROMPT is - or absent).
+
+    \b
+    Exit status: 0 when the task completed, 1 when it stopped short
+    (MaxContinuations, ActionlessTimeout, a provider error), 130 on Ctrl-C.
+    """
+    if prompt in (None, "-"):
+        if sys.stdin is None or sys.stdin.isatty():
+            raise click.UsageError("give a PROMPT, or pipe one on standard input")
+        prompt = sys.stdin.read()
+    if not prompt or not prompt.strip():
+        raise click.UsageError("the prompt is empty")
+    from ..headless import run_headless
+
+    sys.exit(run_headless(prompt, **options))  # type: ignore[arg-type]

@@ -1,0 +1,83 @@
+"""The events a session emits: the JSON Lines schema of `osprey agent` (see docs/events.md)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from .messages import Usage
+
+
+def _now() -> float:
+    return round(time.time(), 3)
+
+
+class Event(BaseModel):
+    type: str
+    ts: float = Field(default_factory=_now)
+
+
+class SessionStart(Event):
+    type: Literal["session_start"] = "session_start"
+    session_id: str
+    provider: str
+    model: str
+    cwd: str
+    tool_service: str
+    tools: list[str]
+    approval_policy: str
+    max_turns: int
+
+
+class AssistantText(Event):
+    type: Literal["assistant_text"] = "assistant_text"
+    turn: int
+    text: str
+
+
+class ToolCallEvent(Event):
+    type: Literal["tool_call"] = "tool_call"
+    turn: int
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class ToolResultEvent(Event):
+    type: Literal["tool_result"] = "tool_result"
+    turn: int
+    id: str
+    name: str
+    ok: bool
+    error_category: str | None = None
+    output: str
+    truncated_chars: int = 0
+    duration_ms: int = 0
+
+
+class UsageEvent(Event):
+    type: Literal["usage"] = "usage"
+    turn: int
+    usage: Usage
+    total: Usage
+
+
+class Notice(Event):
+    """Something the loop did on its own: a retry, a correction, a warning."""
+
+    type: Literal["notice"] = "notice"
+    level: Literal["info", "warning"] = "info"
+    message: str
+
+
+class SessionEnd(Event):
+    type: Literal["session_end"] = "session_end"
+    session_id: str
+    outcome: str
+    exit_status: int
+    turns: int
+    usage: Usage
+    final_text: str = ""
+    error: str | None = None

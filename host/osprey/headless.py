@@ -1,0 +1,133 @@
+"""`osprey agent`: wire settings, provider, ToolService and loop together for one run."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+from .errors import OspreyError
+
+
+def _warn(message: str) -> None:
+    sys.stderr.write(f"osprey: warning: {message}\n")
+
+
+def run_headless(
+    prompt: str,
+    *,
+    provider: str | None = None,
+    model: str | None = None,
+    base_url: str | None = None,
+    effort: str | None = None,
+    max_turns: int | None = None,
+    replay_file: str | None = None,
+    record_file: str | None = None,
+    events_jsonl: bool = False,
+    cwd: str | None = None,
+    approval_policy: str | None = None,
+    yolo: bool = False,
+    read_only: bool = False,
+) -> int:
+    """Run one session and return its exit status (0, 1, or 130 on Ctrl-C)."""
+    from .config import load_settings
+
+    if sum(bool(x) for x in (yolo, read_only, approval_policy)) > 1:
+        _error("choose one of --yolo, --read-only and --approval-policy")
+        return 2
+    if yolo:
+        approval_policy = "never"
+    elif read_only:
+        approval_policy = "deny-untrusted"
+    flags: dict[str, Any] = {
+        "provider": provider, "model": model, "base_url": base_url, "effort": effort,
+        "max_turns": max_turns, "replay_file": replay_file, "approval_policy": approval_policy,
+    }
+    try:
+        settings = load_settings(cwd, flags)
+    except OspreyError as exc:
+        _error(str(exc))
+        return 1
+    if settings.approval_policy == "never":
+        _warn("tool calls run on the host without approval (--yolo without --sandbox); only isolation outside Osprey protects this machine")
+    jsonl = events_jsonl or not sys.stdout.isatty()
+    try:
+        return asyncio.run(_session(settings, prompt, jsonl, record_file))
+    except OspreyError as exc:
+        _error(str(exc))
+        return 1
+
+
+def _error(message: str) -> None:
+    sys.stderr.write(f"osprey: error: {message}\n")
+
+
+async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | None) -> int:
+    import httpx
+
+    from .approvals import ApprovalGate
+    from .dispatch import open_tool_service
+    from .loop import AgentLoop
+    from .prompt import system_prompt
+    from .providers import effort_supported, make_provider
+    from .render import JsonlWriter, TerminalRenderer
+    from .tools import ToolContext, ToolRegistry, base_tools
+    from .tools.process import ProcessManager
+
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    interrupted = False
+
+    def on_sigint() -> None:
+        nonlocal interrupted
+        interrupted = True
+        loop.remove_signal_handler(signal.SIGINT)  # a second Ctrl-C falls through to the default
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    out = JsonlWriter() if jsonl else TerminalRenderer()
+    timeout = httpx.Timeout(settings.retry.turn_timeout, connect=settings.retry.connect_timeout)
+    try:
+        async with AsyncExitStack() as stack:
+            http = await stack.enter_async_context(httpx.AsyncClient(timeout=timeout))
+            provider = make_provider(settings, http)
+            if settings.effort and not effort_supported(settings):
+                _warn(f"--effort {settings.effort} has no effect: {settings.model} takes no reasoning setting")
+            if record_file:
+                from .providers.replay import RecordingProvider
+
+                sink = stack.enter_context(Path(record_file).open("w", encoding="utf-8"))
+                provider = RecordingProvider(provider, sink)
+            service = await stack.enter_async_context(open_tool_service([str(settings.cwd)]))
+            host_processes = service.home == "local"
+            processes = ProcessManager(service.roots) if host_processes else None
+            if processes is not None:
+                stack.push_async_callback(processes.close)
+            registry = ToolRegistry(max_result_chars=settings.tool_results.max_chars)
+            for tool in base_tools(host_processes=host_processes):
+                registry.add(tool)
+            context = ToolContext(
+                client=service.client, cwd=str(settings.cwd), roots=service.roots,
+                bash_max_output_bytes=settings.tool_results.bash_max_output_bytes, processes=processes,
+            )
+            agent = AgentLoop(
+                provider=provider, registry=registry, context=context,
+                system=system_prompt(str(settings.cwd), service.home), emit=out,
+                retry=settings.retry, max_turns=settings.max_turns,
+                approval=ApprovalGate(settings.approval_policy), on_text=out.text,
+                tool_service=service.home,
+            )
+            end = await agent.run(prompt)
+            return end.exit_status
+    except asyncio.CancelledError:
+        # Cancelled before the loop started (or during teardown).
+        return 130 if interrupted else 1
+    finally:
+        try:
+            loop.remove_signal_handler(signal.SIGINT)
+        except Exception:  # noqa: BLE001 - the loop may be closing
+            pass

@@ -1,0 +1,76 @@
+"""The one internal model of a conversation that every provider maps to and from."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Usage(BaseModel):
+    """Tokens used by one model turn (or summed over a session)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(**{k: getattr(self, k) + getattr(other, k) for k in Usage.model_fields})
+
+
+class ToolCall(BaseModel):
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    # Set when the model's arguments were not a JSON object; the call then fails cleanly.
+    arguments_error: str | None = None
+
+
+class UserMessage(BaseModel):
+    role: Literal["user"] = "user"
+    content: str
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    # Provider-specific blocks that must be sent back verbatim (e.g. Anthropic thinking).
+    reasoning: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ToolResultMessage(BaseModel):
+    role: Literal["tool"] = "tool"
+    tool_call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+Message = Annotated[UserMessage | AssistantMessage | ToolResultMessage, Field(discriminator="role")]
+
+
+class ToolSpec(BaseModel):
+    """A tool as a model sees it."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ModelRequest(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    system: str
+    messages: list[Message]
+    tools: list[ToolSpec] = Field(default_factory=list)
+
+
+class ModelTurn(BaseModel):
+    """What one model call produced."""
+
+    message: AssistantMessage
+    usage: Usage = Field(default_factory=Usage)
+    stop_reason: str = ""

@@ -1,0 +1,158 @@
+"""Anthropic messages with tool use, streamed."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import httpx
+
+from ..errors import ProviderError
+from ..messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
+from .base import TextSink, iter_sse, parse_json, streamed_post
+
+API_VERSION = "2023-06-01"
+# Models with extended thinking.
+THINKING_MODELS = re.compile(r"claude-(3-7|sonnet-4|opus-4|haiku-4|[a-z]+-[5-9])", re.IGNORECASE)
+THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
+RETRYABLE_ERRORS = {"overloaded_error", "api_error", "rate_limit_error"}
+
+
+def supports_effort(model: str) -> bool:
+    return bool(THINKING_MODELS.search(model))
+
+
+def to_wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    """Messages with tool results folded into user turns, consecutive same-role turns merged."""
+    out: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+
+    for m in request.messages:
+        if isinstance(m, UserMessage):
+            add("user", [{"type": "text", "text": m.content or " "}])
+        elif isinstance(m, ToolResultMessage):
+            add("user", [{"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content or "(no output)", "is_error": m.is_error}])
+        elif isinstance(m, AssistantMessage):
+            blocks: list[dict[str, Any]] = list(m.reasoning)
+            if m.text:
+                blocks.append({"type": "text", "text": m.text})
+            blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls]
+            add("assistant", blocks or [{"type": "text", "text": " "}])
+    return out
+
+
+class AnthropicProvider:
+    name = "anthropic"
+
+    def __init__(self, client: httpx.AsyncClient, model: str, base_url: str, api_key: str | None, effort: str | None = None, max_tokens: int = 16_384) -> None:
+        self.client = client
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.effort = effort if effort and supports_effort(model) else None
+        self.max_tokens = max_tokens
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": to_wire_messages(request),
+            "stream": True,
+        }
+        if request.system:
+            body["system"] = request.system
+        if request.tools:
+            body["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.parameters} for t in request.tools]
+        if self.effort:
+            budget = THINKING_BUDGETS[self.effort]
+            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+            body["max_tokens"] = max(self.max_tokens, budget + 4096)
+        return body
+
+    async def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelTurn:
+        headers = {"anthropic-version": API_VERSION, "Accept": "text/event-stream"}
+        if self.api_key:
+            headers["x-api-key"] = self.api_key
+        blocks: dict[int, dict[str, Any]] = {}
+        usage = Usage()
+        stop_reason = ""
+        finished = False
+        url = f"{self.base_url}/messages"
+        async with streamed_post(self.client, "the Anthropic API", url, headers, self.body(request)) as response:
+            async for event in iter_sse(response):
+                payload = parse_json(event.data, "a stream event")
+                kind = payload.get("type", event.event) if isinstance(payload, dict) else event.event
+                if kind == "message_start":
+                    raw = (payload.get("message") or {}).get("usage") or {}
+                    usage = Usage(
+                        input_tokens=int(raw.get("input_tokens") or 0),
+                        output_tokens=int(raw.get("output_tokens") or 0),
+                        cache_read_tokens=int(raw.get("cache_read_input_tokens") or 0),
+                        cache_write_tokens=int(raw.get("cache_creation_input_tokens") or 0),
+                    )
+                elif kind == "content_block_start":
+                    block = dict(payload.get("content_block") or {})
+                    block["_json"] = ""
+                    blocks[int(payload.get("index", len(blocks)))] = block
+                elif kind == "content_block_delta":
+                    block = blocks.setdefault(int(payload.get("index", 0)), {"type": "text", "text": "", "_json": ""})
+                    delta = payload.get("delta") or {}
+                    dtype = delta.get("type")
+                    if dtype == "text_delta":
+                        block["text"] = block.get("text", "") + delta.get("text", "")
+                        if on_text:
+                            on_text(delta.get("text", ""))
+                    elif dtype == "input_json_delta":
+                        block["_json"] += delta.get("partial_json", "")
+                    elif dtype == "thinking_delta":
+                        block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+                    elif dtype == "signature_delta":
+                        block["signature"] = block.get("signature", "") + delta.get("signature", "")
+                elif kind == "message_delta":
+                    stop_reason = (payload.get("delta") or {}).get("stop_reason") or stop_reason
+                    out_tokens = (payload.get("usage") or {}).get("output_tokens")
+                    if out_tokens is not None:
+                        usage.output_tokens = int(out_tokens)
+                elif kind == "message_stop":
+                    finished = True
+                elif kind == "error":
+                    err = payload.get("error") or {}
+                    raise ProviderError(
+                        f"the Anthropic API reported {err.get('type', 'an error')} mid-stream: {err.get('message', '')}",
+                        retryable=err.get("type") in RETRYABLE_ERRORS,
+                    )
+        if not finished:
+            raise ProviderError("the Anthropic API closed the stream before the turn finished", retryable=True)
+        return self._turn(blocks, usage, stop_reason)
+
+    @staticmethod
+    def _turn(blocks: dict[int, dict[str, Any]], usage: Usage, stop_reason: str) -> ModelTurn:
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        reasoning: list[dict[str, Any]] = []
+        for index in sorted(blocks):
+            block = blocks[index]
+            btype = block.get("type")
+            if btype == "text":
+                text.append(block.get("text", ""))
+            elif btype == "tool_use":
+                raw = block["_json"]
+                args: Any = block.get("input") or {}
+                problem = None
+                if raw.strip():
+                    try:
+                        args = json.loads(raw)
+                    except json.JSONDecodeError as exc:
+                        args, problem = {}, f"the arguments are not valid JSON ({exc.msg}): {raw[:200]!r}"
+                if not isinstance(args, dict):
+                    args, problem = {}, "the arguments must be a JSON object"
+                calls.append(ToolCall(id=block.get("id", f"toolu_{index}"), name=block.get("name", ""), arguments=args, arguments_error=problem))
+            elif btype in ("thinking", "redacted_thinking"):
+                reasoning.append({k: v for k, v in block.items() if k != "_json"})
+        return ModelTurn(message=AssistantMessage(text="".join(text), tool_calls=calls, reasoning=reasoning), usage=usage, stop_reason=stop_reason)

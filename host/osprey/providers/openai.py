@@ -1,0 +1,141 @@
+"""OpenAI-compatible chat completions (OpenAI, OpenRouter, vLLM, llama.cpp server, Ollama)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import httpx
+
+from ..errors import ProviderError
+from ..messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
+from .base import TextSink, iter_sse, parse_json, streamed_post
+
+# Model families that take `reasoning_effort`.
+REASONING_MODELS = re.compile(r"(^|/)(o\d|gpt-5|gpt-oss)", re.IGNORECASE)
+
+
+def supports_effort(model: str) -> bool:
+    return bool(REASONING_MODELS.search(model))
+
+
+def to_wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if request.system:
+        out.append({"role": "system", "content": request.system})
+    for m in request.messages:
+        if isinstance(m, UserMessage):
+            out.append({"role": "user", "content": m.content})
+        elif isinstance(m, AssistantMessage):
+            msg: dict[str, Any] = {"role": "assistant", "content": m.text or None}
+            if m.tool_calls:
+                msg["tool_calls"] = [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                    for c in m.tool_calls
+                ]
+            out.append(msg)
+        elif isinstance(m, ToolResultMessage):
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+    return out
+
+
+def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
+    """A tool call's arguments, or an explanation of why they are unusable."""
+    if not raw.strip():
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return {}, f"the arguments are not valid JSON ({exc.msg}): {raw[:200]!r}"
+    if not isinstance(value, dict):
+        return {}, f"the arguments must be a JSON object, got {type(value).__name__}"
+    return value, None
+
+
+class OpenAIProvider:
+    name = "openai"
+
+    def __init__(self, client: httpx.AsyncClient, model: str, base_url: str, api_key: str | None, effort: str | None = None) -> None:
+        self.client = client
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.effort = effort if effort and supports_effort(model) else None
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": to_wire_messages(request),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            body["tools"] = [
+                {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+                for t in request.tools
+            ]
+        if self.effort:
+            body["reasoning_effort"] = self.effort
+        return body
+
+    async def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelTurn:
+        headers = {"Accept": "text/event-stream"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        text: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        finish = ""
+        usage = Usage()
+        done = False
+        url = f"{self.base_url}/chat/completions"
+        async with streamed_post(self.client, "the OpenAI-compatible server", url, headers, self.body(request)) as response:
+            async for event in iter_sse(response):
+                if event.data.strip() == "[DONE]":
+                    done = True
+                    break
+                chunk = parse_json(event.data, "a stream event")
+                if not isinstance(chunk, dict):
+                    raise ProviderError(f"the model server sent an unexpected stream event: {event.data[:200]!r}")
+                if "error" in chunk:
+                    err = chunk["error"]
+                    message = err.get("message", err) if isinstance(err, dict) else err
+                    raise ProviderError(f"the model server reported an error mid-stream: {message}", retryable=True)
+                if chunk.get("usage"):
+                    usage = _usage(chunk["usage"])
+                for choice in chunk.get("choices") or []:
+                    delta = choice.get("delta") or {}
+                    if delta.get("content"):
+                        text.append(delta["content"])
+                        if on_text:
+                            on_text(delta["content"])
+                    for piece in delta.get("tool_calls") or []:
+                        slot = calls.setdefault(int(piece.get("index", len(calls))), {"id": "", "name": "", "arguments": ""})
+                        if piece.get("id"):
+                            slot["id"] = piece["id"]
+                        fn = piece.get("function") or {}
+                        if fn.get("name"):
+                            slot["name"] += fn["name"]
+                        if fn.get("arguments"):
+                            slot["arguments"] += fn["arguments"]
+                    if choice.get("finish_reason"):
+                        finish = choice["finish_reason"]
+        if not done and not finish:
+            raise ProviderError("the model server closed the stream before the turn finished", retryable=True)
+        tool_calls = []
+        for index in sorted(calls):
+            slot = calls[index]
+            args, problem = parse_arguments(slot["arguments"])
+            tool_calls.append(ToolCall(id=slot["id"] or f"call_{index}", name=slot["name"], arguments=args, arguments_error=problem))
+        return ModelTurn(message=AssistantMessage(text="".join(text), tool_calls=tool_calls), usage=usage, stop_reason=finish)
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    prompt_details = raw.get("prompt_tokens_details") or {}
+    completion_details = raw.get("completion_tokens_details") or {}
+    return Usage(
+        input_tokens=int(raw.get("prompt_tokens") or 0),
+        output_tokens=int(raw.get("completion_tokens") or 0),
+        cache_read_tokens=int(prompt_details.get("cached_tokens") or 0),
+        reasoning_tokens=int(completion_details.get("reasoning_tokens") or 0),
+    )

@@ -1,0 +1,86 @@
+"""How a headless session shows itself: JSON Lines, or readable lines on a terminal."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TextIO
+
+from .events import AssistantText, Event, Notice, SessionEnd, SessionStart, ToolCallEvent, ToolResultEvent
+
+PREVIEW_LINES = 8
+
+
+class JsonlWriter:
+    """One JSON object per line per event, flushed at once (the schema is docs/events.md)."""
+
+    def __init__(self, out: TextIO = sys.stdout) -> None:
+        self.out = out
+
+    def __call__(self, event: Event) -> None:
+        self.out.write(event.model_dump_json() + "\n")
+        self.out.flush()
+
+    def text(self, delta: str) -> None:
+        """Streaming text is not an event; the whole text arrives as assistant_text."""
+
+
+class TerminalRenderer:
+    """Readable progress for a person watching a terminal."""
+
+    def __init__(self, out: TextIO = sys.stdout, err: TextIO = sys.stderr, color: bool = True) -> None:
+        self.out = out
+        self.err = err
+        self.color = color
+        self._streaming = False
+
+    def _style(self, text: str, code: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.color else text
+
+    def text(self, delta: str) -> None:
+        self.out.write(delta)
+        self.out.flush()
+        self._streaming = True
+
+    def _end_stream(self) -> None:
+        if self._streaming:
+            self.out.write("\n")
+            self._streaming = False
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, SessionStart):
+            self.out.write(self._style(f"osprey · {event.provider}/{event.model} · tools on {event.tool_service} · {event.cwd}", "2") + "\n")
+        elif isinstance(event, AssistantText):
+            if self._streaming:
+                self._end_stream()
+            else:
+                self.out.write(event.text + "\n")
+        elif isinstance(event, ToolCallEvent):
+            self._end_stream()
+            args = ", ".join(f"{k}={_short(v)}" for k, v in event.arguments.items())
+            self.out.write(self._style(f"▸ {event.name}({args})", "36") + "\n")
+        elif isinstance(event, ToolResultEvent):
+            lines = event.output.splitlines() or [""]
+            shown = lines[:PREVIEW_LINES]
+            if len(lines) > PREVIEW_LINES:
+                shown.append(f"… {len(lines) - PREVIEW_LINES} more lines")
+            style = "2" if event.ok else "31"
+            self.out.write("\n".join(self._style("  " + line, style) for line in shown) + "\n")
+        elif isinstance(event, Notice):
+            self._end_stream()
+            self.err.write(self._style(f"osprey: {event.message}", "33") + "\n")
+        elif isinstance(event, SessionEnd):
+            self._end_stream()
+            u = event.usage
+            summary = f"{event.outcome} · {event.turns} turns · {u.input_tokens} input / {u.output_tokens} output tokens"
+            if event.error:
+                self.out.write(self._style(f"✘ {summary}: {event.error}", "31") + "\n")
+            else:
+                self.out.write(self._style(f"{'✔' if event.exit_status == 0 else '✘'} {summary}", "32" if event.exit_status == 0 else "31") + "\n")
+        self.out.flush()
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    text = text.replace("\n", "⏎")
+    return repr(text[:limit] + "…") if len(text) > limit else repr(text)

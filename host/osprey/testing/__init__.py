@@ -1,0 +1,1 @@
+"""Test helpers for Osprey (scripted model servers and the like)."""

@@ -1,0 +1,161 @@
+"""The nine base tools: eight through the ToolService, and `process` on the host."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from .base import ToolContext, ToolDef, ToolInput, ToolOutcome
+
+TRUSTED_READ_ONLY = ("read_file", "find_files", "grep", "list_directory", "tree")
+
+
+class ReadFileInput(ToolInput):
+    path: str = Field(description="File to read, relative to the working directory or absolute.")
+    offset: int = Field(0, ge=0, description="First line to return (1-based). Omit to start at the top.")
+    limit: int = Field(0, ge=0, description="Most lines to return (default 2000).")
+
+
+async def _read_file(a: ReadFileInput, ctx: ToolContext) -> str:
+    r = await ctx.client.read_file(a.path, a.offset, a.limit)
+    if r.total_lines == 0:
+        return f"{a.path} is empty."
+    text = r.content
+    if r.more:
+        text += f"\n[lines {r.start_line}-{r.end_line} of {r.total_lines}; call again with offset={r.end_line + 1} to read on]"
+    if r.long_lines_cut:
+        text += f"\n[{r.long_lines_cut} long lines were cut]"
+    return text
+
+
+class WriteFileInput(ToolInput):
+    path: str = Field(description="File to create or overwrite; parent directories are created.")
+    content: str = Field(description="The complete new content of the file.")
+
+
+async def _write_file(a: WriteFileInput, ctx: ToolContext) -> str:
+    r = await ctx.client.write_file(a.path, a.content)
+    return f"{'Created' if r.created else 'Overwrote'} {a.path} ({r.bytes_written} bytes)."
+
+
+class EditFileInput(ToolInput):
+    path: str = Field(description="File to edit.")
+    old_string: str = Field(description="Exact text to replace, including whitespace; it must occur exactly once unless replace_all is set.")
+    new_string: str = Field(description="Text to put in its place.")
+    replace_all: bool = Field(False, description="Replace every occurrence instead of exactly one.")
+
+
+async def _edit_file(a: EditFileInput, ctx: ToolContext) -> str:
+    r = await ctx.client.edit_file(a.path, a.old_string, a.new_string, a.replace_all)
+    what = "1 occurrence" if r.replacements == 1 else f"{r.replacements} occurrences"
+    return f"Edited {a.path}: replaced {what} (first at line {r.first_line})."
+
+
+class BashInput(ToolInput):
+    command: str = Field(description="A bash command line. It runs in the working directory with no input; output is stdout and stderr interleaved.")
+    timeout_ms: int = Field(0, ge=0, le=600_000, description="Timeout in milliseconds (default 120000, at most 600000).")
+    workdir: str = Field("", description="Directory to run in (default: the working directory).")
+
+
+async def _bash(a: BashInput, ctx: ToolContext) -> ToolOutcome:
+    call_id = ctx.call_id
+    sink = (lambda chunk: ctx.on_output(call_id, chunk)) if ctx.on_output else None
+    r = await ctx.client.bash(a.command, timeout_ms=a.timeout_ms, workdir=a.workdir, max_output_bytes=ctx.bash_max_output_bytes, on_output=sink)
+    text = r.output.rstrip("\n")
+    if r.timed_out:
+        status = f"[timed out after {(a.timeout_ms or 120_000) / 1000:g} s; the command's process group was killed]"
+    elif r.signal:
+        status = f"[killed by signal {r.signal}]"
+    else:
+        status = f"[exit code {r.exit_code}]"
+    if r.killed_background:
+        status += " [processes left running in the background were stopped; use the process tool for long-running work]"
+    text = f"{text}\n{status}" if text else status
+    failed = r.timed_out or r.signal != 0 or r.exit_code != 0
+    return ToolOutcome(text, failed, "timeout" if r.timed_out else ("exit_status" if failed else None))
+
+
+class FindFilesInput(ToolInput):
+    pattern: str = Field(description="Glob such as '**/*.py' or 'src/**/test_*.py'; a pattern without '/' matches file names at any depth.")
+    path: str = Field("", description="Directory to search (default: the working directory).")
+    limit: int = Field(0, ge=0, description="Most paths to return (default 1000).")
+
+
+async def _find_files(a: FindFilesInput, ctx: ToolContext) -> str:
+    r = await ctx.client.find_files(a.pattern, a.path, a.limit)
+    if not r.paths:
+        return f"No files match {a.pattern!r}."
+    text = "\n".join(r.paths)
+    if r.truncated:
+        text += f"\n[{r.total - len(r.paths)} more files match; narrow the pattern or raise limit]"
+    return text
+
+
+class GrepInput(ToolInput):
+    pattern: str = Field(description="Regular expression to search for, line by line.")
+    path: str = Field("", description="File or directory to search (default: the working directory).")
+    glob: str = Field("", description="Only search files matching this glob, e.g. '*.py'.")
+    ignore_case: bool = Field(False, description="Match without regard to case.")
+    max_matches: int = Field(0, ge=0, description="Most matching lines to return (default 500).")
+
+
+async def _grep(a: GrepInput, ctx: ToolContext) -> str:
+    r = await ctx.client.grep(a.pattern, a.path, a.glob, a.ignore_case, a.max_matches)
+    if not r.matches:
+        return f"No matches for {a.pattern!r}."
+    text = "\n".join(f"{m.path}:{m.line}:{m.text}" for m in r.matches)
+    if r.truncated:
+        text += f"\n[{r.total - len(r.matches)} more matching lines; narrow the pattern or path, or raise max_matches]"
+    return text
+
+
+class ListDirectoryInput(ToolInput):
+    path: str = Field("", description="Directory to list (default: the working directory).")
+
+
+async def _list_directory(a: ListDirectoryInput, ctx: ToolContext) -> str:
+    r = await ctx.client.list_directory(a.path)
+    if not r.entries:
+        return f"{a.path or '.'} is empty."
+    rows = []
+    for e in r.entries:
+        if e.kind == "directory":
+            rows.append(f"{e.name}/")
+        elif e.kind == "file":
+            rows.append(f"{e.name}  ({e.size} bytes)")
+        else:
+            rows.append(f"{e.name}  ({e.kind})")
+    return "\n".join(rows)
+
+
+class TreeInput(ToolInput):
+    path: str = Field("", description="Directory to draw (default: the working directory).")
+    max_depth: int = Field(0, ge=0, le=20, description="Levels to descend (default 3).")
+
+
+async def _tree(a: TreeInput, ctx: ToolContext) -> str:
+    r = await ctx.client.tree(a.path, a.max_depth)
+    return r.rendered + f"\n[{r.directories} directories, {r.files} files]"
+
+
+def sandboxed_tools() -> list[ToolDef]:
+    """The eight tools the ToolService serves, in both homes."""
+    return [
+        ToolDef("read_file", "Read a text file with line numbers. Use offset and limit for long files.", ReadFileInput, _read_file, read_only=True),
+        ToolDef("write_file", "Create or overwrite a file with the given content (atomic).", WriteFileInput, _write_file),
+        ToolDef("edit_file", "Replace an exact string in a file. Read the file first and copy the text exactly.", EditFileInput, _edit_file),
+        ToolDef("bash", "Run a bash command in the working directory and return its output and exit code.", BashInput, _bash),
+        ToolDef("find_files", "Find files by glob, honouring .gitignore.", FindFilesInput, _find_files, read_only=True),
+        ToolDef("grep", "Search file contents by regular expression, honouring .gitignore. Returns path:line:text.", GrepInput, _grep, read_only=True),
+        ToolDef("list_directory", "List one directory's entries with their sizes.", ListDirectoryInput, _list_directory, read_only=True),
+        ToolDef("tree", "Show a directory tree to a depth, honouring .gitignore.", TreeInput, _tree, read_only=True),
+    ]
+
+
+def base_tools(*, host_processes: bool) -> list[ToolDef]:
+    """The base tool surface; `process` exists only where tools run on the host."""
+    tools = sandboxed_tools()
+    if host_processes:
+        from .process import process_tool
+
+        tools.insert(4, process_tool())
+    return tools

@@ -1,0 +1,38 @@
+"""`python -m osprey_sidecar --socket PATH --root DIR [--root DIR ...] [--token-file FILE]`."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from . import __version__
+from .server import build_server
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="osprey_sidecar", description="Serve Osprey's ToolService on a unix socket.")
+    parser.add_argument("--socket", required=True, help="unix socket path to listen on")
+    parser.add_argument("--root", action="append", required=True, help="allowed root; the first is the working directory")
+    parser.add_argument("--token-file", help="file holding the token every call must present")
+    parser.add_argument("--version", action="version", version=__version__)
+    args = parser.parse_args(argv)
+    token = None
+    if args.token_file:
+        with open(args.token_file, encoding="utf-8") as fh:
+            token = fh.read().strip()
+        if not token:
+            parser.error(f"token file {args.token_file} is empty")
+    server = build_server(args.root, args.socket, token)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"osprey_sidecar {__version__} serving on {args.socket}", file=sys.stderr, flush=True)
+    stop.wait()
+    server.stop(grace=1).wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

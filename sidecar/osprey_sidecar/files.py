@@ -1,0 +1,256 @@
+"""read_file, write_file, edit_file, list_directory and tree."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from dataclasses import dataclass, field
+
+from . import errors as E
+from .errors import ToolFailure, from_os_error
+from .ignore import walk
+from .paths import Roots, to_wire
+
+DEFAULT_READ_LIMIT = 2000
+MAX_LINE_CHARS = 2000
+BINARY_SNIFF_BYTES = 8192
+MAX_READ_BYTES = 256 * 1024 * 1024
+DEFAULT_TREE_DEPTH = 3
+DEFAULT_TREE_ENTRIES = 500
+
+
+@dataclass
+class ReadResult:
+    content: str
+    start_line: int
+    end_line: int
+    total_lines: int
+    more: bool
+    long_lines_cut: int
+    resolved_path: str
+
+
+@dataclass
+class WriteResult:
+    resolved_path: str
+    bytes_written: int
+    created: bool
+
+
+@dataclass
+class EditResult:
+    resolved_path: str
+    replacements: int
+    first_line: int
+
+
+@dataclass
+class DirItem:
+    name: str
+    kind: str  # file | directory | symlink | other
+    size: int
+
+
+@dataclass
+class ListResult:
+    resolved_path: str
+    entries: list[DirItem] = field(default_factory=list)
+
+
+@dataclass
+class TreeResult:
+    rendered: str
+    directories: int
+    files: int
+    truncated: bool
+
+
+def _looks_binary(head: bytes) -> bool:
+    return b"\x00" in head
+
+
+def _read_bytes(real: str, shown: str) -> bytes:
+    try:
+        st = os.stat(real)
+        if stat.S_ISDIR(st.st_mode):
+            raise ToolFailure(E.IS_DIRECTORY, f"{shown} is a directory; use list_directory or tree to see what it holds")
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolFailure(E.INVALID_ARGUMENT, f"{shown} is not a regular file")
+        if st.st_size > MAX_READ_BYTES:
+            raise ToolFailure(E.INVALID_ARGUMENT, f"{shown} is {st.st_size} bytes, over the {MAX_READ_BYTES}-byte limit; use grep or bash (head, sed -n) to read parts of it")
+        with open(real, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise from_os_error(exc, shown) from None
+
+
+def read_file(roots: Roots, path: str, offset: int = 0, limit: int = 0) -> ReadResult:
+    """Numbered lines of a text file, from line `offset` (1-based), at most `limit` lines."""
+    if offset < 0 or limit < 0:
+        raise ToolFailure(E.INVALID_ARGUMENT, "offset and limit must not be negative")
+    real = roots.resolve(path, default_cwd=False)
+    data = _read_bytes(real, path)
+    if _looks_binary(data[:BINARY_SNIFF_BYTES]):
+        raise ToolFailure(E.BINARY_FILE, f"{path} is a binary file ({len(data)} bytes); read_file only reads text. Use bash (for example `file` or `xxd | head`) to inspect it.")
+    text = data.decode("utf-8", "replace")
+    lines = text.splitlines()
+    total = len(lines)
+    start = max(offset, 1)
+    count = limit or DEFAULT_READ_LIMIT
+    if total and start > total:
+        raise ToolFailure(E.INVALID_ARGUMENT, f"offset {offset} is past the end of {path}, which has {total} lines")
+    chosen = lines[start - 1 : start - 1 + count]
+    cut = 0
+    out = []
+    for number, line in enumerate(chosen, start):
+        if len(line) > MAX_LINE_CHARS:
+            line = line[:MAX_LINE_CHARS] + f" [... line cut, {len(line) - MAX_LINE_CHARS} more characters]"
+            cut += 1
+        out.append(f"{number:>6}\t{line}")
+    end = start + len(chosen) - 1 if chosen else 0
+    return ReadResult(
+        content="\n".join(out),
+        start_line=start if chosen else 0,
+        end_line=end,
+        total_lines=total,
+        more=end < total,
+        long_lines_cut=cut,
+        resolved_path=to_wire(real),
+    )
+
+
+def _atomic_write(real: str, data: bytes, mode: int | None) -> None:
+    directory = os.path.dirname(real)
+    fd, tmp = tempfile.mkstemp(prefix=".osprey-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode if mode is not None else 0o666 & ~_UMASK)
+        os.replace(tmp, real)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _read_umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+# Read once at import: os.umask is process-wide, so probing it while serving would race.
+_UMASK = _read_umask()
+
+
+def write_file(roots: Roots, path: str, content: str) -> WriteResult:
+    """Replace (or create) a file atomically, creating parent directories."""
+    real = roots.resolve(path, default_cwd=False)
+    data = content.encode("utf-8", "surrogateescape")
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise from_os_error(exc, path) from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise ToolFailure(E.IS_DIRECTORY, f"{path} is a directory; give a file path")
+    try:
+        os.makedirs(os.path.dirname(real), exist_ok=True)
+        _atomic_write(real, data, stat.S_IMODE(st.st_mode) if st else None)
+    except OSError as exc:
+        raise from_os_error(exc, path) from None
+    return WriteResult(to_wire(real), len(data), st is None)
+
+
+def edit_file(roots: Roots, path: str, old_string: str, new_string: str, replace_all: bool = False) -> EditResult:
+    """Replace an exact string; exactly one occurrence unless `replace_all`."""
+    if old_string == "":
+        raise ToolFailure(E.INVALID_ARGUMENT, "old_string is empty; to create or overwrite a file use write_file")
+    if old_string == new_string:
+        raise ToolFailure(E.INVALID_ARGUMENT, "old_string and new_string are the same; nothing would change")
+    real = roots.resolve(path, default_cwd=False)
+    data = _read_bytes(real, path)
+    if _looks_binary(data[:BINARY_SNIFF_BYTES]):
+        raise ToolFailure(E.BINARY_FILE, f"{path} is a binary file; edit_file only edits text")
+    text = data.decode("utf-8", "surrogateescape")
+    count = text.count(old_string)
+    if count == 0:
+        raise ToolFailure(E.NO_MATCH, f"old_string was not found in {path}; read the file again and copy the exact text, including whitespace and indentation")
+    if count > 1 and not replace_all:
+        raise ToolFailure(E.AMBIGUOUS_MATCH, f"old_string occurs {count} times in {path}; add surrounding lines to make it unique, or set replace_all to replace every occurrence")
+    first_line = text[: text.index(old_string)].count("\n") + 1
+    updated = text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
+    try:
+        _atomic_write(real, updated.encode("utf-8", "surrogateescape"), stat.S_IMODE(os.stat(real).st_mode))
+    except OSError as exc:
+        raise from_os_error(exc, path) from None
+    return EditResult(to_wire(real), count if replace_all else 1, first_line)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISREG(mode):
+        return "file"
+    return "other"
+
+
+def list_directory(roots: Roots, path: str = "") -> ListResult:
+    """The entries of one directory, directories first, then by name."""
+    real = roots.resolve(path)
+    shown = path or "."
+    try:
+        if not os.path.isdir(real):
+            if os.path.exists(real):
+                raise ToolFailure(E.NOT_A_DIRECTORY, f"{shown} is a file, not a directory; use read_file to read it")
+            raise ToolFailure(E.NOT_FOUND, f"{shown}: no such directory")
+        items = []
+        with os.scandir(real) as it:
+            for entry in it:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                items.append(DirItem(to_wire(entry.name), _kind(st.st_mode), st.st_size if stat.S_ISREG(st.st_mode) else 0))
+    except OSError as exc:
+        raise from_os_error(exc, shown) from None
+    items.sort(key=lambda d: (d.kind != "directory", d.name))
+    return ListResult(to_wire(real), items)
+
+
+def tree(roots: Roots, path: str = "", max_depth: int = 0, max_entries: int = 0) -> TreeResult:
+    """An indented drawing of a directory, honouring `.gitignore`, to `max_depth` levels."""
+    if max_depth < 0 or max_entries < 0:
+        raise ToolFailure(E.INVALID_ARGUMENT, "max_depth and max_entries must not be negative")
+    depth = max_depth or DEFAULT_TREE_DEPTH
+    limit = max_entries or DEFAULT_TREE_ENTRIES
+    real = roots.resolve(path)
+    shown = path or "."
+    if not os.path.isdir(real):
+        if os.path.exists(real):
+            raise ToolFailure(E.NOT_A_DIRECTORY, f"{shown} is a file, not a directory")
+        raise ToolFailure(E.NOT_FOUND, f"{shown}: no such directory")
+    lines = [roots.show(real).rstrip("/") + "/"]
+    dirs = files = 0
+    truncated = False
+    for entry in walk(real, roots.root_of(real), max_depth=depth):
+        if dirs + files >= limit:
+            truncated = True
+            break
+        name = to_wire(entry.rel.rsplit("/", 1)[-1])
+        lines.append("  " * entry.depth + name + ("/" if entry.is_dir else ""))
+        if entry.is_dir:
+            dirs += 1
+        else:
+            files += 1
+    if truncated:
+        lines.append(f"[... stopped after {limit} entries; use a deeper path or list_directory for the rest]")
+    return TreeResult("\n".join(lines), dirs, files, truncated)

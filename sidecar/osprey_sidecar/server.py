@@ -1,0 +1,72 @@
+"""Serve the ToolService (and gRPC health) on a unix socket, optionally behind a token."""
+
+from __future__ import annotations
+
+import hmac
+import os
+from concurrent import futures
+from collections.abc import Sequence
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from ._proto import tools_pb2_grpc as pb_grpc
+from .paths import Roots
+from .servicer import CATEGORY_KEY, MAX_MESSAGE_BYTES, ToolServicer
+
+TOKEN_KEY = "x-osprey-token"
+SERVICE_NAME = "osprey.sandbox.v1.ToolService"
+MAX_WORKERS = 32
+
+
+class _TokenInterceptor(grpc.ServerInterceptor):
+    """Refuse every call that does not present the server's token."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+
+        def deny(request: object, context: grpc.ServicerContext) -> None:
+            context.set_trailing_metadata(((CATEGORY_KEY, "unauthenticated"),))
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong ToolService token")
+
+        self._deny_unary = grpc.unary_unary_rpc_method_handler(deny)
+        self._deny_stream = grpc.unary_stream_rpc_method_handler(deny)
+
+    def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
+        for key, value in handler_call_details.invocation_metadata or ():
+            if key == TOKEN_KEY and hmac.compare_digest(value.encode(), self._token):
+                return continuation(handler_call_details)
+        streaming = handler_call_details.method.endswith("/Bash") or handler_call_details.method.endswith("/Watch")
+        return self._deny_stream if streaming else self._deny_unary
+
+
+def socket_target(path: str) -> str:
+    return f"unix:{path}"
+
+
+def build_server(roots: Sequence[str], socket_path: str, token: str | None = None) -> grpc.Server:
+    """A started server for `roots` listening on `socket_path` (made 0600)."""
+    interceptors = [_TokenInterceptor(token)] if token else []
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="osprey-tool"),
+        interceptors=interceptors,
+        options=[
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ],
+    )
+    pb_grpc.add_ToolServiceServicer_to_server(ToolServicer(Roots(roots)), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if os.path.exists(socket_path):
+        os.unlink(socket_path)
+    old = os.umask(0o177)
+    try:
+        server.add_insecure_port(socket_target(socket_path))
+        server.start()
+    finally:
+        os.umask(old)
+    os.chmod(socket_path, 0o600)
+    for name in ("", SERVICE_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server
