@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Regenerate the committed protobuf and gRPC modules from protos/ (needs grpcio-tools).
 
     python scripts/gen_protos.py [--out DIR]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from contextlib import AsyncExitStack
@@ -42,6 +43,8 @@ def run_headless(
         approval_policy = "never"
     elif read_only:
         approval_policy = "deny-untrusted"
+    if replay_file:
+        replay_file = os.path.abspath(replay_file)  # a flag's path is relative to where the user is, not to -C
     flags: dict[str, Any] = {
         "provider": provider, "model": model, "base_url": base_url, "effort": effort,
         "max_turns": max_turns, "replay_file": replay_file, "approval_policy": approval_policy,

@@ -7,18 +7,23 @@ protobuf code; everything else sees the pydantic results below.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from pydantic import BaseModel
+# gRPC's C core logs connection teardown at INFO on stderr, which would mix into
+# a user's terminal; keep its errors only unless the user asked for more.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-from osprey_sidecar._proto import tools_pb2 as pb
-from osprey_sidecar._proto import tools_pb2_grpc as pb_grpc
+import grpc  # noqa: E402
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
 
-from .errors import DispatcherError, ToolError
+from osprey_sidecar._proto import tools_pb2 as pb  # noqa: E402
+from osprey_sidecar._proto import tools_pb2_grpc as pb_grpc  # noqa: E402
+
+from .errors import DispatcherError, ToolError  # noqa: E402
 
 TOKEN_KEY = "x-osprey-token"
 CATEGORY_KEY = "osprey-error-category"

@@ -1,0 +1,49 @@
+"""The `osprey` command surface: help, version, usage errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from osprey import __version__
+
+
+def osprey(*args: str, **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(Path(sys.executable).with_name("osprey")), *args], capture_output=True, text=True, timeout=60, **kw)
+
+
+def test_help_lists_agent_without_importing_it() -> None:
+    code = "import sys; from osprey.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\nprint(sorted(m for m in ('osprey.cli.agent','httpx','grpc','pydantic') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "agent" in out and out.strip().endswith("[]")
+
+
+def test_agent_help_does_not_import_heavy_modules() -> None:
+    code = "import sys; from osprey.cli import main\ntry: main(['agent','--help'])\nexcept SystemExit: pass\nprint(sorted(m for m in ('httpx','grpc','pydantic') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "--max-turns" in out and out.strip().endswith("[]")
+
+
+def test_version() -> None:
+    assert __version__ in osprey("--version").stdout
+
+
+def test_empty_prompt_is_a_usage_error(tmp_path: Path) -> None:
+    run = osprey("agent", "  ", cwd=tmp_path)
+    assert run.returncode == 2 and "prompt is empty" in run.stderr
+
+
+def test_prompt_from_stdin_needs_a_pipe_or_argument(tmp_path: Path, osprey_env: dict[str, str]) -> None:
+    run = osprey("agent", "--provider", "replay", cwd=tmp_path, input="", env=osprey_env)
+    assert run.returncode == 2 and "prompt is empty" in run.stderr
+
+
+def test_conflicting_policy_flags(tmp_path: Path, osprey_env: dict[str, str]) -> None:
+    run = osprey("agent", "--yolo", "--read-only", "hi", cwd=tmp_path, env=osprey_env)
+    assert run.returncode == 2 and "choose one of" in run.stderr
+
+
+def test_unknown_provider_is_refused(tmp_path: Path) -> None:
+    run = osprey("agent", "--provider", "nope", "hi", cwd=tmp_path)
+    assert run.returncode == 2 and "nope" in run.stderr
