@@ -1,0 +1,28 @@
+"""Small helpers the benchmark scripts share."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+from collections.abc import Sequence
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def median(samples: Sequence[float]) -> float:
+    return statistics.median(samples)
+
+
+def time_command(cmd: Sequence[str], runs: int, **kwargs: object) -> list[float]:
+    """Wall times (seconds) of `runs` runs of a command, output discarded."""
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, **kwargs)  # type: ignore[arg-type]
+        times.append(time.perf_counter() - start)
+    return times

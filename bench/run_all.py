@@ -1,0 +1,13 @@
+"""Run every benchmark and print its figures."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+for script in ("toolservice_overhead.py", "grep_vs_rg.py", "cli_startup.py"):
+    print(f"== {script}", flush=True)
+    subprocess.run([sys.executable, str(HERE / script)], check=True)
