@@ -94,7 +94,10 @@ def read_file(roots: Roots, path: str, offset: int = 0, limit: int = 0) -> ReadR
     if _looks_binary(data[:BINARY_SNIFF_BYTES]):
         raise ToolFailure(E.BINARY_FILE, f"{path} is a binary file ({len(data)} bytes); read_file only reads text. Use bash (for example `file` or `xxd | head`) to inspect it.")
     text = data.decode("utf-8", "replace")
-    lines = text.splitlines()
+    # Lines end at \n, as grep counts them (str.splitlines would also split at \r, \f, \x85, \u2028, ...).
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
     total = len(lines)
     start = max(offset, 1)
     count = limit or DEFAULT_READ_LIMIT
@@ -104,6 +107,7 @@ def read_file(roots: Roots, path: str, offset: int = 0, limit: int = 0) -> ReadR
     cut = 0
     out = []
     for number, line in enumerate(chosen, start):
+        line = line.rstrip("\r")
         if len(line) > MAX_LINE_CHARS:
             line = line[:MAX_LINE_CHARS] + f" [... line cut, {len(line) - MAX_LINE_CHARS} more characters]"
             cut += 1

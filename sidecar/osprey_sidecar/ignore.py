@@ -5,8 +5,9 @@ Semantics (the ripgrep path in `search.py` is configured to agree with them):
 - `.gitignore` files in the searched directory and below apply as git applies
   them (last match wins, deeper files win, `!` re-includes, a trailing `/`
   matches directories only). Those in directories between the allowed root and
-  the searched directory apply too, with patterns taken relative to the
-  searched directory and lower precedence than any file inside it.
+  the searched directory apply too, with lower precedence than any file inside
+  it; their anchored patterns keep their own base, as in git (they are
+  rewritten relative to the searched directory, see `ancestor_patterns`).
 """
 
 from __future__ import annotations
@@ -82,10 +83,11 @@ def compile_glob(pattern: str) -> re.Pattern[str]:
     path relative to the searched directory.
     """
     pattern = pattern.strip()
+    anchored = "/" in pattern  # before dropping `./`, which anchors too
     if pattern.startswith("./"):
         pattern = pattern[2:]
     body = glob_to_regex(pattern.lstrip("/"), braces=True)
-    if "/" not in pattern:
+    if not anchored:
         body = "(?:.*/)?" + body
     return re.compile(body, re.DOTALL)
 
@@ -97,24 +99,32 @@ class Rule:
     dir_only: bool
 
 
+def _split_line(raw: str) -> tuple[bool, bool, str] | None:
+    """One `.gitignore` line as (negate, dir_only, pattern); None for blanks and comments."""
+    line = raw.rstrip("\r")
+    if not line or line.startswith("#"):
+        return None
+    # Trailing spaces are dropped unless escaped with a backslash.
+    stripped = line.rstrip(" ")
+    if stripped.endswith("\\") and len(stripped) < len(line):
+        stripped += " "
+    line = stripped
+    negate = line.startswith("!")
+    if negate:
+        line = line[1:]
+    dir_only = line.endswith("/")
+    line = line.rstrip("/")
+    return (negate, dir_only, line) if line else None
+
+
 def parse_gitignore(text: str) -> list[Rule]:
     rules: list[Rule] = []
-    for raw in text.splitlines():
-        line = raw.rstrip("\r")
-        if not line or line.startswith("#"):
+    # Lines end at `\n` only, as git reads them (str.splitlines would also split at \f, \x85, ...).
+    for raw in text.split("\n"):
+        split = _split_line(raw)
+        if split is None:
             continue
-        # Trailing spaces are dropped unless escaped with a backslash.
-        stripped = line.rstrip(" ")
-        if stripped.endswith("\\") and len(stripped) < len(line):
-            stripped += " "
-        line = stripped
-        negate = line.startswith("!")
-        if negate:
-            line = line[1:]
-        dir_only = line.endswith("/")
-        line = line.rstrip("/")
-        if not line:
-            continue
+        negate, dir_only, line = split
         anchored = "/" in line
         body = glob_to_regex(line.lstrip("/"))
         if not anchored:
@@ -157,31 +167,61 @@ class IgnoreStack:
         return IgnoreStack(self.layers + [_Layer(base, rules)]) if rules else self
 
 
+def _rebased(pattern: str, prefix: list[str]) -> list[str]:
+    """What an anchored `pattern` can still match below `prefix` (the directories from its
+    `.gitignore` down to the walk's top), as patterns anchored at the top."""
+    segments = pattern.lstrip("/").split("/")
+    rests: list[str] = []
+
+    def consume(i: int, j: int) -> None:
+        if j == len(prefix):
+            # Nothing left means the pattern names the top or a directory above it: the
+            # walk was asked for that directory explicitly, so the rule is dropped.
+            rest = "/".join(segments[i:])
+            if rest and rest not in rests:
+                rests.append(rest)
+        elif i < len(segments):
+            if segments[i] == "**":
+                consume(i + 1, j)
+                consume(i, j + 1)
+            elif re.fullmatch(glob_to_regex(segments[i]), prefix[j], re.DOTALL):
+                consume(i + 1, j + 1)
+
+    consume(0, 0)
+    return rests
+
+
+def ancestor_patterns(top: str, root: str | None) -> list[str]:
+    """The `.gitignore` lines of directories from `root` down to, not including, `top`
+    (outermost first), rewritten to apply to paths relative to `top`.
+
+    Unanchored patterns match at any depth and are kept as they are; anchored ones
+    are re-anchored at `top`, or dropped when they cannot match below it.
+    """
+    if root is None or top == root or not top.startswith(root.rstrip(os.sep) + os.sep):
+        return []
+    parts = os.path.relpath(top, root).split(os.sep)
+    lines: list[str] = []
+    for depth in range(len(parts)):
+        directory = os.path.join(root, *parts[:depth])
+        try:
+            with open(os.path.join(directory, ".gitignore"), "rb") as fh:
+                text = fh.read().decode("utf-8", "surrogateescape")
+        except OSError:
+            continue
+        for raw in text.split("\n"):
+            split = _split_line(raw)
+            if split is None:
+                continue
+            negate, dir_only, pattern = split
+            rests = _rebased(pattern, parts[depth:]) if "/" in pattern else [pattern]
+            lines += [("!" if negate else "") + ("/" if "/" in pattern else "") + rest + ("/" if dir_only else "") for rest in rests]
+    return lines
+
+
 def ancestor_rules(top: str, root: str | None) -> list[Rule]:
-    """Rules of `.gitignore` files strictly between `root` and `top` (outermost first)."""
-    if root is None or top == root or not top.startswith(root.rstrip(os.sep) + os.sep):
-        return []
-    rules: list[Rule] = []
-    current = root
-    for part in os.path.relpath(top, root).split(os.sep)[:-1]:
-        rules.extend(_read_rules(current))
-        current = os.path.join(current, part)
-    rules.extend(_read_rules(current))
-    return rules
-
-
-def ancestor_ignore_files(top: str, root: str | None) -> list[str]:
-    """The `.gitignore` files `ancestor_rules` reads, for handing to ripgrep."""
-    if root is None or top == root or not top.startswith(root.rstrip(os.sep) + os.sep):
-        return []
-    found = []
-    current = root
-    for part in [""] + os.path.relpath(top, root).split(os.sep)[:-1]:
-        current = os.path.join(current, part) if part else current
-        candidate = os.path.join(current, ".gitignore")
-        if os.path.isfile(candidate):
-            found.append(candidate)
-    return found
+    """Rules of `.gitignore` files strictly between `root` and `top`, relative to `top`."""
+    return parse_gitignore("\n".join(ancestor_patterns(top, root)))
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ def to_wire(fs_path: str) -> str:
     return os.fsencode(fs_path).decode("utf-8", "backslashreplace")
 
 
-def from_wire(path: str) -> str:
-    """The filesystem path a wire string names, undoing `\\xNN` escapes when needed."""
-    if "\\x" not in path or os.path.lexists(path):
+def from_wire(path: str, base: str = "") -> str:
+    """The filesystem path a wire string names (relative to `base`), undoing `\\xNN` escapes when needed."""
+    if "\\x" not in path or os.path.lexists(os.path.join(base, path)):
         return path
     raw = _ESCAPE.sub(lambda m: bytes([int(m.group(1), 16)]), path.encode("utf-8"))
     return os.fsdecode(raw)
@@ -53,7 +53,7 @@ class Roots:
             raise ToolFailure(INVALID_ARGUMENT, "a path is required")
         if "\x00" in path:
             raise ToolFailure(INVALID_ARGUMENT, "a path cannot contain a NUL character")
-        fs = from_wire(path)
+        fs = from_wire(path, self.cwd)
         joined = fs if os.path.isabs(fs) else os.path.join(self.cwd, fs)
         real = os.path.realpath(joined)
         if self.root_of(real) is None:

@@ -59,6 +59,8 @@ class BashRun:
         if timeout_ms > MAX_TIMEOUT_MS:
             raise ToolFailure(E.INVALID_ARGUMENT, f"timeout_ms {timeout_ms} is over the maximum of {MAX_TIMEOUT_MS} ms; use the process tool for long-running work")
         self.cwd = roots.resolve(workdir)
+        if not os.path.exists(self.cwd):
+            raise ToolFailure(E.NOT_FOUND, f"workdir {workdir}: no such directory")
         if not os.path.isdir(self.cwd):
             raise ToolFailure(E.NOT_A_DIRECTORY, f"workdir {workdir} is not a directory")
         self.command = command
