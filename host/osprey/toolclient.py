@@ -122,7 +122,8 @@ def _map_rpc_error(exc: grpc.aio.AioRpcError, where: str) -> Exception:
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return DispatcherError(f"the ToolService at {where} is unreachable ({code.name}: {exc.details()}); the sandbox lane or dispatcher may have stopped")
     if code == grpc.StatusCode.CANCELLED:
-        return asyncio.CancelledError()
+        # Our own cancellation surfaces as asyncio.CancelledError, never as a status.
+        return DispatcherError(f"the ToolService at {where} cancelled the call (it may be shutting down)")
     return ToolError("internal", f"the ToolService failed ({code.name}): {exc.details()}")
 
 
@@ -192,6 +193,7 @@ class ToolClient:
         """Run a command; output chunks reach `on_output` as they arrive. Cancelling kills it."""
         call = self._stub.Bash(pb.BashRequest(command=command, timeout_ms=timeout_ms, workdir=workdir, max_output_bytes=max_output_bytes), metadata=self._metadata)
         head = bytearray()
+        finished = False
         try:
             async for event in call:
                 if event.HasField("output"):
@@ -199,6 +201,7 @@ class ToolClient:
                     if on_output:
                         on_output(event.output.data)
                 else:
+                    finished = True
                     e = event.exit
                     out = bytes(head)
                     if e.dropped_bytes:
@@ -210,10 +213,11 @@ class ToolClient:
                         killed_background=e.killed_background,
                     )
         except grpc.aio.AioRpcError as exc:
+            finished = True
             raise _map_rpc_error(exc, self.where) from None
-        except asyncio.CancelledError:
-            call.cancel()
-            raise
+        finally:
+            if not finished:
+                call.cancel()  # cancelling the call kills the command's process group
         raise DispatcherError(f"the ToolService at {self.where} ended a bash call without an exit status")
 
     async def find_files(self, pattern: str, path: str = "", limit: int = 0) -> FindFilesResult:
