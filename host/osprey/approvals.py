@@ -20,12 +20,21 @@ class Decision:
 
 
 class ApprovalGate:
-    """Applies one policy across a session (the on-failure policy keeps a latch)."""
+    """Applies one policy across a session (the on-failure policy keeps a latch).
+
+    The on-failure latch is read per batch: call `begin_batch()` before deciding the calls of one
+    model turn, so a failure inside a batch affects the next batch, not the rest of this one.
+    """
 
     def __init__(self, policy: str, *, interactive: bool = False) -> None:
         self.policy = policy
         self.interactive = interactive
         self.failure_latched = False
+        self._batch_latched = False
+
+    def begin_batch(self) -> None:
+        """Start deciding the tool calls of one model turn."""
+        self._batch_latched = self.failure_latched
 
     def _needs_prompt(self, tool: str) -> bool:
         if self.policy == "never":
@@ -33,7 +42,7 @@ class ApprovalGate:
         if self.policy in ("unless-trusted", "deny-untrusted"):
             return tool not in TRUSTED_READ_ONLY
         if self.policy == "on-failure":
-            return self.failure_latched
+            return self._batch_latched
         return True  # on-request
 
     def decide(self, tool: str) -> Decision:
@@ -44,6 +53,10 @@ class ApprovalGate:
         return Decision(False, f"{tool} needs approval under the policy {self.policy}, and this headless run has no way to ask. The user can rerun with --yolo.")
 
     def record(self, ok: bool) -> None:
-        """Feed a tool result back (on-failure: a failure arms the latch, a success clears it)."""
+        """Feed a tool result back (on-failure: a failure arms the latch for the next batch; a
+        success in a batch that ran under the latch, so was approved, clears it)."""
         if self.policy == "on-failure":
-            self.failure_latched = not ok
+            if not ok:
+                self.failure_latched = True
+            elif self._batch_latched:
+                self.failure_latched = False

@@ -125,6 +125,8 @@ async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | N
                 tool_service=service.home,
             )
             end = await agent.run(prompt)
+            if jsonl and end.error:
+                _error(f"{end.outcome}: {end.error}")  # JSONL consumers see it in session_end too
             return end.exit_status
     except asyncio.CancelledError:
         # Cancelled before the loop started (or during teardown).

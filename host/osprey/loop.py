@@ -89,12 +89,19 @@ class AgentLoop:
             outcome, status, error = await self._drive()
         except asyncio.CancelledError:
             outcome, status, error = CANCELLED, self.cancel_exit_status, None
-        end = SessionEnd(
+        except Exception as exc:
+            # A bug, not a model or tool problem: still end the event stream, then let it surface.
+            self.emit(self._end(ERROR, 1, f"internal error: {type(exc).__name__}: {exc}"))
+            raise
+        end = self._end(outcome, status, error)
+        self.emit(end)
+        return end
+
+    def _end(self, outcome: str, status: int, error: str | None) -> SessionEnd:
+        return SessionEnd(
             session_id=self.session_id, outcome=outcome, exit_status=status, turns=self._turns,
             usage=self.usage, final_text=self._final_text, error=error,
         )
-        self.emit(end)
-        return end
 
     async def _drive(self) -> tuple[str, int, str | None]:
         empty_streak = 0
@@ -137,6 +144,7 @@ class AgentLoop:
             await self._run_tools(turn_no, message)
 
     async def _run_tools(self, turn_no: int, message: AssistantMessage) -> None:
+        self.approval.begin_batch()
         for call in message.tool_calls:
             self.emit(ToolCallEvent(turn=turn_no, id=call.id, name=call.name, arguments=call.arguments))
             started = time.monotonic()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from typing import Any
 
 import httpx
@@ -87,46 +88,51 @@ class AnthropicProvider:
         async with streamed_post(self.client, "the Anthropic API", url, headers, self.body(request)) as response:
             async for event in iter_sse(response):
                 payload = parse_json(event.data, "a stream event")
-                kind = payload.get("type", event.event) if isinstance(payload, dict) else event.event
-                if kind == "message_start":
-                    raw = (payload.get("message") or {}).get("usage") or {}
-                    usage = Usage(
-                        input_tokens=int(raw.get("input_tokens") or 0),
-                        output_tokens=int(raw.get("output_tokens") or 0),
-                        cache_read_tokens=int(raw.get("cache_read_input_tokens") or 0),
-                        cache_write_tokens=int(raw.get("cache_creation_input_tokens") or 0),
-                    )
-                elif kind == "content_block_start":
-                    block = dict(payload.get("content_block") or {})
-                    block["_json"] = ""
-                    blocks[int(payload.get("index", len(blocks)))] = block
-                elif kind == "content_block_delta":
-                    block = blocks.setdefault(int(payload.get("index", 0)), {"type": "text", "text": "", "_json": ""})
-                    delta = payload.get("delta") or {}
-                    dtype = delta.get("type")
-                    if dtype == "text_delta":
-                        block["text"] = block.get("text", "") + delta.get("text", "")
-                        if on_text:
-                            on_text(delta.get("text", ""))
-                    elif dtype == "input_json_delta":
-                        block["_json"] += delta.get("partial_json", "")
-                    elif dtype == "thinking_delta":
-                        block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
-                    elif dtype == "signature_delta":
-                        block["signature"] = block.get("signature", "") + delta.get("signature", "")
-                elif kind == "message_delta":
-                    stop_reason = (payload.get("delta") or {}).get("stop_reason") or stop_reason
-                    out_tokens = (payload.get("usage") or {}).get("output_tokens")
-                    if out_tokens is not None:
-                        usage.output_tokens = int(out_tokens)
-                elif kind == "message_stop":
-                    finished = True
-                elif kind == "error":
-                    err = payload.get("error") or {}
-                    raise ProviderError(
-                        f"the Anthropic API reported {err.get('type', 'an error')} mid-stream: {err.get('message', '')}",
-                        retryable=err.get("type") in RETRYABLE_ERRORS,
-                    )
+                shown = ""
+                try:
+                    kind = payload.get("type", event.event) if isinstance(payload, dict) else event.event
+                    if kind == "message_start":
+                        raw = (payload.get("message") or {}).get("usage") or {}
+                        usage = Usage(
+                            input_tokens=int(raw.get("input_tokens") or 0),
+                            output_tokens=int(raw.get("output_tokens") or 0),
+                            cache_read_tokens=int(raw.get("cache_read_input_tokens") or 0),
+                            cache_write_tokens=int(raw.get("cache_creation_input_tokens") or 0),
+                        )
+                    elif kind == "content_block_start":
+                        block = dict(payload.get("content_block") or {})
+                        block["_json"] = ""
+                        blocks[int(payload.get("index", len(blocks)))] = block
+                    elif kind == "content_block_delta":
+                        block = blocks.setdefault(int(payload.get("index", 0)), {"type": "text", "text": "", "_json": ""})
+                        delta = payload.get("delta") or {}
+                        dtype = delta.get("type")
+                        if dtype == "text_delta":
+                            shown = delta.get("text", "")
+                            block["text"] = block.get("text", "") + shown
+                        elif dtype == "input_json_delta":
+                            block["_json"] += delta.get("partial_json", "")
+                        elif dtype == "thinking_delta":
+                            block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+                        elif dtype == "signature_delta":
+                            block["signature"] = block.get("signature", "") + delta.get("signature", "")
+                    elif kind == "message_delta":
+                        stop_reason = (payload.get("delta") or {}).get("stop_reason") or stop_reason
+                        out_tokens = (payload.get("usage") or {}).get("output_tokens")
+                        if out_tokens is not None:
+                            usage.output_tokens = int(out_tokens)
+                    elif kind == "message_stop":
+                        finished = True
+                    elif kind == "error":
+                        err = payload.get("error") or {}
+                        raise ProviderError(
+                            f"the Anthropic API reported {err.get('type', 'an error')} mid-stream: {err.get('message', '')}",
+                            retryable=err.get("type") in RETRYABLE_ERRORS,
+                        )
+                except (AttributeError, KeyError, TypeError, ValueError) as exc:
+                    raise ProviderError(f"the Anthropic API sent a stream event of an unexpected shape ({exc}): {event.data[:200]!r}") from None
+                if shown and on_text:
+                    on_text(shown)
         if not finished:
             raise ProviderError("the Anthropic API closed the stream before the turn finished", retryable=True)
         return self._turn(blocks, usage, stop_reason)
@@ -152,7 +158,7 @@ class AnthropicProvider:
                         args, problem = {}, f"the arguments are not valid JSON ({exc.msg}): {raw[:200]!r}"
                 if not isinstance(args, dict):
                     args, problem = {}, "the arguments must be a JSON object"
-                calls.append(ToolCall(id=block.get("id", f"toolu_{index}"), name=block.get("name", ""), arguments=args, arguments_error=problem))
+                calls.append(ToolCall(id=block.get("id") or f"toolu_{uuid.uuid4().hex[:24]}", name=block.get("name", ""), arguments=args, arguments_error=problem))
             elif btype in ("thinking", "redacted_thinking"):
                 reasoning.append({k: v for k, v in block.items() if k != "_json"})
         return ModelTurn(message=AssistantMessage(text="".join(text), tool_calls=calls, reasoning=reasoning), usage=usage, stop_reason=stop_reason)

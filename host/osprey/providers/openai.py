@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from typing import Any
 
 import httpx
@@ -101,32 +102,41 @@ class OpenAIProvider:
                     err = chunk["error"]
                     message = err.get("message", err) if isinstance(err, dict) else err
                     raise ProviderError(f"the model server reported an error mid-stream: {message}", retryable=True)
-                if chunk.get("usage"):
-                    usage = _usage(chunk["usage"])
-                for choice in chunk.get("choices") or []:
-                    delta = choice.get("delta") or {}
-                    if delta.get("content"):
-                        text.append(delta["content"])
-                        if on_text:
-                            on_text(delta["content"])
-                    for piece in delta.get("tool_calls") or []:
-                        slot = calls.setdefault(int(piece.get("index", len(calls))), {"id": "", "name": "", "arguments": ""})
-                        if piece.get("id"):
-                            slot["id"] = piece["id"]
-                        fn = piece.get("function") or {}
-                        if fn.get("name"):
-                            slot["name"] += fn["name"]
-                        if fn.get("arguments"):
-                            slot["arguments"] += fn["arguments"]
-                    if choice.get("finish_reason"):
-                        finish = choice["finish_reason"]
+                shown: list[str] = []
+                try:
+                    if chunk.get("usage"):
+                        usage = _usage(chunk["usage"])
+                    for choice in chunk.get("choices") or []:
+                        delta = choice.get("delta") or {}
+                        if delta.get("content"):
+                            if not isinstance(delta["content"], str):
+                                raise TypeError("delta.content is not a string")
+                            shown.append(delta["content"])
+                        for piece in delta.get("tool_calls") or []:
+                            slot = calls.setdefault(int(piece.get("index", len(calls))), {"id": "", "name": "", "arguments": ""})
+                            if piece.get("id"):
+                                slot["id"] = piece["id"]
+                            fn = piece.get("function") or {}
+                            if fn.get("name"):
+                                slot["name"] += fn["name"]
+                            if fn.get("arguments"):
+                                slot["arguments"] += fn["arguments"]
+                        if choice.get("finish_reason"):
+                            finish = choice["finish_reason"]
+                except (AttributeError, KeyError, TypeError, ValueError) as exc:
+                    raise ProviderError(f"the model server sent a stream event of an unexpected shape ({exc}): {event.data[:200]!r}") from None
+                for piece_text in shown:
+                    text.append(piece_text)
+                    if on_text:
+                        on_text(piece_text)
         if not done and not finish:
             raise ProviderError("the model server closed the stream before the turn finished", retryable=True)
         tool_calls = []
         for index in sorted(calls):
             slot = calls[index]
             args, problem = parse_arguments(slot["arguments"])
-            tool_calls.append(ToolCall(id=slot["id"] or f"call_{index}", name=slot["name"], arguments=args, arguments_error=problem))
+            # Some servers send no id; a made-up one must not repeat across turns.
+            tool_calls.append(ToolCall(id=slot["id"] or f"call_{uuid.uuid4().hex[:24]}", name=slot["name"], arguments=args, arguments_error=problem))
         return ModelTurn(message=AssistantMessage(text="".join(text), tool_calls=tool_calls), usage=usage, stop_reason=finish)
 
 
