@@ -41,6 +41,12 @@ ENV_KEYS = {
 }
 
 
+def load_home(environ: Mapping[str, str] | None = None) -> Path:
+    """`$OSPREY_HOME`, or `~/.osprey`."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("OSPREY_HOME") or Path(env.get("HOME", "~")).expanduser() / ".osprey").expanduser()
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -59,6 +65,21 @@ class RetrySettings(_Strict):
     delays: list[float] = Field(default_factory=lambda: [1.0, 5.0, 15.0])
     turn_timeout: float = Field(300.0, gt=0)
     connect_timeout: float = Field(10.0, gt=0)
+
+
+class SandboxSettings(_Strict):
+    """Sandbox lanes: the Docker container the ToolService runs in with --sandbox."""
+
+    enabled: bool = False
+    base_image: str | None = Field(None, description="image to build the lane on; default: Osprey's own Debian base")
+    network: bool = Field(False, description="allow egress from the lane")
+    memory_limit: str = Field("2g", pattern=r"^[0-9]+[bkmg]?$")
+    pids_limit: int = Field(512, ge=16, le=1_000_000)
+    cpus: float = Field(2.0, gt=0, le=256)
+    tmp_size: str = Field("512m", pattern=r"^[0-9]+[bkmg]?$")
+    ready_timeout: float = Field(30.0, gt=0, le=600)
+    socket: str | None = Field(None, description="attach to a lane already serving on this socket")
+    token_file: str | None = Field(None, description="with socket: the file holding that lane's token")
 
 
 class ProviderOverrides(_Strict):
@@ -80,6 +101,7 @@ class FileConfig(_Strict):
     replay_file: str | None = None
     tool_results: ToolResultLimits = Field(default_factory=ToolResultLimits)
     retry: RetrySettings = Field(default_factory=RetrySettings)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     providers: dict[ProviderName, ProviderOverrides] = Field(default_factory=dict)
 
 
@@ -99,6 +121,7 @@ class Settings(_Strict):
     replay_file: Path | None
     tool_results: ToolResultLimits
     retry: RetrySettings
+    sandbox: SandboxSettings
     sources: list[str] = Field(default_factory=list, description="files that contributed, lowest precedence first")
 
 
@@ -261,5 +284,6 @@ def load_settings(
         replay_file=replay_file,
         tool_results=fc.tool_results,
         retry=fc.retry,
+        sandbox=fc.sandbox,
         sources=sources,
     )

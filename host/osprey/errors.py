@@ -31,3 +31,7 @@ class ToolError(OspreyError):
         super().__init__(message)
         self.category = category
         self.message = message
+
+
+class SandboxError(OspreyError):
+    """A sandbox lane could not be built, started, reached or removed."""

@@ -32,6 +32,10 @@ def run_headless(
     approval_policy: str | None = None,
     yolo: bool = False,
     read_only: bool = False,
+    sandbox: bool | None = None,
+    sandbox_network: bool | None = None,
+    sandbox_socket: str | None = None,
+    sandbox_token_file: str | None = None,
 ) -> int:
     """Run one session and return its exit status (0, 1, or 130 on Ctrl-C)."""
     from .config import load_settings
@@ -45,16 +49,25 @@ def run_headless(
         approval_policy = "deny-untrusted"
     if replay_file:
         replay_file = os.path.abspath(replay_file)  # a flag's path is relative to where the user is, not to -C
+    lane: dict[str, Any] = {
+        "enabled": sandbox or bool(sandbox_socket) or None, "network": sandbox_network,
+        "socket": os.path.abspath(sandbox_socket) if sandbox_socket else None,
+        "token_file": os.path.abspath(sandbox_token_file) if sandbox_token_file else None,
+    }
     flags: dict[str, Any] = {
         "provider": provider, "model": model, "base_url": base_url, "effort": effort,
         "max_turns": max_turns, "replay_file": replay_file, "approval_policy": approval_policy,
+        "sandbox": {k: v for k, v in lane.items() if v is not None},
     }
     try:
         settings = load_settings(cwd, flags)
     except OspreyError as exc:
         _error(str(exc))
         return 1
-    if settings.approval_policy == "never":
+    if settings.sandbox.network and not settings.sandbox.enabled:
+        _error("--sandbox-network needs --sandbox")
+        return 2
+    if settings.approval_policy == "never" and not settings.sandbox.enabled:
         _warn("tool calls run on the host without approval (--yolo without --sandbox); only isolation outside Osprey protects this machine")
     jsonl = events_jsonl or not sys.stdout.isatty()
     try:
@@ -79,6 +92,7 @@ async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | N
     from .render import JsonlWriter, TerminalRenderer
     from .tools import ToolContext, ToolRegistry, base_tools
     from .tools.process import ProcessManager
+    import uuid
 
     task = asyncio.current_task()
     assert task is not None
@@ -105,7 +119,11 @@ async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | N
 
                 sink = stack.enter_context(Path(record_file).open("w", encoding="utf-8"))
                 provider = RecordingProvider(provider, sink)
-            service = await stack.enter_async_context(open_tool_service([str(settings.cwd)]))
+            session_id = uuid.uuid4().hex[:12]
+            service = await stack.enter_async_context(open_tool_service(
+                [str(settings.cwd)], sandbox=settings.sandbox, session_id=session_id,
+                progress=lambda line: sys.stderr.write(f"osprey: {line}\n"), home=settings.home,
+            ))
             host_processes = service.home == "local"
             processes = ProcessManager(service.roots) if host_processes else None
             if processes is not None:
@@ -117,12 +135,21 @@ async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | N
                 client=service.client, cwd=str(settings.cwd), roots=service.roots,
                 bash_max_output_bytes=settings.tool_results.bash_max_output_bytes, processes=processes,
             )
+            if service.recover is not None:
+                recover_lane = service.recover
+
+                async def recover() -> str | None:
+                    note = await recover_lane()
+                    context.client = service.client
+                    return note
+
+                context.recover = recover
             agent = AgentLoop(
                 provider=provider, registry=registry, context=context,
                 system=system_prompt(str(settings.cwd), service.home), emit=out,
                 retry=settings.retry, max_turns=settings.max_turns,
                 approval=ApprovalGate(settings.approval_policy), on_text=out.text,
-                tool_service=service.home,
+                tool_service=service.home, session_id=session_id,
             )
             end = await agent.run(prompt)
             if jsonl and end.error:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import secrets
 import signal
 import sys
 import threading
@@ -16,9 +18,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", required=True, help="unix socket path to listen on")
     parser.add_argument("--root", action="append", required=True, help="allowed root; the first is the working directory")
     parser.add_argument("--token-file", help="file holding the token every call must present")
+    parser.add_argument("--create-token", action="store_true", help="with --token-file: write a random token there first if the file does not exist")
     parser.add_argument("--version", action="version", version=__version__)
     args = parser.parse_args(argv)
     token = None
+    if args.create_token and not args.token_file:
+        parser.error("--create-token needs --token-file")
+    if args.create_token and not os.path.exists(args.token_file):
+        fd = os.open(args.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(secrets.token_hex(32) + "\n")
     if args.token_file:
         with open(args.token_file, encoding="utf-8") as fh:
             token = fh.read().strip()

@@ -25,6 +25,10 @@ POLICIES = ["on-request", "on-failure", "unless-trusted", "deny-untrusted", "nev
 @click.option("--approval-policy", type=click.Choice(POLICIES), help="Which tool calls run without approval (headless default: deny-untrusted).")
 @click.option("--yolo", is_flag=True, help="Run every tool call without approval (policy never).")
 @click.option("--read-only", is_flag=True, help="Only the trusted read-only tools run (policy deny-untrusted).")
+@click.option("--sandbox", is_flag=True, default=None, help="Run the tools in a fresh sandbox lane (a Docker container that sees only the workspace).")
+@click.option("--sandbox-network", is_flag=True, default=None, help="With --sandbox: allow network egress from the lane (off by default).")
+@click.option("--sandbox-socket", type=click.Path(), help="With --sandbox: use a lane already serving on this unix socket (compose, CI fixtures).")
+@click.option("--sandbox-token-file", type=click.Path(dir_okay=False), help="With --sandbox-socket: the file holding that lane's token.")
 def agent(prompt: str | None, **options: object) -> None:
     """Run the agent loop headless on PROMPT (or on standard input when PROMPT is - or absent).
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..errors import DispatcherError, ToolError
+from ..errors import DispatcherError, OspreyError, ToolError
 from ..messages import ToolSpec
 from ..toolclient import ToolClient
 
@@ -36,6 +36,9 @@ class ToolContext:
     processes: Any = None  # ProcessManager in plain host runs; None in a lane
     on_output: Callable[[str, bytes], None] | None = None  # (call id, chunk) for live bash output
     call_id: str = ""
+    # Called when the ToolService is unreachable: replaces a dead lane (updating `client`)
+    # and says what happened, or returns None when there was nothing to recover.
+    recover: Callable[[], Awaitable[str | None]] | None = None
 
 
 @dataclass
@@ -107,7 +110,15 @@ class ToolRegistry:
         except ToolError as exc:
             return ToolOutcome(f"Error ({exc.category}): {exc.message}", True, exc.category)
         except DispatcherError as exc:
-            return ToolOutcome(f"Error (tool_service_unavailable): {exc}", True, "tool_service_unavailable")
+            text = f"Error (tool_service_unavailable): {exc}"
+            if ctx.recover is not None:
+                try:
+                    note = await ctx.recover()
+                except OspreyError as failure:
+                    note = f"starting a new sandbox lane failed too: {failure}"
+                if note:
+                    text += f"\n{note}"
+            return ToolOutcome(text, True, "tool_service_unavailable")
         outcome = result if isinstance(result, ToolOutcome) else ToolOutcome(result)
         outcome.text, outcome.truncated_chars = limit_text(outcome.text, self.max_result_chars)
         return outcome

@@ -1,0 +1,31 @@
+# The default Osprey lane image: the ToolService sidecar (osprey_sidecar with grpcio and
+# protobuf only), bash, coreutils, findutils, git, ripgrep, python3 and tini for reaping zombies.
+#
+# Osprey builds it itself (`osprey sandbox build`) from a context holding this file,
+# sidecar/osprey_sidecar/ and wheels/ (wheels downloaded on the host for the image's Python,
+# because a build may not be able to reach a package index). BASE_IMAGE defaults to Osprey's
+# own Debian base, built with debootstrap (images/build-base.sh); with a registry it can be
+# debian:bookworm-slim or any Debian- or Ubuntu-based image of your own.
+ARG BASE_IMAGE=osprey-base:bookworm
+
+FROM ${BASE_IMAGE} AS tools
+# A base that lacks a tool gets it from the distribution's packages; Osprey's own base has all.
+RUN set -e; missing=; \
+    for tool in bash git rg python3 tini find; do command -v "$tool" >/dev/null 2>&1 || missing=yes; done; \
+    if [ -n "$missing" ]; then \
+        apt-get update; \
+        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+            bash coreutils findutils git ripgrep python3 tini ca-certificates; \
+        rm -rf /var/lib/apt/lists/*; \
+    fi
+
+FROM tools AS lane
+COPY wheels/ /opt/osprey/wheels/
+RUN python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('/opt/osprey/lib') for w in sorted(glob.glob('/opt/osprey/wheels/*.whl'))]" \
+    && rm -rf /opt/osprey/wheels
+COPY sidecar/osprey_sidecar/ /opt/osprey/lib/osprey_sidecar/
+RUN python3 -c "import sys; sys.path.insert(0, '/opt/osprey/lib'); import grpc, osprey_sidecar.server"
+ENV PYTHONDONTWRITEBYTECODE=1 LANG=C.UTF-8
+# The library path is put on sys.path here rather than in PYTHONPATH, so the python3 that
+# the model's commands run does not see the sidecar's packages.
+ENTRYPOINT ["/usr/bin/tini", "--", "python3", "-c", "import sys; sys.path.insert(0, '/opt/osprey/lib'); from osprey_sidecar.__main__ import main; sys.exit(main())"]

@@ -1,0 +1,230 @@
+"""Lane images: tagged by a content hash of what goes into them, built only when missing.
+
+What goes in: the Dockerfile, the sidecar's code (which holds the generated protobuf code
+of the proto), the base image's id, and the pinned wheels of grpcio, protobuf and
+grpcio-health-checking for the image's Python. The wheels are downloaded on the host,
+so nothing inside the build needs a package index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .errors import SandboxError
+
+LANE_REPOSITORY = "osprey-lane"
+BASE_TAG = "osprey-base:bookworm"
+WHEEL_PACKAGES = ("grpcio", "protobuf", "grpcio-health-checking")
+RECIPE_VERSION = "1"
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def repo_file(*parts: str) -> Path:
+    """A file of the source checkout or of the installed share dir (the Dockerfile, images/)."""
+    here = Path(__file__).resolve()
+    for root in (here.parents[2], Path(sys.prefix) / "share" / "osprey"):
+        candidate = root.joinpath(*parts)
+        if candidate.exists():
+            return candidate
+    raise SandboxError(f"{'/'.join(parts)} is missing from this installation; install Osprey from its source checkout")
+
+
+def sidecar_dir() -> Path:
+    import osprey_sidecar
+
+    return Path(osprey_sidecar.__file__).resolve().parent
+
+
+def _sidecar_files() -> list[Path]:
+    root = sidecar_dir()
+    return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".pyi", ".typed"))
+
+
+def wheel_pins() -> list[str]:
+    """The host's versions of the sidecar's dependencies; the lane gets the same ones."""
+    pins = []
+    for name in WHEEL_PACKAGES:
+        try:
+            pins.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            raise SandboxError(f"{name} is not installed on the host; reinstall Osprey") from None
+    return pins
+
+
+def recipe_hash(base_id: str) -> str:
+    h = hashlib.sha256()
+    h.update(f"recipe {RECIPE_VERSION}\nbase {base_id}\narch {platform.machine()}\n".encode())
+    h.update("\n".join(wheel_pins()).encode())
+    h.update(repo_file("Dockerfile").read_bytes())
+    root = sidecar_dir()
+    for path in _sidecar_files():
+        h.update(b"\0" + str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def docker_client() -> Any:
+    """A docker SDK client, or a SandboxError saying how to get an engine."""
+    try:
+        import docker
+    except ImportError:  # pragma: no cover - docker is a dependency
+        raise SandboxError("the docker Python package is missing; reinstall Osprey") from None
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise SandboxError(
+            f"no Docker engine answers ({_short(exc)}). Start it (e.g. `dockerd &` or Docker Desktop), "
+            "check DOCKER_HOST, or run without --sandbox"
+        ) from None
+    return client
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:300]
+
+
+def _image_exists(client: Any, ref: str) -> bool:
+    import docker
+
+    try:
+        client.images.get(ref)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def build_base(client: Any, progress: Progress = _quiet, tag: str = BASE_TAG) -> str:
+    """Osprey's own Debian base, from debootstrap and `docker import` (no registry needed)."""
+    script = repo_file("images", "build-base.sh")
+    if os.geteuid() != 0:
+        raise SandboxError(f"building the lane base image needs root (debootstrap): run `sudo {script} {tag}` once, then retry")
+    if shutil.which("debootstrap") is None:
+        raise SandboxError("building the lane base image needs debootstrap: `apt-get install debootstrap`, or set [sandbox] base_image to an image you have")
+    progress(f"building the base image {tag} with debootstrap (a minute or two, once) ...")
+    proc = subprocess.Popen(["bash", str(script), tag], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    tail: list[str] = []
+    for line in proc.stdout:
+        line = line.rstrip()
+        tail = (tail + [line])[-20:]
+        progress(line)
+    if proc.wait() != 0:
+        raise SandboxError("building the base image failed:\n" + "\n".join(tail))
+    return tag
+
+
+def resolve_base(client: Any, configured: str | None, progress: Progress = _quiet) -> str:
+    """The base image to build on: the configured one (pulled if needed), else Osprey's own."""
+    import docker
+
+    if configured:
+        if _image_exists(client, configured):
+            return configured
+        progress(f"pulling {configured} ...")
+        try:
+            client.images.pull(configured)
+            return configured
+        except docker.errors.DockerException as exc:
+            progress(f"cannot pull {configured} ({_short(exc)}); building on Osprey's own Debian base instead")
+    if _image_exists(client, BASE_TAG):
+        return BASE_TAG
+    return build_base(client, progress)
+
+
+def _python_version(client: Any, image: str) -> str:
+    out = client.containers.run(image, ["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], remove=True, network_mode="none", entrypoint=[])
+    return out.decode().strip()
+
+
+def fetch_wheels(python_version: str, dest: Path, progress: Progress = _quiet) -> list[Path]:
+    """Download the sidecar's wheels for the lane's Python and this machine's architecture."""
+    cache = dest
+    cache.mkdir(parents=True, exist_ok=True)
+    arch = platform.machine()
+    abi = "cp" + python_version.replace(".", "")
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--only-binary=:all:",
+        "--python-version", python_version, "--implementation", "cp", "--abi", abi, "--abi", "abi3", "--abi", "none",
+        "--platform", f"manylinux2014_{arch}", "--platform", f"manylinux_2_17_{arch}", "--platform", f"manylinux_2_28_{arch}",
+        "--platform", "any", "--dest", str(cache), *wheel_pins(),
+    ]
+    progress(f"downloading wheels for Python {python_version} ({', '.join(wheel_pins())}) ...")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SandboxError("downloading the lane's Python wheels failed:\n" + (proc.stderr or proc.stdout).strip()[-2000:])
+    # pip resolved the pins' own dependencies too (e.g. typing_extensions): take them all.
+    return sorted(cache.glob("*.whl"))
+
+
+def _stream_build(client: Any, progress: Progress, **kwargs: Any) -> None:
+    import docker
+
+    tail: list[str] = []
+    try:
+        for chunk in client.api.build(decode=True, rm=True, forcerm=True, **kwargs):
+            if "error" in chunk:
+                raise SandboxError("the lane image build failed: " + str(chunk["error"]).strip() + ("\n" + "\n".join(tail) if tail else ""))
+            text = str(chunk.get("stream", "")).rstrip()
+            if text:
+                tail = (tail + [text])[-15:]
+                progress(text)
+    except docker.errors.DockerException as exc:
+        raise SandboxError(f"the lane image build failed: {_short(exc)}") from None
+
+
+def image_tag(client: Any, configured_base: str | None, progress: Progress = _quiet) -> tuple[str, str]:
+    """(lane tag, base image) for the current recipe, building the base if it is missing."""
+    base = resolve_base(client, configured_base, progress)
+    base_id = client.images.get(base).id
+    return f"{LANE_REPOSITORY}:{recipe_hash(base_id)}", base
+
+
+def ensure_image(client: Any, configured_base: str | None = None, *, force: bool = False, progress: Progress = _quiet, home: Path | None = None) -> str:
+    """The lane image for this recipe: reused when its tag exists, built otherwise."""
+    tag, base = image_tag(client, configured_base, progress)
+    if not force and _image_exists(client, tag):
+        return tag
+    with tempfile.TemporaryDirectory(prefix="osprey-lane-build-") as tmp:
+        context = Path(tmp)
+        shutil.copy2(repo_file("Dockerfile"), context / "Dockerfile")
+        shutil.copytree(sidecar_dir(), context / "sidecar" / "osprey_sidecar", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        progress(f"building the lane image {tag} on {base} ...")
+        tools_tag = f"{tag}-tools"
+        _stream_build(client, progress, path=str(context), tag=tools_tag, target="tools", buildargs={"BASE_IMAGE": base})
+        python_version = _python_version(client, tools_tag)
+        pins = hashlib.sha256("\n".join(wheel_pins()).encode()).hexdigest()[:12]
+        cache = (home or Path.home() / ".osprey") / "cache" / "wheels" / f"py{python_version}-{platform.machine()}-{pins}"
+        wheels = fetch_wheels(python_version, cache, progress)
+        (context / "wheels").mkdir()
+        for wheel in wheels:
+            shutil.copy2(wheel, context / "wheels" / wheel.name)
+        labels = {
+            "osprey.lane-image": "1",
+            "osprey.recipe": tag.split(":", 1)[1],
+            "osprey.base": base,
+            "osprey.wheels": json.dumps(sorted(w.name for w in wheels)),
+        }
+        _stream_build(client, progress, path=str(context), tag=tag, buildargs={"BASE_IMAGE": base}, labels=labels)
+        try:
+            client.images.remove(tools_tag, noprune=True)
+        except Exception:  # noqa: BLE001 - only a tag to tidy away
+            pass
+    progress(f"built {tag}")
+    return tag

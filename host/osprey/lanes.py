@@ -1,0 +1,286 @@
+"""Sandbox lanes: the sidecar in a locked-down Docker container that sees only the workspace.
+
+A lane is a container labelled with its owner (pid and boot id), session and workspace. The
+workspace is bind-mounted at the same absolute path and the container runs as the uid:gid
+that owns it, with no capabilities, no new privileges, a read-only root, a tmpfs /tmp,
+limits on pids, memory and CPU, and no network unless asked. The sidecar listens on a unix
+socket in a private host directory bind-mounted into the container, and refuses every call
+without the lane's random token, which it reads from a file there (never from its command
+line or environment, which `docker inspect` shows).
+
+This module is imported only where a lane is made or reaped, so plain host runs never load
+the docker SDK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .config import SandboxSettings
+from .errors import SandboxError
+from .lane_image import Progress, _quiet, _short, docker_client, ensure_image
+from .toolclient import ToolClient
+
+LABEL = "osprey.lane"
+SOCKET_IN_LANE = "/run/osprey"
+SOCKET_NAME = "tools.sock"
+TOKEN_NAME = "token"
+LOG_LINES = 20
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def _owner_alive(labels: dict[str, str]) -> bool:
+    if labels.get("osprey.boot_id") != boot_id():
+        return False
+    try:
+        pid = int(labels.get("osprey.owner_pid", "0"))
+    except ValueError:
+        return False
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def runtime_dir() -> Path:
+    """Where lane socket dirs live: private to this user."""
+    base = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()) / f"osprey-{os.geteuid()}"
+    base.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(base, 0o700)
+    return base
+
+
+@dataclass
+class Lane:
+    container_id: str
+    name: str
+    socket_dir: Path
+    token: str
+    workspace: str
+    image: str
+    client: ToolClient
+
+    @property
+    def socket_path(self) -> str:
+        return str(self.socket_dir / SOCKET_NAME)
+
+
+def workspace_owner(workspace: str) -> tuple[int, int]:
+    st = os.stat(workspace)
+    uid, gid = st.st_uid, st.st_gid
+    if os.geteuid() != 0 and uid != os.geteuid():
+        # Only root can hand the socket dir to another user; run as ourselves instead.
+        uid, gid = os.geteuid(), os.getegid()
+    return uid, gid
+
+
+def lane_logs(container: Any, lines: int = LOG_LINES) -> str:
+    try:
+        return container.logs(tail=lines).decode("utf-8", "replace").strip()
+    except Exception:  # noqa: BLE001 - the container may already be gone
+        return ""
+
+
+def list_lanes(client: Any | None = None) -> list[dict[str, Any]]:
+    """Live and orphaned lanes with their labels and whether their owner still runs."""
+    client = client or docker_client()
+    out = []
+    for c in client.containers.list(all=True, filters={"label": LABEL}):
+        labels = c.labels or {}
+        out.append({
+            "id": c.short_id, "name": c.name, "status": c.status, "session": labels.get("osprey.session", ""),
+            "workspace": labels.get("osprey.workspace", ""), "owner_pid": labels.get("osprey.owner_pid", ""),
+            "owner_alive": _owner_alive(labels), "image": labels.get("osprey.image", ""),
+        })
+    return out
+
+
+def reap_orphans(client: Any | None = None) -> list[str]:
+    """Remove lanes whose owner process is gone (or from an earlier boot), with their socket dirs."""
+    import docker
+
+    client = client or docker_client()
+    removed = []
+    for c in client.containers.list(all=True, filters={"label": LABEL}):
+        labels = c.labels or {}
+        if _owner_alive(labels):
+            continue
+        try:
+            c.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"could not remove the orphaned lane {c.name}: {_short(exc)}") from None
+        _remove_socket_dir(labels.get("osprey.socket_dir", ""))
+        removed.append(c.name)
+    return removed
+
+
+def _remove_socket_dir(path: str) -> None:
+    if not path:
+        return
+    p = Path(path)
+    # Only ever remove what looks like one of our own socket dirs.
+    if p.name.startswith("lane-") and p.parent.name.startswith("osprey-"):
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def _mem_bytes(value: str) -> int:
+    units = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+    value = value.lower()
+    return int(value[:-1]) * units[value[-1]] if value[-1] in units else int(value)
+
+
+def _create(client: Any, image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path) -> Any:
+    uid, gid = workspace_owner(workspace)
+    name = f"osprey-lane-{session_id}"
+    memory = _mem_bytes(options.memory_limit)
+    return client.containers.create(
+        image,
+        command=["--socket", f"{SOCKET_IN_LANE}/{SOCKET_NAME}", "--root", workspace, "--token-file", f"{SOCKET_IN_LANE}/{TOKEN_NAME}"],
+        name=name,
+        user=f"{uid}:{gid}",
+        working_dir=workspace,
+        environment={"HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"},
+        network_mode="bridge" if options.network else "none",
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges:true"],
+        read_only=True,
+        tmpfs={"/tmp": f"rw,nosuid,nodev,size={options.tmp_size},mode=1777"},
+        pids_limit=options.pids_limit,
+        mem_limit=memory,
+        memswap_limit=memory,
+        nano_cpus=int(options.cpus * 1e9),
+        volumes={
+            workspace: {"bind": workspace, "mode": "rw"},
+            str(socket_dir): {"bind": SOCKET_IN_LANE, "mode": "rw"},
+        },
+        labels={
+            LABEL: "1",
+            "osprey.owner_pid": str(os.getpid()),
+            "osprey.boot_id": boot_id(),
+            "osprey.session": session_id,
+            "osprey.workspace": workspace,
+            "osprey.socket_dir": str(socket_dir),
+            "osprey.image": image,
+        },
+        detach=True,
+    )
+
+
+def _make_socket_dir(workspace: str) -> tuple[Path, str]:
+    socket_dir = Path(tempfile.mkdtemp(prefix="lane-", dir=runtime_dir()))
+    token = secrets.token_hex(32)
+    token_path = socket_dir / TOKEN_NAME
+    fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    uid, gid = workspace_owner(workspace)
+    if os.geteuid() == 0 and uid != 0:
+        os.chown(socket_dir, uid, gid)
+        os.chown(token_path, uid, gid)
+    return socket_dir, token
+
+
+async def _wait_ready(client: Any, container: Any, lane_client: ToolClient, socket_path: str, deadline_s: float) -> None:
+    end = time.monotonic() + deadline_s
+    delay = 0.002
+    while True:
+        if os.path.exists(socket_path) and await lane_client.healthy(timeout=0.5):
+            return
+        if time.monotonic() > end:
+            raise SandboxError(f"the lane did not answer within {deadline_s:g} s; its last log lines:\n{lane_logs(container) or '(none)'}")
+        if delay >= 0.05:
+            await asyncio.to_thread(container.reload)
+            if container.status in ("exited", "dead"):
+                state = container.attrs.get("State", {})
+                raise SandboxError(f"the lane exited during start-up (exit code {state.get('ExitCode')}); its last log lines:\n{lane_logs(container) or '(none)'}")
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+async def provision_lane(workspace: str, session_id: str, options: SandboxSettings, *, progress: Progress = _quiet, home: Path | None = None) -> Lane:
+    """A fresh lane for `workspace`, ready to answer; everything is removed again on failure."""
+    import docker
+
+    workspace = os.path.realpath(workspace)
+    client = await asyncio.to_thread(docker_client)
+    await asyncio.to_thread(reap_orphans, client)
+    image = await asyncio.to_thread(lambda: ensure_image(client, options.base_image, progress=progress, home=home))
+    socket_dir, token = _make_socket_dir(workspace)
+    container = None
+    lane_client = None
+    try:
+        try:
+            container = await asyncio.to_thread(_create, client, image, workspace, session_id, options, socket_dir)
+            await asyncio.to_thread(container.start)
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"the lane container could not start: {_short(exc)}") from None
+        socket_path = str(socket_dir / SOCKET_NAME)
+        lane_client = ToolClient.for_socket(socket_path, token=token)
+        await _wait_ready(client, container, lane_client, socket_path, options.ready_timeout)
+        return Lane(container.id, container.name, socket_dir, token, workspace, image, lane_client)
+    except BaseException:
+        if lane_client is not None:
+            await lane_client.close()
+        if container is not None:
+            await asyncio.to_thread(_force_remove, container)
+        shutil.rmtree(socket_dir, ignore_errors=True)
+        raise
+
+
+def _force_remove(container: Any) -> None:
+    import docker
+
+    try:
+        container.remove(force=True)
+    except docker.errors.NotFound:
+        pass
+
+
+async def destroy_lane(lane: Lane) -> None:
+    """Remove the lane's container and socket dir; safe to call twice."""
+    import docker
+
+    await lane.client.close()
+    try:
+        client = await asyncio.to_thread(docker_client)
+        container = await asyncio.to_thread(client.containers.get, lane.container_id)
+        await asyncio.to_thread(_force_remove, container)
+    except docker.errors.NotFound:
+        pass
+    finally:
+        shutil.rmtree(lane.socket_dir, ignore_errors=True)
+
+
+async def lane_state(lane: Lane) -> dict[str, Any]:
+    """The container's state (Running, OOMKilled, ExitCode, ...) and its last log lines."""
+    import docker
+
+    try:
+        client = await asyncio.to_thread(docker_client)
+        container = await asyncio.to_thread(client.containers.get, lane.container_id)
+    except (docker.errors.NotFound, SandboxError):
+        return {"Running": False, "Gone": True, "logs": ""}
+    state = dict(container.attrs.get("State", {}))
+    state["logs"] = lane_logs(container)
+    return state
