@@ -214,8 +214,12 @@ def load_settings(
     cwd: Path | str | None = None,
     flags: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
+    *,
+    need_provider: bool = True,
 ) -> Settings:
-    """Resolve the settings of one run; `flags` holds only the options given on the command line."""
+    """Resolve the settings of one run; `flags` holds only the options given on the command line.
+
+    With `need_provider=False` (commands that call no model) a missing API key is no error."""
     cwd = Path(cwd or os.getcwd()).resolve()
     if not cwd.is_dir():
         raise ConfigError(f"working directory {cwd} does not exist or is not a directory")
@@ -257,14 +261,14 @@ def load_settings(
         key_var = overrides.api_key_env or API_KEY_VARS[provider]
         if env.get(key_var):
             api_key = SecretStr(env[key_var])
-        elif base_url is None:
+        elif base_url is None and need_provider:
             raise ConfigError(
                 f"{key_var} is not set: put it in the environment or in a .env file, "
                 f"or point --base-url at a server that needs no key"
             )
         base_url = base_url or DEFAULT_BASE_URLS[provider]
     replay_file = None
-    if provider == "replay":
+    if provider == "replay" and need_provider:
         if not fc.replay_file:
             raise ConfigError("the replay provider needs a recorded session: pass --replay FILE")
         replay_file = (cwd / fc.replay_file).resolve() if not Path(fc.replay_file).is_absolute() else Path(fc.replay_file)

@@ -228,3 +228,25 @@ def ensure_image(client: Any, configured_base: str | None = None, *, force: bool
             pass
     progress(f"built {tag}")
     return tag
+
+
+def prune_images(client: Any, configured_base: str | None = None) -> list[str]:
+    """Remove lane images other than the current recipe's that no container uses."""
+    import docker
+
+    current = None
+    if _image_exists(client, configured_base or BASE_TAG):
+        current, _ = image_tag(client, configured_base)
+    in_use = {c.image.id for c in client.containers.list(all=True)}
+    removed = []
+    for image in client.images.list(name=LANE_REPOSITORY):
+        tags = [t for t in image.tags if t.startswith(LANE_REPOSITORY + ":")]
+        if current in tags or image.id in in_use:
+            continue
+        for tag in tags:
+            try:
+                client.images.remove(tag)
+                removed.append(tag)
+            except docker.errors.APIError:
+                pass
+    return removed

@@ -130,17 +130,21 @@ def reap_orphans(client: Any | None = None) -> list[str]:
             pass
         except docker.errors.DockerException as exc:
             raise SandboxError(f"could not remove the orphaned lane {c.name}: {_short(exc)}") from None
-        _remove_socket_dir(labels.get("osprey.socket_dir", ""))
+        remove_socket_dir(labels.get("osprey.socket_dir", ""))
         removed.append(c.name)
     return removed
 
 
-def _remove_socket_dir(path: str) -> None:
+def remove_socket_dir(path: str | Path) -> None:
     if not path:
         return
     p = Path(path)
     # Only ever remove what looks like one of our own socket dirs.
     if p.name.startswith("lane-") and p.parent.name.startswith("osprey-"):
+        try:
+            os.chmod(p, 0o700)  # the sidecar sealed it read-only
+        except OSError:
+            pass
         shutil.rmtree(p, ignore_errors=True)
 
 
@@ -150,31 +154,34 @@ def _mem_bytes(value: str) -> int:
     return int(value[:-1]) * units[value[-1]] if value[-1] in units else int(value)
 
 
-def _create(client: Any, image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path) -> Any:
+def lane_run_options(image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path) -> dict[str, Any]:
+    """The docker run options of a lane: every hardening setting is here, in one place."""
     uid, gid = workspace_owner(workspace)
-    name = f"osprey-lane-{session_id}"
     memory = _mem_bytes(options.memory_limit)
-    return client.containers.create(
-        image,
-        command=["--socket", f"{SOCKET_IN_LANE}/{SOCKET_NAME}", "--root", workspace, "--token-file", f"{SOCKET_IN_LANE}/{TOKEN_NAME}"],
-        name=name,
-        user=f"{uid}:{gid}",
-        working_dir=workspace,
-        environment={"HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"},
-        network_mode="bridge" if options.network else "none",
-        cap_drop=["ALL"],
-        security_opt=["no-new-privileges:true"],
-        read_only=True,
-        tmpfs={"/tmp": f"rw,nosuid,nodev,size={options.tmp_size},mode=1777"},
-        pids_limit=options.pids_limit,
-        mem_limit=memory,
-        memswap_limit=memory,
-        nano_cpus=int(options.cpus * 1e9),
-        volumes={
+    return {
+        "command": [
+            "--socket", f"{SOCKET_IN_LANE}/{SOCKET_NAME}", "--root", workspace, "--token-file", f"{SOCKET_IN_LANE}/{TOKEN_NAME}",
+            "--seal", SOCKET_IN_LANE, "--seal", "/dev", "--seal", "/dev/mqueue",
+        ],
+        "name": f"osprey-lane-{session_id}",
+        "user": f"{uid}:{gid}",
+        "working_dir": workspace,
+        "environment": {"HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"},
+        "network_mode": "bridge" if options.network else "none",
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true"],
+        "read_only": True,
+        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={options.tmp_size},mode=1777"},
+        "shm_size": "64m",
+        "pids_limit": options.pids_limit,
+        "mem_limit": memory,
+        "memswap_limit": memory,
+        "nano_cpus": int(options.cpus * 1e9),
+        "volumes": {
             workspace: {"bind": workspace, "mode": "rw"},
             str(socket_dir): {"bind": SOCKET_IN_LANE, "mode": "rw"},
         },
-        labels={
+        "labels": {
             LABEL: "1",
             "osprey.owner_pid": str(os.getpid()),
             "osprey.boot_id": boot_id(),
@@ -183,11 +190,15 @@ def _create(client: Any, image: str, workspace: str, session_id: str, options: S
             "osprey.socket_dir": str(socket_dir),
             "osprey.image": image,
         },
-        detach=True,
-    )
+    }
 
 
-def _make_socket_dir(workspace: str) -> tuple[Path, str]:
+def _create(client: Any, image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path) -> Any:
+    return client.containers.create(image, detach=True, **lane_run_options(image, workspace, session_id, options, socket_dir))
+
+
+def make_socket_dir(workspace: str) -> tuple[Path, str]:
+    """A private dir for the lane's socket, holding a fresh token file the lane's user can read."""
     socket_dir = Path(tempfile.mkdtemp(prefix="lane-", dir=runtime_dir()))
     token = secrets.token_hex(32)
     token_path = socket_dir / TOKEN_NAME
@@ -201,7 +212,7 @@ def _make_socket_dir(workspace: str) -> tuple[Path, str]:
     return socket_dir, token
 
 
-async def _wait_ready(client: Any, container: Any, lane_client: ToolClient, socket_path: str, deadline_s: float) -> None:
+async def wait_lane_ready(container: Any, lane_client: ToolClient, socket_path: str, deadline_s: float) -> None:
     end = time.monotonic() + deadline_s
     delay = 0.002
     while True:
@@ -226,7 +237,7 @@ async def provision_lane(workspace: str, session_id: str, options: SandboxSettin
     client = await asyncio.to_thread(docker_client)
     await asyncio.to_thread(reap_orphans, client)
     image = await asyncio.to_thread(lambda: ensure_image(client, options.base_image, progress=progress, home=home))
-    socket_dir, token = _make_socket_dir(workspace)
+    socket_dir, token = make_socket_dir(workspace)
     container = None
     lane_client = None
     try:
@@ -237,14 +248,14 @@ async def provision_lane(workspace: str, session_id: str, options: SandboxSettin
             raise SandboxError(f"the lane container could not start: {_short(exc)}") from None
         socket_path = str(socket_dir / SOCKET_NAME)
         lane_client = ToolClient.for_socket(socket_path, token=token)
-        await _wait_ready(client, container, lane_client, socket_path, options.ready_timeout)
+        await wait_lane_ready(container, lane_client, socket_path, options.ready_timeout)
         return Lane(container.id, container.name, socket_dir, token, workspace, image, lane_client)
     except BaseException:
         if lane_client is not None:
             await lane_client.close()
         if container is not None:
             await asyncio.to_thread(_force_remove, container)
-        shutil.rmtree(socket_dir, ignore_errors=True)
+        remove_socket_dir(socket_dir)
         raise
 
 
@@ -269,7 +280,7 @@ async def destroy_lane(lane: Lane) -> None:
     except docker.errors.NotFound:
         pass
     finally:
-        shutil.rmtree(lane.socket_dir, ignore_errors=True)
+        remove_socket_dir(lane.socket_dir)
 
 
 async def lane_state(lane: Lane) -> dict[str, Any]:

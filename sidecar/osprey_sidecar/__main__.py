@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", action="append", required=True, help="allowed root; the first is the working directory")
     parser.add_argument("--token-file", help="file holding the token every call must present")
     parser.add_argument("--create-token", action="store_true", help="with --token-file: write a random token there first if the file does not exist")
+    parser.add_argument("--seal", action="append", default=[], metavar="DIR", help="after start-up, make DIR read-only to its owner (chmod 0555); for a lane's /dev and socket dir")
     parser.add_argument("--version", action="version", version=__version__)
     args = parser.parse_args(argv)
     token = None
@@ -34,6 +35,13 @@ def main(argv: list[str] | None = None) -> int:
         if not token:
             parser.error(f"token file {args.token_file} is empty")
     server = build_server(args.root, args.socket, token)
+    for path in args.seal:
+        # Without capabilities even root obeys mode bits, so this keeps the lane's commands from
+        # writing there; chmod fails harmlessly where the lane's user does not own the path.
+        try:
+            os.chmod(path, 0o555)
+        except OSError:
+            pass
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

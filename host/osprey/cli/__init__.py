@@ -11,6 +11,7 @@ from .. import __version__
 # name -> (module, attribute, one-line help); modules load lazily so --help stays fast.
 SUBCOMMANDS = {
     "agent": ("osprey.cli.agent", "agent", "Run the agent loop headless on one prompt."),
+    "sandbox": ("osprey.cli.sandbox", "sandbox", "Build the lane image; list and prune sandbox lanes."),
 }
 
 

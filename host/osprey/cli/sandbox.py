@@ -1,0 +1,97 @@
+"""`osprey sandbox build|status|prune`: lane images and lanes. The work happens in lanes.py."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+
+def _settings(base_image: str | None = None):  # type: ignore[no-untyped-def]
+    from ..config import load_settings
+
+    flags = {"sandbox": {"base_image": base_image}} if base_image else {}
+    return load_settings(None, flags, need_provider=False)
+
+
+def _fail(exc: Exception) -> None:
+    click.echo(f"osprey: error: {exc}", err=True)
+    sys.exit(1)
+
+
+@click.group()
+def sandbox() -> None:
+    """Sandbox lanes: Docker containers that run the ToolService with only the workspace in sight."""
+
+
+@sandbox.command()
+@click.option("--force", is_flag=True, help="Rebuild even when an image for this recipe exists.")
+@click.option("--base-image", help="Build on this image instead of [sandbox] base_image (Debian- or Ubuntu-based).")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the image tag.")
+def build(force: bool, base_image: str | None, quiet: bool) -> None:
+    """Build the lane image (and, once, its Debian base) unless it is already there."""
+    from ..errors import OspreyError
+    from ..lane_image import docker_client, ensure_image
+
+    try:
+        settings = _settings(base_image)
+        client = docker_client()
+        progress = (lambda _: None) if quiet else (lambda line: click.echo(f"  {line}", err=True))
+        tag = ensure_image(client, settings.sandbox.base_image, force=force, progress=progress, home=settings.home)
+    except OspreyError as exc:
+        _fail(exc)
+    click.echo(tag)
+
+
+@sandbox.command()
+def status() -> None:
+    """List lanes (live and orphaned) and whether the current lane image is built."""
+    from ..errors import OspreyError
+    from ..lane_image import docker_client, image_tag
+    from ..lanes import list_lanes
+
+    try:
+        settings = _settings()
+        client = docker_client()
+        lanes = list_lanes(client)
+        try:
+            tag, base = image_tag(client, settings.sandbox.base_image) if _have_base(client, settings) else ("(base image not built yet)", "")
+            client.images.get(tag)
+            image = f"{tag} (built)"
+        except Exception:  # noqa: BLE001 - only for display
+            image = f"{tag} (not built; `osprey sandbox build` or the first --sandbox run builds it)"
+    except OspreyError as exc:
+        _fail(exc)
+    click.echo(f"lane image: {image}")
+    if not lanes:
+        click.echo("no lanes")
+        return
+    click.echo(f"{'NAME':28} {'STATUS':10} {'OWNER':14} WORKSPACE")
+    for lane in lanes:
+        owner = f"{lane['owner_pid']} ({'alive' if lane['owner_alive'] else 'gone'})"
+        click.echo(f"{lane['name']:28} {lane['status']:10} {owner:14} {lane['workspace']}")
+
+
+def _have_base(client, settings) -> bool:  # type: ignore[no-untyped-def]
+    from ..lane_image import BASE_TAG, _image_exists
+
+    return _image_exists(client, settings.sandbox.base_image or BASE_TAG)
+
+
+@sandbox.command()
+@click.option("--images", is_flag=True, help="Also remove lane images other than the current one.")
+def prune(images: bool) -> None:
+    """Remove lanes whose owner process is gone (each start does this too)."""
+    from ..errors import OspreyError
+    from ..lane_image import docker_client, prune_images
+    from ..lanes import reap_orphans
+
+    try:
+        client = docker_client()
+        removed = reap_orphans(client)
+        dropped = prune_images(client, _settings().sandbox.base_image) if images else []
+    except OspreyError as exc:
+        _fail(exc)
+    click.echo(f"removed {len(removed)} orphaned lane{'s' if len(removed) != 1 else ''}" + (": " + ", ".join(removed) if removed else ""))
+    if images:
+        click.echo(f"removed {len(dropped)} old lane image{'s' if len(dropped) != 1 else ''}" + (": " + ", ".join(dropped) if dropped else ""))

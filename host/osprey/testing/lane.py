@@ -1,0 +1,113 @@
+"""A sandbox lane managed by testcontainers, for a project's own CI.
+
+    from osprey.testing.lane import TestLane
+
+    with TestLane("/path/to/workspace") as lane:
+        subprocess.run(["osprey", "agent", *lane.agent_args(), "-C", lane.workspace, "fix the build"])
+
+The container is the one `osprey agent --sandbox` provisions (same image, same hardening,
+same labels, so `osprey sandbox prune` reaps it if the test process dies); testcontainers
+starts and stops it, and `osprey agent --sandbox-socket` attaches to it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ..config import SandboxSettings
+from ..errors import SandboxError
+
+# Osprey reaps its lanes by their own labels, so testcontainers' reaper container (which
+# would have to be pulled from a registry) is not needed.
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+
+class TestLane:
+    """A lane for `workspace` run by testcontainers; attach with `agent_args()`."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, workspace: str | os.PathLike[str], options: SandboxSettings | None = None, *, home: Path | None = None) -> None:
+        self.workspace = os.path.realpath(workspace)
+        self.options = options or SandboxSettings(enabled=True)
+        self.home = home
+        self.session_id = f"test-{uuid.uuid4().hex[:10]}"
+        self.container: Any = None
+        self.socket_dir: Path | None = None
+
+    @property
+    def socket_path(self) -> str:
+        assert self.socket_dir is not None, "the lane is not started"
+        return str(self.socket_dir / "tools.sock")
+
+    @property
+    def token_file(self) -> str:
+        assert self.socket_dir is not None, "the lane is not started"
+        return str(self.socket_dir / "token")
+
+    def agent_args(self) -> list[str]:
+        """Options that make `osprey agent` use this lane."""
+        return ["--sandbox-socket", self.socket_path, "--sandbox-token-file", self.token_file]
+
+    def start(self) -> "TestLane":
+        from testcontainers.core.container import DockerContainer
+
+        from ..lane_image import docker_client, ensure_image
+        from ..lanes import SOCKET_NAME, lane_run_options, make_socket_dir, reap_orphans
+
+        client = docker_client()
+        reap_orphans(client)
+        image = ensure_image(client, self.options.base_image, home=self.home)
+        self.socket_dir, _ = make_socket_dir(self.workspace)
+        # The sidecar deletes nothing, so the token file stays for `--sandbox-token-file`.
+        opts = lane_run_options(image, self.workspace, self.session_id, self.options, self.socket_dir)
+        container = DockerContainer(image, name=opts.pop("name"))
+        container.with_command(opts.pop("command"))
+        for key, value in opts.pop("environment").items():
+            container.with_env(key, value)
+        for host, mount in opts.pop("volumes").items():
+            container.with_volume_mapping(host, mount["bind"], mount["mode"])
+        for path, spec in opts.pop("tmpfs").items():
+            container.with_tmpfs_mount(path, spec)  # stored as docker's mount options string
+        container.with_kwargs(**opts)
+        self.container = container
+        try:
+            container.start()
+        except Exception as exc:
+            self.stop()
+            raise SandboxError(f"the test lane could not start: {exc}") from exc
+        socket = self.socket_dir / SOCKET_NAME
+        deadline = time.monotonic() + self.options.ready_timeout
+        while not socket.exists():
+            wrapped = self.container.get_wrapped_container()
+            wrapped.reload()
+            if wrapped.status in ("exited", "dead") or time.monotonic() > deadline:
+                logs = wrapped.logs(tail=20).decode("utf-8", "replace")
+                self.stop()
+                raise SandboxError(f"the test lane did not start; its last log lines:\n{logs}")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        from ..lanes import remove_socket_dir
+
+        if self.container is not None:
+            container, self.container = self.container, None
+            try:
+                wrapped = container.get_wrapped_container()
+                if wrapped is not None:
+                    wrapped.remove(force=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        if self.socket_dir is not None:
+            remove_socket_dir(self.socket_dir)
+
+    def __enter__(self) -> "TestLane":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
