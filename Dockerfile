@@ -29,3 +29,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 LANG=C.UTF-8
 # The library path is put on sys.path here rather than in PYTHONPATH, so the python3 that
 # the model's commands run does not see the sidecar's packages.
 ENTRYPOINT ["/usr/bin/tini", "--", "python3", "-c", "import sys; sys.path.insert(0, '/opt/osprey/lib'); from osprey_sidecar.__main__ import main; sys.exit(main())"]
+
+# A headless broker for compose.yaml: `osprey` itself, with its dependencies as wheels.
+FROM lane AS broker
+COPY broker-wheels/ /opt/osprey/broker-wheels/
+RUN python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('/opt/osprey/broker') for w in sorted(glob.glob('/opt/osprey/broker-wheels/*.whl'))]" \
+    && rm -rf /opt/osprey/broker-wheels
+COPY host/osprey/ /opt/osprey/broker/osprey/
+ENV PYTHONPATH=/opt/osprey/broker:/opt/osprey/lib
+ENTRYPOINT ["/usr/bin/tini", "--", "python3", "-m", "osprey"]

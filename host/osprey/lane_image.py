@@ -153,8 +153,9 @@ def _python_version(client: Any, image: str) -> str:
     return out.decode().strip()
 
 
-def fetch_wheels(python_version: str, dest: Path, progress: Progress = _quiet) -> list[Path]:
-    """Download the sidecar's wheels for the lane's Python and this machine's architecture."""
+def fetch_wheels(python_version: str, dest: Path, progress: Progress = _quiet, pins: list[str] | None = None) -> list[Path]:
+    """Download wheels (default: the sidecar's) for the lane's Python and this machine's architecture."""
+    pins = pins or wheel_pins()
     cache = dest
     cache.mkdir(parents=True, exist_ok=True)
     arch = platform.machine()
@@ -163,14 +164,38 @@ def fetch_wheels(python_version: str, dest: Path, progress: Progress = _quiet) -
         sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--only-binary=:all:",
         "--python-version", python_version, "--implementation", "cp", "--abi", abi, "--abi", "abi3", "--abi", "none",
         "--platform", f"manylinux2014_{arch}", "--platform", f"manylinux_2_17_{arch}", "--platform", f"manylinux_2_28_{arch}",
-        "--platform", "any", "--dest", str(cache), *wheel_pins(),
+        "--platform", "any", "--dest", str(cache), *pins,
     ]
-    progress(f"downloading wheels for Python {python_version} ({', '.join(wheel_pins())}) ...")
+    progress(f"downloading wheels for Python {python_version} ({', '.join(pins)}) ...")
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SandboxError("downloading the lane's Python wheels failed:\n" + (proc.stderr or proc.stdout).strip()[-2000:])
     # pip resolved the pins' own dependencies too (e.g. typing_extensions): take them all.
     return sorted(cache.glob("*.whl"))
+
+
+def cached_wheels(home: Path | None, python_version: str, pins: list[str], progress: Progress = _quiet) -> list[Path]:
+    """Wheels for `pins`, downloaded once into `$OSPREY_HOME/cache/wheels/`."""
+    digest = hashlib.sha256("\n".join(pins).encode()).hexdigest()[:12]
+    cache = (home or Path.home() / ".osprey") / "cache" / "wheels" / f"py{python_version}-{platform.machine()}-{digest}"
+    return fetch_wheels(python_version, cache, progress, pins)
+
+
+def _build_context(context: Path, python_version: str, home: Path | None, progress: Progress, *, broker: bool = False) -> list[Path]:
+    """Lay out a build context: the Dockerfile, the sidecar, its wheels (and the broker's)."""
+    shutil.copy2(repo_file("Dockerfile"), context / "Dockerfile")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(sidecar_dir(), context / "sidecar" / "osprey_sidecar", ignore=ignore)
+    wheels = cached_wheels(home, python_version, wheel_pins(), progress)
+    (context / "wheels").mkdir()
+    for wheel in wheels:
+        shutil.copy2(wheel, context / "wheels" / wheel.name)
+    if broker:
+        shutil.copytree(Path(__file__).resolve().parent, context / "host" / "osprey", ignore=ignore)
+        (context / "broker-wheels").mkdir()
+        for wheel in cached_wheels(home, python_version, broker_pins(), progress):
+            shutil.copy2(wheel, context / "broker-wheels" / wheel.name)
+    return wheels
 
 
 def _stream_build(client: Any, progress: Progress, **kwargs: Any) -> None:
@@ -204,24 +229,19 @@ def ensure_image(client: Any, configured_base: str | None = None, *, force: bool
     with tempfile.TemporaryDirectory(prefix="osprey-lane-build-") as tmp:
         context = Path(tmp)
         shutil.copy2(repo_file("Dockerfile"), context / "Dockerfile")
-        shutil.copytree(sidecar_dir(), context / "sidecar" / "osprey_sidecar", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         progress(f"building the lane image {tag} on {base} ...")
         tools_tag = f"{tag}-tools"
+        # The tools stage tells which Python the lane has, and so which wheels it needs.
         _stream_build(client, progress, path=str(context), tag=tools_tag, target="tools", buildargs={"BASE_IMAGE": base})
         python_version = _python_version(client, tools_tag)
-        pins = hashlib.sha256("\n".join(wheel_pins()).encode()).hexdigest()[:12]
-        cache = (home or Path.home() / ".osprey") / "cache" / "wheels" / f"py{python_version}-{platform.machine()}-{pins}"
-        wheels = fetch_wheels(python_version, cache, progress)
-        (context / "wheels").mkdir()
-        for wheel in wheels:
-            shutil.copy2(wheel, context / "wheels" / wheel.name)
+        wheels = _build_context(context, python_version, home, progress)
         labels = {
             "osprey.lane-image": "1",
             "osprey.recipe": tag.split(":", 1)[1],
             "osprey.base": base,
             "osprey.wheels": json.dumps(sorted(w.name for w in wheels)),
         }
-        _stream_build(client, progress, path=str(context), tag=tag, buildargs={"BASE_IMAGE": base}, labels=labels)
+        _stream_build(client, progress, path=str(context), tag=tag, target="lane", buildargs={"BASE_IMAGE": base}, labels=labels)
         try:
             client.images.remove(tools_tag, noprune=True)
         except Exception:  # noqa: BLE001 - only a tag to tidy away
@@ -250,3 +270,43 @@ def prune_images(client: Any, configured_base: str | None = None) -> list[str]:
             except docker.errors.APIError:
                 pass
     return removed
+
+
+BROKER_REPOSITORY = "osprey-broker"
+
+
+def broker_pins() -> list[str]:
+    """`osprey`'s own runtime dependencies at the host's versions."""
+    import re
+
+    pins = []
+    for requirement in importlib.metadata.requires("osprey") or []:
+        if "extra ==" in requirement:
+            continue
+        name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0]
+        pins.append(f"{name}=={importlib.metadata.version(name)}")
+    return pins
+
+
+def _host_files() -> list[Path]:
+    root = Path(__file__).resolve().parent
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def ensure_broker_image(client: Any, lane_tag: str, *, force: bool = False, progress: Progress = _quiet, home: Path | None = None) -> str:
+    """The headless broker image compose.yaml runs: `osprey` on top of the lane image."""
+    h = hashlib.sha256(f"broker {RECIPE_VERSION}\n{lane_tag}\n".encode() + "\n".join(broker_pins()).encode())
+    root = Path(__file__).resolve().parent
+    for path in _host_files():  # the broker's code is part of what the tag names
+        h.update(b"\0" + str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    tag = f"{BROKER_REPOSITORY}:{h.hexdigest()[:16]}"
+    if not force and _image_exists(client, tag):
+        return tag
+    base = client.images.get(lane_tag).labels.get("osprey.base", BASE_TAG)
+    python_version = _python_version(client, lane_tag)
+    with tempfile.TemporaryDirectory(prefix="osprey-broker-build-") as tmp:
+        context = Path(tmp)
+        _build_context(context, python_version, home, progress, broker=True)
+        progress(f"building the broker image {tag} ...")
+        _stream_build(client, progress, path=str(context), tag=tag, target="broker", buildargs={"BASE_IMAGE": base}, labels={"osprey.broker-image": "1"})
+    return tag

@@ -28,19 +28,24 @@ def sandbox() -> None:
 @click.option("--force", is_flag=True, help="Rebuild even when an image for this recipe exists.")
 @click.option("--base-image", help="Build on this image instead of [sandbox] base_image (Debian- or Ubuntu-based).")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the image tag.")
-def build(force: bool, base_image: str | None, quiet: bool) -> None:
+@click.option("--compose-env", is_flag=True, help="Also build the broker image; print both tags as an env file for compose.yaml.")
+def build(force: bool, base_image: str | None, quiet: bool, compose_env: bool) -> None:
     """Build the lane image (and, once, its Debian base) unless it is already there."""
     from ..errors import OspreyError
-    from ..lane_image import docker_client, ensure_image
+    from ..lane_image import docker_client, ensure_broker_image, ensure_image
 
     try:
         settings = _settings(base_image)
         client = docker_client()
         progress = (lambda _: None) if quiet else (lambda line: click.echo(f"  {line}", err=True))
         tag = ensure_image(client, settings.sandbox.base_image, force=force, progress=progress, home=settings.home)
+        broker = ensure_broker_image(client, tag, force=force, progress=progress, home=settings.home) if compose_env else None
     except OspreyError as exc:
         _fail(exc)
-    click.echo(tag)
+    if broker:
+        click.echo(f"OSPREY_LANE_IMAGE={tag}\nOSPREY_BROKER_IMAGE={broker}")
+    else:
+        click.echo(tag)
 
 
 @sandbox.command()

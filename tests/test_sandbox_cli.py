@@ -1,0 +1,62 @@
+"""`osprey sandbox build|status|prune` as a user runs them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import docker
+from homes import require_docker
+
+from osprey.lanes import LABEL
+
+
+def osprey(*args: str, **kw) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    return subprocess.run([str(Path(sys.executable).with_name("osprey")), *args], capture_output=True, text=True, timeout=900, **kw)
+
+
+def test_build_reuses_the_image_for_an_unchanged_recipe() -> None:
+    require_docker()
+    first = osprey("sandbox", "build", "-q")
+    assert first.returncode == 0, first.stderr
+    tag = first.stdout.strip()
+    assert tag.startswith("osprey-lane:")
+    second = osprey("sandbox", "build")
+    assert second.returncode == 0 and second.stdout.strip() == tag
+    assert "building" not in second.stderr  # nothing was rebuilt
+    assert docker.from_env().images.get(tag).labels["osprey.lane-image"] == "1"
+
+
+def test_status_and_prune_handle_an_orphaned_lane(tmp_path: Path) -> None:
+    require_docker()
+    client = docker.from_env()
+    tag = osprey("sandbox", "build", "-q").stdout.strip()
+    # A lane whose owner is gone: a pid that cannot exist.
+    orphan = client.containers.create(tag, command=["--version"], labels={LABEL: "1", "osprey.owner_pid": "999999999", "osprey.boot_id": "x", "osprey.session": "orphan-test"}, name="osprey-lane-orphan-test")
+    try:
+        status = osprey("sandbox", "status")
+        assert status.returncode == 0 and "osprey-lane-orphan-test" in status.stdout and "(gone)" in status.stdout
+        pruned = osprey("sandbox", "prune")
+        assert pruned.returncode == 0 and "osprey-lane-orphan-test" in pruned.stdout
+        assert not client.containers.list(all=True, filters={"label": "osprey.session=orphan-test"})
+    finally:
+        try:
+            orphan.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+
+
+def test_commands_say_what_to_do_without_an_engine(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": f"unix://{tmp_path}/no-such.sock", "HOME": str(tmp_path)}
+    for args in (["sandbox", "status"], ["sandbox", "build"], ["sandbox", "prune"]):
+        result = osprey(*args, env=env)
+        assert result.returncode == 1, args
+        assert "no Docker engine answers" in result.stderr and "without --sandbox" in result.stderr
+
+
+def test_agent_sandbox_without_an_engine_fails_clearly(tmp_path: Path, osprey_env: dict[str, str]) -> None:
+    env = dict(osprey_env, DOCKER_HOST=f"unix://{tmp_path}/no-such.sock")
+    result = osprey("agent", "--sandbox", "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1", "-C", str(tmp_path), "hi", env=env)
+    assert result.returncode == 1
+    assert "no Docker engine answers" in result.stderr
