@@ -24,7 +24,10 @@ COPY wheels/ /opt/osprey/wheels/
 RUN python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('/opt/osprey/lib') for w in sorted(glob.glob('/opt/osprey/wheels/*.whl'))]" \
     && rm -rf /opt/osprey/wheels
 COPY sidecar/osprey_sidecar/ /opt/osprey/lib/osprey_sidecar/
-RUN python3 -c "import sys; sys.path.insert(0, '/opt/osprey/lib'); import grpc, osprey_sidecar.server"
+# Bytecode compiled now: the lane's root is read-only, so nothing could cache it later and
+# every start would compile grpc and protobuf again.
+RUN python3 -m compileall -q /opt/osprey/lib \
+    && python3 -c "import sys; sys.path.insert(0, '/opt/osprey/lib'); import grpc, osprey_sidecar.server"
 ENV PYTHONDONTWRITEBYTECODE=1 LANG=C.UTF-8
 # The library path is put on sys.path here rather than in PYTHONPATH, so the python3 that
 # the model's commands run does not see the sidecar's packages.
@@ -36,5 +39,6 @@ COPY broker-wheels/ /opt/osprey/broker-wheels/
 RUN python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('/opt/osprey/broker') for w in sorted(glob.glob('/opt/osprey/broker-wheels/*.whl'))]" \
     && rm -rf /opt/osprey/broker-wheels
 COPY host/osprey/ /opt/osprey/broker/osprey/
+RUN python3 -m compileall -q /opt/osprey/broker
 ENV PYTHONPATH=/opt/osprey/broker:/opt/osprey/lib
 ENTRYPOINT ["/usr/bin/tini", "--", "python3", "-m", "osprey"]

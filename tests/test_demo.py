@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from conftest import REPO
+from homes import require_docker
 
 DEMO = REPO / "examples" / "demo"
 
@@ -42,8 +44,20 @@ def test_replayed_demo_fixes_the_bug(tmp_path: Path, osprey_env: dict[str, str])
     assert "price * quantity" in (workspace / "inventory.py").read_text()
 
 
-def test_demo_script_runs_end_to_end() -> None:
+def test_demo_script_runs_end_to_end_in_a_lane() -> None:
     """scripts/demo as a user runs it (the install step is quick when already installed)."""
-    run = subprocess.run([str(REPO / "scripts" / "demo")], capture_output=True, text=True, timeout=600)
+    require_docker()
+    run = subprocess.run([str(REPO / "scripts" / "demo")], capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout + run.stderr
+    assert "the tools run in a sandbox lane" in run.stdout
+    assert '"tool_service":"lane"' in run.stdout
+    assert "+        total += price * quantity" in run.stdout
+
+
+def test_demo_script_says_when_it_falls_back_to_the_host(tmp_path: Path) -> None:
+    env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/no-engine.sock")
+    run = subprocess.run([str(REPO / "scripts" / "demo")], capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "falling back to the local dispatcher" in run.stdout
+    assert '"tool_service":"local"' in run.stdout
     assert "+        total += price * quantity" in run.stdout

@@ -213,20 +213,23 @@ def make_socket_dir(workspace: str) -> tuple[Path, str]:
 
 
 async def wait_lane_ready(container: Any, lane_client: ToolClient, socket_path: str, deadline_s: float) -> None:
-    end = time.monotonic() + deadline_s
-    delay = 0.002
+    """Poll for the socket and gRPC health; fail early, with the lane's logs, if it exits."""
+    start = time.monotonic()
+    end = start + deadline_s
+    next_state_check = start + 0.1
     while True:
         if os.path.exists(socket_path) and await lane_client.healthy(timeout=0.5):
             return
-        if time.monotonic() > end:
+        now = time.monotonic()
+        if now > end:
             raise SandboxError(f"the lane did not answer within {deadline_s:g} s; its last log lines:\n{lane_logs(container) or '(none)'}")
-        if delay >= 0.05:
+        if now >= next_state_check:
+            next_state_check = now + 0.1
             await asyncio.to_thread(container.reload)
             if container.status in ("exited", "dead"):
                 state = container.attrs.get("State", {})
                 raise SandboxError(f"the lane exited during start-up (exit code {state.get('ExitCode')}); its last log lines:\n{lane_logs(container) or '(none)'}")
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.05)
+        await asyncio.sleep(0.003)
 
 
 async def provision_lane(workspace: str, session_id: str, options: SandboxSettings, *, progress: Progress = _quiet, home: Path | None = None) -> Lane:
