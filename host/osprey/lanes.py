@@ -161,7 +161,7 @@ def lane_run_options(image: str, workspace: str, session_id: str, options: Sandb
     return {
         "command": [
             "--socket", f"{SOCKET_IN_LANE}/{SOCKET_NAME}", "--root", workspace, "--token-file", f"{SOCKET_IN_LANE}/{TOKEN_NAME}",
-            "--seal", SOCKET_IN_LANE, "--seal", "/dev", "--seal", "/dev/mqueue",
+            "--seal", SOCKET_IN_LANE, "--seal", "/dev",
         ],
         "name": f"osprey-lane-{session_id}",
         "user": f"{uid}:{gid}",
@@ -171,7 +171,8 @@ def lane_run_options(image: str, workspace: str, session_id: str, options: Sandb
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges:true"],
         "read_only": True,
-        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={options.tmp_size},mode=1777"},
+        # /dev/mqueue is world-writable by default; a read-only tmpfs takes its place.
+        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={options.tmp_size},mode=1777", "/dev/mqueue": "ro,nosuid,nodev,noexec,size=4k"},
         "shm_size": "64m",
         "pids_limit": options.pids_limit,
         "mem_limit": memory,
@@ -232,6 +233,28 @@ async def wait_lane_ready(container: Any, lane_client: ToolClient, socket_path: 
         await asyncio.sleep(0.003)
 
 
+NOBODY = 65534
+
+
+def lock_down(container: Any, socket_dir: Path, *, keep_token: bool = False) -> None:
+    """After start-up, take the socket dir and /dev out of the lane's hands.
+
+    The sidecar seals both (mode 0555), but their owner could chmod them back. A host running as
+    root hands them to `nobody`, which the lane's user (root without capabilities included) can
+    neither write to nor chmod. Without root on the host the seal is all there is.
+    """
+    if not keep_token:
+        (socket_dir / TOKEN_NAME).unlink(missing_ok=True)  # the broker holds the token in memory
+    if os.geteuid() != 0:
+        return
+    container.reload()
+    pid = container.attrs.get("State", {}).get("Pid")
+    targets = [socket_dir] + ([Path(f"/proc/{pid}/root/dev")] if pid else [])
+    for target in targets:
+        os.chown(target, NOBODY, NOBODY)
+        os.chmod(target, 0o555 if target == socket_dir else 0o755)
+
+
 async def provision_lane(workspace: str, session_id: str, options: SandboxSettings, *, progress: Progress = _quiet, home: Path | None = None) -> Lane:
     """A fresh lane for `workspace`, ready to answer; everything is removed again on failure."""
     import docker
@@ -252,6 +275,7 @@ async def provision_lane(workspace: str, session_id: str, options: SandboxSettin
         socket_path = str(socket_dir / SOCKET_NAME)
         lane_client = ToolClient.for_socket(socket_path, token=token)
         await wait_lane_ready(container, lane_client, socket_path, options.ready_timeout)
+        await asyncio.to_thread(lock_down, container, socket_dir)
         return Lane(container.id, container.name, socket_dir, token, workspace, image, lane_client)
     except BaseException:
         if lane_client is not None:

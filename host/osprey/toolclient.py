@@ -135,6 +135,7 @@ class ToolClient:
         self.where = where
         self._stub = pb_grpc.ToolServiceStub(channel)
         self._health = health_pb2_grpc.HealthStub(channel)
+        self.token = token
         self._metadata = ((TOKEN_KEY, token),) if token else None
 
     @classmethod

@@ -57,7 +57,7 @@ class TestLane:
         from testcontainers.core.container import DockerContainer
 
         from ..lane_image import docker_client, ensure_image
-        from ..lanes import SOCKET_NAME, lane_run_options, make_socket_dir, reap_orphans
+        from ..lanes import SOCKET_NAME, lane_run_options, lock_down, make_socket_dir, reap_orphans
 
         client = docker_client()
         reap_orphans(client)
@@ -90,6 +90,7 @@ class TestLane:
                 self.stop()
                 raise SandboxError(f"the test lane did not start; its last log lines:\n{logs}")
             time.sleep(0.01)
+        lock_down(self.container.get_wrapped_container(), self.socket_dir, keep_token=True)
         return self
 
     def stop(self) -> None:
