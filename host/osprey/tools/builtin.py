@@ -63,6 +63,8 @@ async def _bash(a: BashInput, ctx: ToolContext) -> ToolOutcome:
     text = r.output.rstrip("\n")
     if r.timed_out:
         status = f"[timed out after {(a.timeout_ms or 120_000) / 1000:g} s; the command's process group was killed]"
+    elif r.signal == 9:
+        status = "[killed by signal 9 (SIGKILL): out of memory, or killed from outside]"
     elif r.signal:
         status = f"[killed by signal {r.signal}]"
     else:
