@@ -71,3 +71,10 @@ def test_compose_run_completes_a_replayed_session(compose_env: Path, tmp_path: P
     finally:
         compose(compose_env, workspace, project, "down", "-v", "--remove-orphans")
     assert "total += price * quantity" in (workspace / "inventory.py").read_text()
+
+
+def test_compose_demo_script(compose_env: Path) -> None:
+    """scripts/compose-demo, as the README offers it."""
+    run = subprocess.run([str(REPO / "scripts" / "compose-demo")], capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "+        total += price * quantity" in run.stdout
