@@ -60,3 +60,20 @@ def test_agent_sandbox_without_an_engine_fails_clearly(tmp_path: Path, osprey_en
     result = osprey("agent", "--sandbox", "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1", "-C", str(tmp_path), "hi", env=env)
     assert result.returncode == 1
     assert "no Docker engine answers" in result.stderr
+
+
+def test_attaching_to_a_missing_lane_fails_at_once(tmp_path: Path, osprey_env: dict[str, str]) -> None:
+    result = osprey("agent", "--sandbox-socket", str(tmp_path / "none.sock"), "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1", "-C", str(tmp_path), "hi", env=osprey_env, )
+    assert result.returncode == 1 and "there is no lane socket at" in result.stderr
+
+
+def test_attaching_with_an_unreadable_token_file(tmp_path: Path, osprey_env: dict[str, str]) -> None:
+    sock = tmp_path / "lane.sock"
+    sock.touch()
+    result = osprey("agent", "--sandbox-socket", str(sock), "--sandbox-token-file", str(tmp_path / "missing-token"), "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1", "-C", str(tmp_path), "hi", env=osprey_env)
+    assert result.returncode == 1 and "token file" in result.stderr and "cannot be read" in result.stderr
+
+
+def test_sandbox_network_needs_sandbox(tmp_path: Path, osprey_env: dict[str, str]) -> None:
+    result = osprey("agent", "--sandbox-network", "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1", "-C", str(tmp_path), "hi", env=osprey_env)
+    assert result.returncode == 2 and "--sandbox-network needs --sandbox" in result.stderr

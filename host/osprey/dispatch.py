@@ -125,6 +125,8 @@ class LaneSupervisor:
 
 async def _attach(options: "SandboxSettings", roots: list[str]) -> ToolService:
     assert options.socket is not None
+    if not os.path.exists(options.socket):
+        raise SandboxError(f"there is no lane socket at {options.socket}; start the lane first (or check the path)")
     token = None
     if options.token_file:
         try:
