@@ -28,6 +28,9 @@ COPY sidecar/osprey_sidecar/ /opt/osprey/lib/osprey_sidecar/
 # every start would compile grpc and protobuf again.
 RUN python3 -m compileall -q /opt/osprey/lib \
     && python3 -c "import sys; sys.path.insert(0, '/opt/osprey/lib'); import grpc, osprey_sidecar.server"
+# The socket dir's mount point: a named volume mounted here (compose.yaml) starts with this
+# mode, so a lane running as any uid can create its socket and token there.
+RUN mkdir -p /run/osprey && chmod 1777 /run/osprey
 ENV PYTHONDONTWRITEBYTECODE=1 LANG=C.UTF-8
 # The library path is put on sys.path here rather than in PYTHONPATH, so the python3 that
 # the model's commands run does not see the sidecar's packages.

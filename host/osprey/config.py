@@ -15,6 +15,7 @@ environment does not already set; that is where API keys usually live.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -39,6 +40,16 @@ ENV_KEYS = {
     "OSPREY_MAX_TURNS": "max_turns",
     "OSPREY_APPROVAL_POLICY": "approval_policy",
 }
+
+
+# Variables that hold credentials; commands the model runs never see them.
+_SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$|^(OSPREY|OPENAI|ANTHROPIC)_", re.IGNORECASE)
+
+
+def tool_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for commands the model runs on the host: this one without credentials."""
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in env.items() if not _SECRET_NAME.search(k)}
 
 
 def load_home(environ: Mapping[str, str] | None = None) -> Path:

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import shutil
@@ -49,11 +50,13 @@ class LocalDispatcher:
     async def start(self) -> ToolClient:
         from osprey_sidecar.server import build_server
 
+        from .config import tool_environment
+
         self.dir = tempfile.mkdtemp(prefix="osprey-tools-")  # mkdtemp makes it 0700
         socket_path = os.path.join(self.dir, "tools.sock")
         token = secrets.token_hex(32)
         try:
-            self.server = build_server(self.roots, socket_path, token)
+            self.server = build_server(self.roots, socket_path, token, env=tool_environment())
         except Exception as exc:  # grpc raises RuntimeError for a socket it cannot bind
             await self.close()
             raise DispatcherError(f"the local dispatcher could not listen on {socket_path}: {exc}") from None
@@ -85,6 +88,7 @@ class LaneSupervisor:
         self.lane = None
         self.generation = 0
         self.service: ToolService | None = None
+        self._lock = asyncio.Lock()
 
     async def start(self) -> ToolService:
         from .lanes import provision_lane
@@ -97,22 +101,26 @@ class LaneSupervisor:
         """If the lane has stopped, start a new one and describe what happened; else None."""
         from .lanes import destroy_lane, lane_state, provision_lane
 
-        if self.lane is None or self.service is None:
+        if self.service is None:
             return None
-        state = await lane_state(self.lane)
-        if state.get("Running"):
-            return None
-        if state.get("OOMKilled"):
-            why = f"the sandbox lane ran out of memory ({self.options.memory_limit}) and was killed"
-        elif state.get("Gone"):
-            why = "the sandbox lane's container disappeared"
-        else:
-            why = f"the sandbox lane stopped (exit code {state.get('ExitCode')})"
-        await destroy_lane(self.lane)
-        self.lane = None
-        self.generation += 1
-        self.lane = await provision_lane(self.workspace, f"{self.session_id}-{self.generation}", self.options, progress=self.progress, home=self.home)
-        self.service.client = self.lane.client
+        async with self._lock:  # one replacement at a time, however many calls failed
+            if self.lane is not None:
+                state = await lane_state(self.lane)
+                if state.get("Running"):
+                    return None
+                if state.get("OOMKilled"):
+                    why = f"the sandbox lane ran out of memory ({self.options.memory_limit}) and was killed"
+                elif state.get("Gone"):
+                    why = "the sandbox lane's container disappeared"
+                else:
+                    why = f"the sandbox lane stopped (exit code {state.get('ExitCode')})"
+                lane, self.lane = self.lane, None
+                await destroy_lane(lane)
+            else:
+                why = "there was no sandbox lane (starting one failed before)"
+            self.generation += 1
+            self.lane = await provision_lane(self.workspace, f"{self.session_id}-{self.generation}", self.options, progress=self.progress, home=self.home)
+            self.service.client = self.lane.client
         return f"{why}; a new lane was started with the same workspace, so the call can be retried (files written before are kept, processes and /tmp are not)"
 
     async def close(self) -> None:

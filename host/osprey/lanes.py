@@ -18,6 +18,7 @@ import asyncio
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
@@ -43,9 +44,18 @@ def boot_id() -> str:
         return "unknown"
 
 
+def pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return "unknown"
+
+
 def _owner_alive(labels: dict[str, str]) -> bool:
     if labels.get("osprey.boot_id") != boot_id():
         return False
+    if labels.get("osprey.pid_ns", pid_namespace()) != pid_namespace():
+        return True  # another pid namespace (a broker in a container): its pids mean nothing here
     try:
         pid = int(labels.get("osprey.owner_pid", "0"))
     except ValueError:
@@ -62,10 +72,16 @@ def _owner_alive(labels: dict[str, str]) -> bool:
 
 
 def runtime_dir() -> Path:
-    """Where lane socket dirs live: private to this user."""
+    """Where lane socket dirs live: a real directory owned by this user, mode 0700."""
     base = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()) / f"osprey-{os.geteuid()}"
-    base.mkdir(mode=0o700, exist_ok=True)
-    os.chmod(base, 0o700)
+    try:
+        os.mkdir(base, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(base)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+        # Someone else's directory or a symlink here could redirect our sockets and tokens.
+        raise SandboxError(f"{base} is not a private directory of this user (a symlink, another owner, or open permissions); remove it and retry")
     return base
 
 
@@ -126,10 +142,8 @@ def reap_orphans(client: Any | None = None) -> list[str]:
             continue
         try:
             c.remove(force=True)
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.DockerException as exc:
-            raise SandboxError(f"could not remove the orphaned lane {c.name}: {_short(exc)}") from None
+        except docker.errors.DockerException:
+            continue  # gone already, or not ours to remove: it must not stop this start
         remove_socket_dir(labels.get("osprey.socket_dir", ""))
         removed.append(c.name)
     return removed
@@ -186,6 +200,7 @@ def lane_run_options(image: str, workspace: str, session_id: str, options: Sandb
             LABEL: "1",
             "osprey.owner_pid": str(os.getpid()),
             "osprey.boot_id": boot_id(),
+            "osprey.pid_ns": pid_namespace(),
             "osprey.session": session_id,
             "osprey.workspace": workspace,
             "osprey.socket_dir": str(socket_dir),
@@ -200,7 +215,12 @@ def _create(client: Any, image: str, workspace: str, session_id: str, options: S
 
 def make_socket_dir(workspace: str) -> tuple[Path, str]:
     """A private dir for the lane's socket, holding a fresh token file the lane's user can read."""
-    socket_dir = Path(tempfile.mkdtemp(prefix="lane-", dir=runtime_dir()))
+    base = runtime_dir()
+    if os.path.commonpath([str(base), workspace]) == workspace:
+        raise SandboxError(f"the workspace {workspace} contains Osprey's runtime directory {base}, so a lane would see other lanes' sockets; run in a project directory instead")
+    if len(str(base)) + len("/lane-XXXXXXXX/") + len(SOCKET_NAME) > 100:
+        raise SandboxError(f"the runtime directory {base} is too long a path for a unix socket; set TMPDIR or XDG_RUNTIME_DIR to a shorter one")
+    socket_dir = Path(tempfile.mkdtemp(prefix="lane-", dir=base))
     token = secrets.token_hex(32)
     token_path = socket_dir / TOKEN_NAME
     fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -244,7 +264,11 @@ def lock_down(container: Any, socket_dir: Path, *, keep_token: bool = False) -> 
     neither write to nor chmod. Without root on the host the seal is all there is.
     """
     if not keep_token:
-        (socket_dir / TOKEN_NAME).unlink(missing_ok=True)  # the broker holds the token in memory
+        # The broker holds the token in memory. The sidecar has sealed the dir, which, without
+        # root, we own too: open it just long enough to delete the file.
+        os.chmod(socket_dir, 0o700)
+        (socket_dir / TOKEN_NAME).unlink(missing_ok=True)
+        os.chmod(socket_dir, 0o555)
     if os.geteuid() != 0:
         return
     container.reload()
@@ -261,17 +285,27 @@ async def provision_lane(workspace: str, session_id: str, options: SandboxSettin
 
     workspace = os.path.realpath(workspace)
     client = await asyncio.to_thread(docker_client)
-    await asyncio.to_thread(reap_orphans, client)
-    image = await asyncio.to_thread(lambda: ensure_image(client, options.base_image, progress=progress, home=home))
-    socket_dir, token = make_socket_dir(workspace)
+    try:
+        await asyncio.to_thread(reap_orphans, client)
+        image = await asyncio.to_thread(lambda: ensure_image(client, options.base_image, progress=progress, home=home))
+    except docker.errors.DockerException as exc:
+        raise SandboxError(f"preparing the lane failed: {_short(exc)}") from None
+    socket_dir: Path | None = None
     container = None
     lane_client = None
     try:
+        socket_dir, token = make_socket_dir(workspace)
+        # The thread finishes even if we are cancelled meanwhile; wait for it, so that a
+        # container it made is known and removed below.
+        create = asyncio.ensure_future(asyncio.to_thread(_create_and_start, client, image, workspace, session_id, options, socket_dir))
         try:
-            container = await asyncio.to_thread(_create, client, image, workspace, session_id, options, socket_dir)
-            await asyncio.to_thread(container.start)
-        except docker.errors.DockerException as exc:
-            raise SandboxError(f"the lane container could not start: {_short(exc)}") from None
+            container = await asyncio.shield(create)
+        except asyncio.CancelledError:
+            try:
+                container = await create
+            except Exception:  # noqa: BLE001 - it failed on its own; nothing to remove
+                pass
+            raise
         socket_path = str(socket_dir / SOCKET_NAME)
         lane_client = ToolClient.for_socket(socket_path, token=token)
         await wait_lane_ready(container, lane_client, socket_path, options.ready_timeout)
@@ -282,8 +316,24 @@ async def provision_lane(workspace: str, session_id: str, options: SandboxSettin
             await lane_client.close()
         if container is not None:
             await asyncio.to_thread(_force_remove, container)
-        remove_socket_dir(socket_dir)
+        if socket_dir is not None:
+            remove_socket_dir(socket_dir)
         raise
+
+
+def _create_and_start(client: Any, image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path) -> Any:
+    import docker
+
+    try:
+        container = _create(client, image, workspace, session_id, options, socket_dir)
+    except docker.errors.DockerException as exc:
+        raise SandboxError(f"the lane container could not be created: {_short(exc)}") from None
+    try:
+        container.start()
+    except docker.errors.DockerException as exc:
+        _force_remove(container)
+        raise SandboxError(f"the lane container could not start: {_short(exc)}") from None
+    return container
 
 
 def _force_remove(container: Any) -> None:

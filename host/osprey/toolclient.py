@@ -157,6 +157,8 @@ class ToolClient:
             return await method(request, metadata=self._metadata)
         except grpc.aio.AioRpcError as exc:
             raise _map_rpc_error(exc, self.where) from None
+        except grpc.aio.UsageError as exc:
+            raise DispatcherError(f"the connection to the ToolService at {self.where} is closed ({exc})") from None
 
     async def healthy(self, timeout: float = 1.0) -> bool:
         try:
@@ -192,7 +194,10 @@ class ToolClient:
 
     async def bash(self, command: str, *, timeout_ms: int = 0, workdir: str = "", max_output_bytes: int = 0, on_output: Callable[[bytes], None] | None = None) -> BashResult:
         """Run a command; output chunks reach `on_output` as they arrive. Cancelling kills it."""
-        call = self._stub.Bash(pb.BashRequest(command=command, timeout_ms=timeout_ms, workdir=workdir, max_output_bytes=max_output_bytes), metadata=self._metadata)
+        try:
+            call = self._stub.Bash(pb.BashRequest(command=command, timeout_ms=timeout_ms, workdir=workdir, max_output_bytes=max_output_bytes), metadata=self._metadata)
+        except grpc.aio.UsageError as exc:
+            raise DispatcherError(f"the connection to the ToolService at {self.where} is closed ({exc})") from None
         head = bytearray()
         finished = False
         try:
@@ -216,6 +221,9 @@ class ToolClient:
         except grpc.aio.AioRpcError as exc:
             finished = True
             raise _map_rpc_error(exc, self.where) from None
+        except grpc.aio.UsageError as exc:
+            finished = True
+            raise DispatcherError(f"the connection to the ToolService at {self.where} is closed ({exc})") from None
         finally:
             if not finished:
                 call.cancel()  # cancelling the call kills the command's process group

@@ -44,8 +44,10 @@ def socket_target(path: str) -> str:
     return f"unix:{path}"
 
 
-def build_server(roots: Sequence[str], socket_path: str, token: str | None = None) -> grpc.Server:
-    """A started server for `roots` listening on `socket_path` (made 0600)."""
+def build_server(roots: Sequence[str], socket_path: str, token: str | None = None, env: dict[str, str] | None = None) -> grpc.Server:
+    """A started server for `roots` listening on `socket_path` (made 0600).
+
+    `env` is the environment `bash` commands get (default: this process's)."""
     interceptors = [_TokenInterceptor(token)] if token else []
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="osprey-tool"),
@@ -55,17 +57,15 @@ def build_server(roots: Sequence[str], socket_path: str, token: str | None = Non
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ],
     )
-    pb_grpc.add_ToolServiceServicer_to_server(ToolServicer(Roots(roots)), server)
+    pb_grpc.add_ToolServiceServicer_to_server(ToolServicer(Roots(roots), env), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if os.path.exists(socket_path):
         os.unlink(socket_path)
-    old = os.umask(0o177)
-    try:
-        server.add_insecure_port(socket_target(socket_path))
-        server.start()
-    finally:
-        os.umask(old)
+    # No umask games: it is process-wide, and the local dispatcher shares its process with
+    # the broker's threads. The socket's directory is private, so chmod after bind is enough.
+    server.add_insecure_port(socket_target(socket_path))
+    server.start()
     os.chmod(socket_path, 0o600)
     for name in ("", SERVICE_NAME):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)

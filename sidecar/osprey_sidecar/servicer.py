@@ -66,8 +66,10 @@ def _mapped(method: F) -> F:
 class ToolServicer(pb_grpc.ToolServiceServicer):
     """The eight sandboxed tools over one set of allowed roots."""
 
-    def __init__(self, roots: Roots) -> None:
+    def __init__(self, roots: Roots, env: dict[str, str] | None = None) -> None:
         self.roots = roots
+        # The environment commands run with; None means this process's own.
+        self.env = env
 
     @_mapped
     def ReadFile(self, request: pb.ReadFileRequest, context: grpc.ServicerContext) -> pb.ReadFileResponse:
@@ -89,7 +91,7 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
 
     def Bash(self, request: pb.BashRequest, context: grpc.ServicerContext) -> Iterator[pb.BashEvent]:
         try:
-            run = BashRun(self.roots, request.command, request.timeout_ms, request.workdir, request.max_output_bytes)
+            run = BashRun(self.roots, request.command, request.timeout_ms, request.workdir, request.max_output_bytes, env=self.env)
         except ToolFailure as exc:
             _abort(context, exc.category, exc.message)
             return

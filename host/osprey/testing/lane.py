@@ -77,20 +77,27 @@ class TestLane:
         self.container = container
         try:
             container.start()
-        except Exception as exc:
-            self.stop()
-            raise SandboxError(f"the test lane could not start: {exc}") from exc
-        socket = self.socket_dir / SOCKET_NAME
-        deadline = time.monotonic() + self.options.ready_timeout
-        while not socket.exists():
-            wrapped = self.container.get_wrapped_container()
+            wrapped = container.get_wrapped_container()
             wrapped.reload()
-            if wrapped.status in ("exited", "dead") or time.monotonic() > deadline:
-                logs = wrapped.logs(tail=20).decode("utf-8", "replace")
-                self.stop()
-                raise SandboxError(f"the test lane did not start; its last log lines:\n{logs}")
-            time.sleep(0.01)
-        lock_down(self.container.get_wrapped_container(), self.socket_dir, keep_token=True)
+            # testcontainers may attach a container to the network it finds itself in; a lane
+            # must keep the network mode it was given.
+            mode = wrapped.attrs["HostConfig"]["NetworkMode"]
+            if mode != opts["network_mode"]:
+                raise SandboxError(f"the test lane got network mode {mode!r} instead of {opts['network_mode']!r}; set DOCKER_HOST so testcontainers does not pick a network")
+            socket = self.socket_dir / SOCKET_NAME
+            deadline = time.monotonic() + self.options.ready_timeout
+            while not socket.exists():
+                wrapped.reload()
+                if wrapped.status in ("exited", "dead") or time.monotonic() > deadline:
+                    logs = wrapped.logs(tail=20).decode("utf-8", "replace")
+                    raise SandboxError(f"the test lane did not start; its last log lines:\n{logs}")
+                time.sleep(0.01)
+            lock_down(wrapped, self.socket_dir, keep_token=True)
+        except BaseException as exc:
+            self.stop()
+            if isinstance(exc, Exception) and not isinstance(exc, SandboxError):
+                raise SandboxError(f"the test lane could not start: {exc}") from exc
+            raise
         return self
 
     def stop(self) -> None:

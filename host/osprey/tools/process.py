@@ -14,6 +14,7 @@ from pydantic import Field
 from osprey_sidecar.errors import ToolFailure
 from osprey_sidecar.paths import Roots
 
+from ..config import tool_environment
 from ..errors import ToolError
 from .base import ToolContext, ToolDef, ToolInput
 
@@ -62,7 +63,7 @@ class ProcessManager:
         if not os.path.isdir(cwd):
             raise ToolError("not_a_directory", f"workdir {workdir} is not a directory")
         proc = await asyncio.create_subprocess_exec(
-            "bash", "-c", command, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
+            "bash", "-c", command, cwd=cwd, env=tool_environment(), stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
         )
         pid = f"p{self._next}"
