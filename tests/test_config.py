@@ -134,3 +134,29 @@ def test_missing_working_directory(tmp_path: Path, home: Path) -> None:
 def test_parse_dotenv_forms() -> None:
     parsed = parse_dotenv("A=1\n B = two \nexport C='three four'\nD=\"x#y\"\nE=v # comment\nnot a line\n#F=1\n")
     assert parsed == {"A": "1", "B": "two", "C": "three four", "D": "x#y", "E": "v"}
+
+
+def test_tool_environment_drops_credentials() -> None:
+    from osprey.config import tool_environment
+
+    env = {"PATH": "/bin", "HOME": "/h", "OPENAI_API_KEY": "k", "ANTHROPIC_API_KEY": "k", "OSPREY_HOME": "/o", "GITHUB_TOKEN": "t",
+           "AWS_SECRET_ACCESS_KEY": "s", "DB_PASSWORD": "p", "MY_APIKEY": "a", "LANG": "C", "TOKENIZERS_PARALLELISM": "false"}
+    kept = tool_environment(env)
+    for secret in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OSPREY_HOME", "GITHUB_TOKEN", "DB_PASSWORD", "MY_APIKEY", "AWS_SECRET_ACCESS_KEY"):
+        assert secret not in kept
+    assert {"PATH", "HOME", "LANG", "TOKENIZERS_PARALLELISM"} <= set(kept)
+
+
+async def test_host_commands_do_not_see_credentials(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from osprey.dispatch import open_tool_service
+    from osprey.tools.process import ProcessManager
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak")
+    async with open_tool_service([str(workspace)]) as service:
+        out = (await service.client.bash("echo key=${OPENAI_API_KEY:-none} path=${PATH:+set}")).output
+    assert "key=none" in out and "path=set" in out
+    manager = ProcessManager([str(workspace)])
+    p = await manager.start("echo key=${OPENAI_API_KEY:-none}")
+    await p.proc.wait()
+    await p.reader
+    assert manager.output(p.id)[0].strip() == "key=none"
