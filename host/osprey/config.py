@@ -43,7 +43,7 @@ ENV_KEYS = {
 
 
 # Variables that hold credentials; commands the model runs never see them.
-_SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$|^(OSPREY|OPENAI|ANTHROPIC)_", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"(API_?KEY|ACCESS_KEY|PRIVATE_KEY|TOKEN|PASSWORD|PASSWD|CREDENTIALS?)$|SECRET|^(OSPREY|OPENAI|ANTHROPIC)_", re.IGNORECASE)
 
 
 def tool_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
