@@ -22,7 +22,6 @@ def main() -> None:
     tag, _ = image_tag(client, None)
     try:
         client.images.remove(tag, force=True)  # dangling parent layers go with it
-        client.images.remove(f"{tag}-tools", force=True)
     except Exception:  # noqa: BLE001 - it may not exist
         pass
     start = time.perf_counter()

@@ -166,6 +166,10 @@ def fetch_wheels(python_version: str, dest: Path, progress: Progress = _quiet, p
         "--platform", f"manylinux2014_{arch}", "--platform", f"manylinux_2_17_{arch}", "--platform", f"manylinux_2_28_{arch}",
         "--platform", "any", "--dest", str(cache), *pins,
     ]
+    # What an earlier build downloaded is enough when nothing changed, even offline.
+    offline = subprocess.run(cmd + ["--no-index", "--find-links", str(cache)], capture_output=True, text=True)
+    if offline.returncode == 0:
+        return sorted(cache.glob("*.whl"))
     progress(f"downloading wheels for Python {python_version} ({', '.join(pins)}) ...")
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -230,7 +234,7 @@ def ensure_image(client: Any, configured_base: str | None = None, *, force: bool
         context = Path(tmp)
         shutil.copy2(repo_file("Dockerfile"), context / "Dockerfile")
         progress(f"building the lane image {tag} on {base} ...")
-        tools_tag = f"{tag}-tools"
+        tools_tag = f"{tag}-tools-{os.getpid()}"  # per build, so concurrent builds cannot remove each other's
         # The tools stage tells which Python the lane has, and so which wheels it needs.
         _stream_build(client, progress, path=str(context), tag=tools_tag, target="tools", buildargs={"BASE_IMAGE": base})
         python_version = _python_version(client, tools_tag)
