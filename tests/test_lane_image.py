@@ -57,3 +57,28 @@ def test_a_lane_builds_on_a_configured_base_image(tmp_path) -> None:  # type: ig
                 client.images.remove(ref, force=True)
             except docker.errors.DockerException:
                 pass
+
+
+def test_a_base_build_stops_when_cancelled(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C during the (long, quiet) debootstrap build ends it instead of waiting for it."""
+    import os
+    import shutil
+    import threading
+    import time
+
+    from osprey.errors import SandboxError
+
+    if os.geteuid() != 0 or shutil.which("debootstrap") is None:
+        pytest.skip("build_base needs root and debootstrap")
+    script = tmp_path / "build-base.sh"
+    marker = tmp_path / "still-running"
+    script.write_text(f"#!/bin/bash\necho starting\nsleep 30\ntouch {marker}\n")
+    monkeypatch.setattr(lane_image, "repo_file", lambda *parts: script)
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    start = time.monotonic()
+    with pytest.raises(SandboxError, match="cancelled"):
+        lane_image.build_base(None, tag="osprey-test-never:1", cancel=cancel)
+    assert time.monotonic() - start < 10
+    time.sleep(0.5)
+    assert not marker.exists()

@@ -14,9 +14,11 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -110,7 +112,7 @@ def _image_exists(client: Any, ref: str) -> bool:
         return False
 
 
-def build_base(client: Any, progress: Progress = _quiet, tag: str = BASE_TAG) -> str:
+def build_base(client: Any, progress: Progress = _quiet, tag: str = BASE_TAG, cancel: threading.Event | None = None) -> str:
     """Osprey's own Debian base, from debootstrap and `docker import` (no registry needed)."""
     script = repo_file("images", "build-base.sh")
     if os.geteuid() != 0:
@@ -118,19 +120,33 @@ def build_base(client: Any, progress: Progress = _quiet, tag: str = BASE_TAG) ->
     if shutil.which("debootstrap") is None:
         raise SandboxError("building the lane base image needs debootstrap: `apt-get install debootstrap`, or set [sandbox] base_image to an image you have")
     progress(f"building the base image {tag} with debootstrap (a minute or two, once) ...")
-    proc = subprocess.Popen(["bash", str(script), tag], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(["bash", str(script), tag], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     assert proc.stdout is not None
+    if cancel is not None:
+        # debootstrap is quiet for a long time, so a watcher ends it when the caller gives up.
+        def stop_when_cancelled() -> None:
+            while proc.poll() is None:
+                if cancel.wait(0.2):
+                    try:
+                        os.killpg(proc.pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
+                    return
+
+        threading.Thread(target=stop_when_cancelled, daemon=True).start()
     tail: list[str] = []
     for line in proc.stdout:
         line = line.rstrip()
         tail = (tail + [line])[-20:]
         progress(line)
     if proc.wait() != 0:
+        if cancel is not None and cancel.is_set():
+            raise SandboxError("building the base image was cancelled")
         raise SandboxError("building the base image failed:\n" + "\n".join(tail))
     return tag
 
 
-def resolve_base(client: Any, configured: str | None, progress: Progress = _quiet) -> str:
+def resolve_base(client: Any, configured: str | None, progress: Progress = _quiet, cancel: threading.Event | None = None) -> str:
     """The base image to build on: the configured one (pulled if needed), else Osprey's own."""
     import docker
 
@@ -145,7 +161,7 @@ def resolve_base(client: Any, configured: str | None, progress: Progress = _quie
             progress(f"cannot pull {configured} ({_short(exc)}); building on Osprey's own Debian base instead")
     if _image_exists(client, BASE_TAG):
         return BASE_TAG
-    return build_base(client, progress)
+    return build_base(client, progress, cancel=cancel)
 
 
 def _python_version(client: Any, image: str) -> str:
@@ -202,12 +218,14 @@ def _build_context(context: Path, python_version: str, home: Path | None, progre
     return wheels
 
 
-def _stream_build(client: Any, progress: Progress, **kwargs: Any) -> None:
+def _stream_build(client: Any, progress: Progress, cancel: threading.Event | None = None, **kwargs: Any) -> None:
     import docker
 
     tail: list[str] = []
     try:
         for chunk in client.api.build(decode=True, rm=True, forcerm=True, **kwargs):
+            if cancel is not None and cancel.is_set():
+                raise SandboxError("building the lane image was cancelled")
             if "error" in chunk:
                 raise SandboxError("the lane image build failed: " + str(chunk["error"]).strip() + ("\n" + "\n".join(tail) if tail else ""))
             text = str(chunk.get("stream", "")).rstrip()
@@ -218,16 +236,18 @@ def _stream_build(client: Any, progress: Progress, **kwargs: Any) -> None:
         raise SandboxError(f"the lane image build failed: {_short(exc)}") from None
 
 
-def image_tag(client: Any, configured_base: str | None, progress: Progress = _quiet) -> tuple[str, str]:
+def image_tag(client: Any, configured_base: str | None, progress: Progress = _quiet, cancel: threading.Event | None = None) -> tuple[str, str]:
     """(lane tag, base image) for the current recipe, building the base if it is missing."""
-    base = resolve_base(client, configured_base, progress)
+    base = resolve_base(client, configured_base, progress, cancel)
     base_id = client.images.get(base).id
     return f"{LANE_REPOSITORY}:{recipe_hash(base_id)}", base
 
 
-def ensure_image(client: Any, configured_base: str | None = None, *, force: bool = False, progress: Progress = _quiet, home: Path | None = None) -> str:
-    """The lane image for this recipe: reused when its tag exists, built otherwise."""
-    tag, base = image_tag(client, configured_base, progress)
+def ensure_image(client: Any, configured_base: str | None = None, *, force: bool = False, progress: Progress = _quiet, home: Path | None = None, cancel: threading.Event | None = None) -> str:
+    """The lane image for this recipe: reused when its tag exists, built otherwise.
+
+    Setting `cancel` (from another thread) stops a build that is under way."""
+    tag, base = image_tag(client, configured_base, progress, cancel)
     if not force and _image_exists(client, tag):
         return tag
     with tempfile.TemporaryDirectory(prefix="osprey-lane-build-") as tmp:
@@ -236,7 +256,7 @@ def ensure_image(client: Any, configured_base: str | None = None, *, force: bool
         progress(f"building the lane image {tag} on {base} ...")
         tools_tag = f"{tag}-tools-{os.getpid()}"  # per build, so concurrent builds cannot remove each other's
         # The tools stage tells which Python the lane has, and so which wheels it needs.
-        _stream_build(client, progress, path=str(context), tag=tools_tag, target="tools", buildargs={"BASE_IMAGE": base})
+        _stream_build(client, progress, cancel, path=str(context), tag=tools_tag, target="tools", buildargs={"BASE_IMAGE": base})
         python_version = _python_version(client, tools_tag)
         wheels = _build_context(context, python_version, home, progress)
         labels = {
@@ -245,7 +265,7 @@ def ensure_image(client: Any, configured_base: str | None = None, *, force: bool
             "osprey.base": base,
             "osprey.wheels": json.dumps(sorted(w.name for w in wheels)),
         }
-        _stream_build(client, progress, path=str(context), tag=tag, target="lane", buildargs={"BASE_IMAGE": base}, labels=labels)
+        _stream_build(client, progress, cancel, path=str(context), tag=tag, target="lane", buildargs={"BASE_IMAGE": base}, labels=labels)
         try:
             client.images.remove(tools_tag, noprune=True)
         except Exception:  # noqa: BLE001 - only a tag to tidy away

@@ -20,6 +20,7 @@ import secrets
 import shutil
 import stat
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -285,9 +286,20 @@ async def provision_lane(workspace: str, session_id: str, options: SandboxSettin
 
     workspace = os.path.realpath(workspace)
     client = await asyncio.to_thread(docker_client)
+    cancel = threading.Event()
     try:
         await asyncio.to_thread(reap_orphans, client)
-        image = await asyncio.to_thread(lambda: ensure_image(client, options.base_image, progress=progress, home=home))
+        # A first build can take a minute; Ctrl-C must stop it rather than wait for it.
+        build = asyncio.ensure_future(asyncio.to_thread(lambda: ensure_image(client, options.base_image, progress=progress, home=home, cancel=cancel)))
+        try:
+            image = await asyncio.shield(build)
+        except asyncio.CancelledError:
+            cancel.set()
+            try:
+                await build
+            except Exception:  # noqa: BLE001 - the cancelled build's own error
+                pass
+            raise
     except docker.errors.DockerException as exc:
         raise SandboxError(f"preparing the lane failed: {_short(exc)}") from None
     socket_dir: Path | None = None
