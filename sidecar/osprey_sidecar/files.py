@@ -85,14 +85,20 @@ def _read_bytes(real: str, shown: str) -> bytes:
         raise from_os_error(exc, shown) from None
 
 
+def _text_file(roots: Roots, path: str, refusal: str) -> tuple[str, bytes]:
+    """The resolved path and bytes of a text file; a binary one is refused with `refusal`."""
+    real = roots.resolve(path, default_cwd=False)
+    data = _read_bytes(real, path)
+    if _looks_binary(data[:BINARY_SNIFF_BYTES]):
+        raise ToolFailure(E.BINARY_FILE, refusal.format(path=path, size=len(data)))
+    return real, data
+
+
 def read_file(roots: Roots, path: str, offset: int = 0, limit: int = 0) -> ReadResult:
     """Numbered lines of a text file, from line `offset` (1-based), at most `limit` lines."""
     if offset < 0 or limit < 0:
         raise ToolFailure(E.INVALID_ARGUMENT, "offset and limit must not be negative")
-    real = roots.resolve(path, default_cwd=False)
-    data = _read_bytes(real, path)
-    if _looks_binary(data[:BINARY_SNIFF_BYTES]):
-        raise ToolFailure(E.BINARY_FILE, f"{path} is a binary file ({len(data)} bytes); read_file only reads text. Use bash (for example `file` or `xxd | head`) to inspect it.")
+    real, data = _text_file(roots, path, "{path} is a binary file ({size} bytes); read_file only reads text. Use bash (for example `file` or `xxd | head`) to inspect it.")
     text = data.decode("utf-8", "replace")
     # Lines end at \n, as grep counts them (str.splitlines would also split at \r, \f, \x85, \u2028, ...).
     lines = text.split("\n")
@@ -178,10 +184,7 @@ def edit_file(roots: Roots, path: str, old_string: str, new_string: str, replace
         raise ToolFailure(E.INVALID_ARGUMENT, "old_string is empty; to create or overwrite a file use write_file")
     if old_string == new_string:
         raise ToolFailure(E.INVALID_ARGUMENT, "old_string and new_string are the same; nothing would change")
-    real = roots.resolve(path, default_cwd=False)
-    data = _read_bytes(real, path)
-    if _looks_binary(data[:BINARY_SNIFF_BYTES]):
-        raise ToolFailure(E.BINARY_FILE, f"{path} is a binary file; edit_file only edits text")
+    real, data = _text_file(roots, path, "{path} is a binary file; edit_file only edits text")
     text = data.decode("utf-8", "surrogateescape")
     count = text.count(old_string)
     if count == 0:
