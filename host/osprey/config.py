@@ -209,7 +209,7 @@ def find_project_config(cwd: Path, home: Path) -> Path | None:
 def load_environment(cwd: Path, environ: Mapping[str, str]) -> dict[str, str]:
     """The real environment, filled in from `.env` files where it is silent."""
     env = dict(environ)
-    home = Path(env.get("OSPREY_HOME") or Path(env.get("HOME", "~")).expanduser() / ".osprey")
+    home = load_home(env)
     for dotenv in (cwd / ".env", home / ".env"):
         if dotenv.is_file():
             try:
@@ -235,7 +235,7 @@ def load_settings(
     if not cwd.is_dir():
         raise ConfigError(f"working directory {cwd} does not exist or is not a directory")
     env = load_environment(cwd, os.environ if environ is None else environ)
-    home = Path(env.get("OSPREY_HOME") or Path(env.get("HOME", "~")).expanduser() / ".osprey").expanduser()
+    home = load_home(env)
 
     merged: dict[str, Any] = {}
     sources: list[str] = []

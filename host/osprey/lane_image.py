@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -74,10 +75,14 @@ def recipe_hash(base_id: str) -> str:
     h.update(f"recipe {RECIPE_VERSION}\nbase {base_id}\narch {platform.machine()}\n".encode())
     h.update("\n".join(wheel_pins()).encode())
     h.update(repo_file("Dockerfile").read_bytes())
-    root = sidecar_dir()
-    for path in _sidecar_files():
-        h.update(b"\0" + str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    _hash_files(h, sidecar_dir(), _sidecar_files())
     return h.hexdigest()[:16]
+
+
+def _hash_files(h: Any, root: Path, files: list[Path]) -> None:
+    """Feed each file's path (relative to `root`) and content into the hash `h`."""
+    for path in files:
+        h.update(b"\0" + str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
 
 
 def docker_client() -> Any:
@@ -134,10 +139,10 @@ def build_base(client: Any, progress: Progress = _quiet, tag: str = BASE_TAG, ca
                     return
 
         threading.Thread(target=stop_when_cancelled, daemon=True).start()
-    tail: list[str] = []
+    tail: deque[str] = deque(maxlen=20)
     for line in proc.stdout:
         line = line.rstrip()
-        tail = (tail + [line])[-20:]
+        tail.append(line)
         progress(line)
     if proc.wait() != 0:
         if cancel is not None and cancel.is_set():
@@ -202,8 +207,7 @@ def cached_wheels(home: Path | None, python_version: str, pins: list[str], progr
 
 
 def _build_context(context: Path, python_version: str, home: Path | None, progress: Progress, *, broker: bool = False) -> list[Path]:
-    """Lay out a build context: the Dockerfile, the sidecar, its wheels (and the broker's)."""
-    shutil.copy2(repo_file("Dockerfile"), context / "Dockerfile")
+    """Add to a build context holding the Dockerfile: the sidecar, its wheels (and the broker's)."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(sidecar_dir(), context / "sidecar" / "osprey_sidecar", ignore=ignore)
     wheels = cached_wheels(home, python_version, wheel_pins(), progress)
@@ -221,7 +225,7 @@ def _build_context(context: Path, python_version: str, home: Path | None, progre
 def _stream_build(client: Any, progress: Progress, cancel: threading.Event | None = None, **kwargs: Any) -> None:
     import docker
 
-    tail: list[str] = []
+    tail: deque[str] = deque(maxlen=15)
     try:
         for chunk in client.api.build(decode=True, rm=True, forcerm=True, **kwargs):
             if cancel is not None and cancel.is_set():
@@ -230,7 +234,7 @@ def _stream_build(client: Any, progress: Progress, cancel: threading.Event | Non
                 raise SandboxError("the lane image build failed: " + str(chunk["error"]).strip() + ("\n" + "\n".join(tail) if tail else ""))
             text = str(chunk.get("stream", "")).rstrip()
             if text:
-                tail = (tail + [text])[-15:]
+                tail.append(text)
                 progress(text)
     except docker.errors.DockerException as exc:
         raise SandboxError(f"the lane image build failed: {_short(exc)}") from None
@@ -320,9 +324,7 @@ def _host_files() -> list[Path]:
 def ensure_broker_image(client: Any, lane_tag: str, *, force: bool = False, progress: Progress = _quiet, home: Path | None = None) -> str:
     """The headless broker image compose.yaml runs: `osprey` on top of the lane image."""
     h = hashlib.sha256(f"broker {RECIPE_VERSION}\n{lane_tag}\n".encode() + "\n".join(broker_pins()).encode())
-    root = Path(__file__).resolve().parent
-    for path in _host_files():  # the broker's code is part of what the tag names
-        h.update(b"\0" + str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    _hash_files(h, Path(__file__).resolve().parent, _host_files())  # the broker's code is part of what the tag names
     tag = f"{BROKER_REPOSITORY}:{h.hexdigest()[:16]}"
     if not force and _image_exists(client, tag):
         return tag
@@ -330,6 +332,7 @@ def ensure_broker_image(client: Any, lane_tag: str, *, force: bool = False, prog
     python_version = _python_version(client, lane_tag)
     with tempfile.TemporaryDirectory(prefix="osprey-broker-build-") as tmp:
         context = Path(tmp)
+        shutil.copy2(repo_file("Dockerfile"), context / "Dockerfile")
         _build_context(context, python_version, home, progress, broker=True)
         progress(f"building the broker image {tag} ...")
         _stream_build(client, progress, path=str(context), tag=tag, target="broker", buildargs={"BASE_IMAGE": base}, labels={"osprey.broker-image": "1"})

@@ -210,10 +210,6 @@ def lane_run_options(image: str, workspace: str, session_id: str, options: Sandb
     }
 
 
-def _create(client: Any, image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path) -> Any:
-    return client.containers.create(image, detach=True, **lane_run_options(image, workspace, session_id, options, socket_dir))
-
-
 def make_socket_dir(workspace: str) -> tuple[Path, str]:
     """A private dir for the lane's socket, holding a fresh token file the lane's user can read."""
     base = runtime_dir()
@@ -337,7 +333,7 @@ def _create_and_start(client: Any, image: str, workspace: str, session_id: str, 
     import docker
 
     try:
-        container = _create(client, image, workspace, session_id, options, socket_dir)
+        container = client.containers.create(image, detach=True, **lane_run_options(image, workspace, session_id, options, socket_dir))
     except docker.errors.DockerException as exc:
         raise SandboxError(f"the lane container could not be created: {_short(exc)}") from None
     try:
