@@ -356,7 +356,7 @@ def test_a_lane_that_dies_mid_session_is_replaced(lanes: Brokers) -> None:
     first, second, third = run.of("tool_result")
     assert first["ok"], first
     assert (second["ok"], second["error_category"]) == (False, "tool_service_unavailable"), second
-    assert "stopped" in second["output"] and "a new lane was started" in second["output"], second["output"]
+    assert "stopped" in second["output"] and "a new lane started" in second["output"], second["output"]
     assert third["ok"] and third["output"].startswith("before"), third
     old_host, new_host = first["output"].split()[0], third["output"].split()[1]
     assert old_host != new_host, "the call after the crash must run in a new lane"

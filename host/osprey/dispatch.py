@@ -11,20 +11,28 @@ import asyncio
 import os
 import secrets
 import shutil
+import stat
+import sys
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import DispatcherError, SandboxError
+from .owners import boot_id, pid_alive
 from .toolclient import ToolClient
 
 if TYPE_CHECKING:
     from .config import SandboxSettings
 
 READY_DEADLINE_S = 10.0
+HEALTH_PROBE_S = 2.0
+STOP_GRACE_S = 2.0
+DISPATCHER_DIR_PREFIX = "osprey-tools-"
+OWNER_FILE = "owner"
 
 
 @dataclass
@@ -39,41 +47,156 @@ class ToolService:
 
 
 class LocalDispatcher:
-    """The sidecar's servicer run in this process on a private unix socket (0600 in a 0700 dir)."""
+    """The sidecar's servicer in a child process of the broker, on a private unix socket
+    (0600 in a 0700 dir). A runaway call can be killed with the child, never stalling the broker."""
 
-    def __init__(self, roots: Sequence[str]) -> None:
+    def __init__(self, roots: Sequence[str], env: Mapping[str, str] | None = None) -> None:
         self.roots = [os.path.realpath(r) for r in roots]
+        self.env = dict(env) if env is not None else None
         self.dir: str | None = None
-        self.server = None
+        self.proc: asyncio.subprocess.Process | None = None
         self.client: ToolClient | None = None
+        self.generation = 0
+        self._lock = asyncio.Lock()
 
     async def start(self) -> ToolClient:
-        from osprey_sidecar.server import build_server
-
         from .config import tool_environment
 
-        self.dir = tempfile.mkdtemp(prefix="osprey-tools-")  # mkdtemp makes it 0700
+        reap_stale_dispatcher_dirs()
+        self.dir = tempfile.mkdtemp(prefix=DISPATCHER_DIR_PREFIX)  # mkdtemp makes it 0700
+        Path(self.dir, OWNER_FILE).write_text(f"{os.getpid()} {boot_id()}\n")
         socket_path = os.path.join(self.dir, "tools.sock")
+        token_path = os.path.join(self.dir, "token")
         token = secrets.token_hex(32)
+        fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(token + "\n")
+        env = self.env if self.env is not None else tool_environment()
+        log = open(os.path.join(self.dir, "dispatcher.log"), "wb")
         try:
-            self.server = build_server(self.roots, socket_path, token, env=tool_environment())
-        except Exception as exc:  # grpc raises RuntimeError for a socket it cannot bind
+            # -I: the interpreter must not import modules from the (untrusted) working directory.
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-I", "-m", "osprey_sidecar", "--socket", socket_path, "--token-file", token_path,
+                "--parent-pid", str(os.getpid()), *[arg for root in self.roots for arg in ("--root", root)],
+                cwd=self.dir, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True,  # a terminal's Ctrl-C reaches the broker, which tears this down in order
+            )
+        except OSError as exc:
             await self.close()
-            raise DispatcherError(f"the local dispatcher could not listen on {socket_path}: {exc}") from None
+            raise DispatcherError(f"the local dispatcher could not be started ({sys.executable}): {exc.strerror or exc}") from None
+        finally:
+            log.close()
         self.client = ToolClient.for_socket(socket_path, token=token)
-        await self.client.wait_ready(READY_DEADLINE_S)
+        try:
+            await self._wait_ready(socket_path)
+        except BaseException:
+            await self.close()
+            raise
+        os.unlink(token_path)  # the child has read it; the broker keeps it in memory
         return self.client
+
+    async def _wait_ready(self, socket_path: str) -> None:
+        assert self.client is not None and self.proc is not None
+        client, proc = self.client, self.proc
+
+        async def ready_when_listening() -> None:
+            # A connection attempt before the socket exists would put the channel into gRPC's
+            # reconnect backoff (a second or more), so wait for the socket first.
+            end = time.monotonic() + READY_DEADLINE_S
+            while not os.path.exists(socket_path) and proc.returncode is None and time.monotonic() < end:
+                await asyncio.sleep(0.005)
+            await client.wait_ready(max(end - time.monotonic(), 0.1))
+
+        ready = asyncio.ensure_future(ready_when_listening())
+        exited = asyncio.ensure_future(self.proc.wait())
+        try:
+            await asyncio.wait({ready, exited}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            exited.cancel()
+            if not ready.done():
+                ready.cancel()
+        if ready.done() and not ready.cancelled() and ready.exception() is None:
+            return
+        if ready.done() and not ready.cancelled():
+            ready.exception()  # retrieved; the log says more
+        raise DispatcherError(f"the local dispatcher did not start serving on {socket_path}; its last output:\n{self.log_tail() or '(none)'}")
+
+    def log_tail(self, lines: int = 20) -> str:
+        if self.dir is None:
+            return ""
+        try:
+            with open(os.path.join(self.dir, "dispatcher.log"), "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(fh.tell() - 8192, 0))
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+    async def recover(self) -> str | None:
+        """If the dispatcher no longer answers, replace it and say so; else None."""
+        async with self._lock:
+            if self.client is not None and self.proc is not None and self.proc.returncode is None and await self.client.healthy(timeout=HEALTH_PROBE_S):
+                return None
+            why = "the local dispatcher stopped answering" if self.proc is not None and self.proc.returncode is None else "the local dispatcher exited"
+            await self.close()
+            self.generation += 1
+            await self.start()
+        return f"{why}; it was stopped (with every command it was running) and a new one started, so the call can be retried"
 
     async def close(self) -> None:
         if self.client is not None:
             await self.client.close()
             self.client = None
-        if self.server is not None:
-            self.server.stop(grace=None)
-            self.server = None
+        if self.proc is not None:
+            proc, self.proc = self.proc, None
+            await _stop_process(proc)
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+
+
+async def _stop_process(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM (the dispatcher then kills its commands' process groups), SIGKILL after a grace."""
+    if proc.returncode is None:
+        try:
+            proc.terminate()
+        except ProcessLookupError:
+            pass
+        try:
+            await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
+        except asyncio.TimeoutError:
+            try:
+                proc.kill()
+            except ProcessLookupError:
+                pass
+            await proc.wait()
+
+
+def reap_stale_dispatcher_dirs() -> list[str]:
+    """Remove socket dirs of local dispatchers whose broker is gone (killed without teardown)."""
+    removed = []
+    base = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(base) if n.startswith(DISPATCHER_DIR_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(base, name)
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            with open(os.path.join(path, OWNER_FILE), encoding="utf-8") as fh:
+                pid_text, _, boot = fh.read(200).strip().partition(" ")
+            pid = int(pid_text)
+        except (OSError, ValueError):
+            continue  # not ours, or still being set up
+        if boot == boot_id() and pid_alive(pid):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
 
 
 class LaneSupervisor:
@@ -106,9 +229,11 @@ class LaneSupervisor:
         async with self._lock:  # one replacement at a time, however many calls failed
             if self.lane is not None:
                 state = await lane_state(self.lane)
-                if state.get("Running"):
+                if state.get("Running") and not state.get("Paused") and await self.lane.client.healthy(timeout=HEALTH_PROBE_S):
                     return None
-                if state.get("OOMKilled"):
+                if state.get("Running"):
+                    why = "the sandbox lane stopped answering (a runaway command, or its process limit was reached)"
+                elif state.get("OOMKilled"):
                     why = f"the sandbox lane ran out of memory ({self.options.memory_limit}) and was killed"
                 elif state.get("Gone"):
                     why = "the sandbox lane's container disappeared"
@@ -121,7 +246,7 @@ class LaneSupervisor:
             self.generation += 1
             self.lane = await provision_lane(self.workspace, f"{self.session_id}-{self.generation}", self.options, progress=self.progress, home=self.home)
             self.service.client = self.lane.client
-        return f"{why}; a new lane was started with the same workspace, so the call can be retried (files written before are kept, processes and /tmp are not)"
+        return f"{why}; it was removed and a new lane started with the same workspace, so the call can be retried (files written before are kept, processes and /tmp are not)"
 
     async def close(self) -> None:
         from .lanes import destroy_lane
@@ -158,8 +283,11 @@ async def open_tool_service(
     session_id: str = "session",
     progress: Callable[[str], None] = lambda _: None,
     home: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[ToolService]:
-    """The ToolService for a session; torn down (container, socket and all) when the block exits."""
+    """The ToolService for a session; torn down (container, socket and all) when the block exits.
+
+    `env` is the environment of commands run on the host (default: this one without credentials)."""
     real_roots = [os.path.realpath(r) for r in roots]
     if sandbox is not None and sandbox.enabled and sandbox.socket:
         service = await _attach(sandbox, real_roots)
@@ -174,9 +302,18 @@ async def open_tool_service(
         finally:
             await supervisor.close()
     else:
-        dispatcher = LocalDispatcher(real_roots)
+        dispatcher = LocalDispatcher(real_roots, env)
         try:
             client = await dispatcher.start()
-            yield ToolService(client=client, home="local", roots=dispatcher.roots)
+            service = ToolService(client=client, home="local", roots=dispatcher.roots)
+
+            async def recover() -> str | None:
+                note = await dispatcher.recover()
+                if dispatcher.client is not None:
+                    service.client = dispatcher.client
+                return note
+
+            service.recover = recover
+            yield service
         finally:
             await dispatcher.close()

@@ -33,5 +33,12 @@ class ToolError(OspreyError):
         self.message = message
 
 
+class ToolTimeout(ToolError):
+    """The ToolService did not answer a call before its deadline; the call was cancelled."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("timeout", message)
+
+
 class SandboxError(OspreyError):
     """A sandbox lane could not be built, started, reached or removed."""

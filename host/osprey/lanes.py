@@ -28,6 +28,7 @@ from typing import Any
 
 from .config import SandboxSettings
 from .errors import SandboxError
+from .owners import boot_id, pid_alive
 from .lane_image import Progress, _quiet, _short, docker_client, ensure_image
 from .toolclient import ToolClient
 
@@ -36,13 +37,6 @@ SOCKET_IN_LANE = "/run/osprey"
 SOCKET_NAME = "tools.sock"
 TOKEN_NAME = "token"
 LOG_LINES = 20
-
-
-def boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return "unknown"
 
 
 def pid_namespace() -> str:
@@ -61,15 +55,7 @@ def _owner_alive(labels: dict[str, str]) -> bool:
         pid = int(labels.get("osprey.owner_pid", "0"))
     except ValueError:
         return False
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def runtime_dir() -> Path:
@@ -176,7 +162,7 @@ def lane_run_options(image: str, workspace: str, session_id: str, options: Sandb
     return {
         "command": [
             "--socket", f"{SOCKET_IN_LANE}/{SOCKET_NAME}", "--root", workspace, "--token-file", f"{SOCKET_IN_LANE}/{TOKEN_NAME}",
-            "--seal", SOCKET_IN_LANE, "--seal", "/dev",
+            "--seal", SOCKET_IN_LANE, "--seal", "/dev", "--reap-strays",
         ],
         "name": f"osprey-lane-{session_id}",
         "user": f"{uid}:{gid}",

@@ -23,12 +23,17 @@ from pydantic import BaseModel  # noqa: E402
 from osprey_sidecar._proto import tools_pb2 as pb  # noqa: E402
 from osprey_sidecar._proto import tools_pb2_grpc as pb_grpc  # noqa: E402
 
-from .errors import DispatcherError, ToolError  # noqa: E402
+from .errors import DispatcherError, ToolError, ToolTimeout  # noqa: E402
 
 TOKEN_KEY = "x-osprey-token"
 CATEGORY_KEY = "osprey-error-category"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 SERVICE_NAME = "osprey.sandbox.v1.ToolService"
+# Every call has a deadline, so a stuck home can never hang the session. A bash call's is its
+# own timeout plus a grace for the service to report it; the others' is fixed.
+CALL_DEADLINE_S = 90.0
+BASH_DEFAULT_TIMEOUT_MS = 120_000
+BASH_DEADLINE_GRACE_S = 15.0
 
 
 class ReadFileResult(BaseModel):
@@ -109,7 +114,7 @@ def dropped_marker(count: int) -> str:
     return f"\n[... {count} bytes of output dropped ...]\n"
 
 
-def _map_rpc_error(exc: grpc.aio.AioRpcError, where: str) -> Exception:
+def _map_rpc_error(exc: grpc.aio.AioRpcError, where: str, deadline_s: float | None = None) -> Exception:
     category = ""
     for key, value in exc.trailing_metadata() or ():
         if key == CATEGORY_KEY:
@@ -119,6 +124,8 @@ def _map_rpc_error(exc: grpc.aio.AioRpcError, where: str) -> Exception:
         return ToolError(category, exc.details() or category)
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return DispatcherError(f"the ToolService at {where} refused the call: {exc.details()}; the lane token does not match")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED and deadline_s is not None:
+        return ToolTimeout(f"the ToolService did not answer within {deadline_s:g} s, so the call was cancelled")
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return DispatcherError(f"the ToolService at {where} is unreachable ({code.name}: {exc.details()}); the sandbox lane or dispatcher may have stopped")
     if code == grpc.StatusCode.CANCELLED:
@@ -130,8 +137,9 @@ def _map_rpc_error(exc: grpc.aio.AioRpcError, where: str) -> Exception:
 class ToolClient:
     """Typed async calls to a ToolService over a gRPC channel."""
 
-    def __init__(self, channel: grpc.aio.Channel, *, token: str | None = None, where: str = "?") -> None:
+    def __init__(self, channel: grpc.aio.Channel, *, token: str | None = None, where: str = "?", call_deadline_s: float = CALL_DEADLINE_S) -> None:
         self.channel = channel
+        self.call_deadline_s = call_deadline_s
         self.where = where
         self._stub = pb_grpc.ToolServiceStub(channel)
         self._health = health_pb2_grpc.HealthStub(channel)
@@ -154,9 +162,9 @@ class ToolClient:
 
     async def _unary(self, method: Callable[..., Any], request: Any) -> Any:
         try:
-            return await method(request, metadata=self._metadata)
+            return await method(request, metadata=self._metadata, timeout=self.call_deadline_s)
         except grpc.aio.AioRpcError as exc:
-            raise _map_rpc_error(exc, self.where) from None
+            raise _map_rpc_error(exc, self.where, self.call_deadline_s) from None
         except grpc.aio.UsageError as exc:
             raise DispatcherError(f"the connection to the ToolService at {self.where} is closed ({exc})") from None
 
@@ -194,8 +202,9 @@ class ToolClient:
 
     async def bash(self, command: str, *, timeout_ms: int = 0, workdir: str = "", max_output_bytes: int = 0, on_output: Callable[[bytes], None] | None = None) -> BashResult:
         """Run a command; output chunks reach `on_output` as they arrive. Cancelling kills it."""
+        deadline_s = (timeout_ms or BASH_DEFAULT_TIMEOUT_MS) / 1000 + BASH_DEADLINE_GRACE_S
         try:
-            call = self._stub.Bash(pb.BashRequest(command=command, timeout_ms=timeout_ms, workdir=workdir, max_output_bytes=max_output_bytes), metadata=self._metadata)
+            call = self._stub.Bash(pb.BashRequest(command=command, timeout_ms=timeout_ms, workdir=workdir, max_output_bytes=max_output_bytes), metadata=self._metadata, timeout=deadline_s)
         except grpc.aio.UsageError as exc:
             raise DispatcherError(f"the connection to the ToolService at {self.where} is closed ({exc})") from None
         head = bytearray()
@@ -220,7 +229,7 @@ class ToolClient:
                     )
         except grpc.aio.AioRpcError as exc:
             finished = True
-            raise _map_rpc_error(exc, self.where) from None
+            raise _map_rpc_error(exc, self.where, deadline_s) from None
         except grpc.aio.UsageError as exc:
             finished = True
             raise DispatcherError(f"the connection to the ToolService at {self.where} is closed ({exc})") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import secrets
 import signal
@@ -20,8 +21,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token-file", help="file holding the token every call must present")
     parser.add_argument("--create-token", action="store_true", help="with --token-file: write a random token there first if the file does not exist")
     parser.add_argument("--seal", action="append", default=[], metavar="DIR", help="after start-up, make DIR read-only to its owner (chmod 0555); for a lane's /dev and socket dir")
+    parser.add_argument("--reap-strays", action="store_true", help="after each command, kill every process it left running outside its process group (only in a lane: a container of its own)")
+    parser.add_argument("--parent-pid", type=int, metavar="PID", help="exit (stopping every running command) when process PID, the broker that started this one, ends")
     parser.add_argument("--version", action="version", version=__version__)
     args = parser.parse_args(argv)
+    # Commands in a lane run as the sidecar's uid: without this they could read the token
+    # out of /proc/<sidecar>/mem or attach a debugger to it.
+    _prctl(PR_SET_DUMPABLE, 0)
+    if args.parent_pid:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != args.parent_pid:
+            return 1  # the parent died before the death signal was armed
     token = None
     if args.create_token and not args.token_file:
         parser.error("--create-token needs --token-file")
@@ -34,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             token = fh.read().strip()
         if not token:
             parser.error(f"token file {args.token_file} is empty")
-    server = build_server(args.root, args.socket, token)
+    server = build_server(args.root, args.socket, token, reap_strays=args.reap_strays)
     for path in args.seal:
         # Without capabilities even root obeys mode bits, so this keeps the lane's commands from
         # writing there; chmod fails harmlessly where the lane's user does not own the path.
@@ -43,12 +53,26 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
     print(f"osprey_sidecar {__version__} serving on {args.socket}", file=sys.stderr, flush=True)
     stop.wait()
+    # Stopping the server cancels the calls in flight, which kills their commands' process groups.
     server.stop(grace=1).wait()
     return 0
+
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+
+
+def _prctl(option: int, value: int) -> None:
+    """Linux prctl(2); a no-op where it is unavailable."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":

@@ -44,10 +44,11 @@ def socket_target(path: str) -> str:
     return f"unix:{path}"
 
 
-def build_server(roots: Sequence[str], socket_path: str, token: str | None = None, env: dict[str, str] | None = None) -> grpc.Server:
+def build_server(roots: Sequence[str], socket_path: str, token: str | None = None, env: dict[str, str] | None = None, *, reap_strays: bool = False) -> grpc.Server:
     """A started server for `roots` listening on `socket_path` (made 0600).
 
-    `env` is the environment `bash` commands get (default: this process's)."""
+    `env` is the environment `bash` commands get (default: this process's); `reap_strays`
+    (lanes only) kills what a command left running outside its process group."""
     interceptors = [_TokenInterceptor(token)] if token else []
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="osprey-tool"),
@@ -57,7 +58,7 @@ def build_server(roots: Sequence[str], socket_path: str, token: str | None = Non
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ],
     )
-    pb_grpc.add_ToolServiceServicer_to_server(ToolServicer(Roots(roots), env), server)
+    pb_grpc.add_ToolServiceServicer_to_server(ToolServicer(Roots(roots), env, reap_strays=reap_strays), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if os.path.exists(socket_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -17,6 +18,7 @@ from .files import edit_file, list_directory, read_file, tree, write_file
 from .paths import Roots
 from .search import find_files, grep
 from .shell import BashRun, Exit
+from .strays import reap_strays
 
 log = logging.getLogger("osprey_sidecar")
 
@@ -51,6 +53,7 @@ def _mapped(method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(self: "ToolServicer", request: Any, context: grpc.ServicerContext) -> Any:
+        self.calls.enter()
         try:
             return method(self, request, context)
         except ToolFailure as exc:
@@ -58,18 +61,45 @@ def _mapped(method: F) -> F:
         except Exception as exc:  # noqa: BLE001 - reported to the caller, not swallowed
             log.exception("tool crashed")
             context.set_trailing_metadata(((CATEGORY_KEY, "internal"),))
-            context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+            context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {str(exc)[:200]}")
+        finally:
+            self.calls.leave()
 
     return wrapper  # type: ignore[return-value]
+
+
+class _ActiveCalls:
+    """How many calls are being served; stray processes are reaped only between calls."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def enter(self) -> None:
+        with self._lock:
+            self.count += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self.count -= 1
+
+    def reap_if_alone(self) -> int:
+        """From inside a call: kill stray processes unless another call is running (whose
+        commands they could be). Calls starting meanwhile wait for the lock."""
+        with self._lock:
+            return reap_strays() if self.count == 1 else 0
 
 
 class ToolServicer(pb_grpc.ToolServiceServicer):
     """The eight sandboxed tools over one set of allowed roots."""
 
-    def __init__(self, roots: Roots, env: dict[str, str] | None = None) -> None:
+    def __init__(self, roots: Roots, env: dict[str, str] | None = None, *, reap_strays: bool = False) -> None:
         self.roots = roots
         # The environment commands run with; None means this process's own.
         self.env = env
+        # In a lane: after a command, kill whatever it left running outside its process group.
+        self.reap_strays = reap_strays
+        self.calls = _ActiveCalls()
 
     @_mapped
     def ReadFile(self, request: pb.ReadFileRequest, context: grpc.ServicerContext) -> pb.ReadFileResponse:
@@ -90,6 +120,13 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
         return pb.EditFileResponse(resolved_path=r.resolved_path, replacements=r.replacements, first_line=r.first_line)
 
     def Bash(self, request: pb.BashRequest, context: grpc.ServicerContext) -> Iterator[pb.BashEvent]:
+        self.calls.enter()
+        try:
+            yield from self._bash(request, context)
+        finally:
+            self.calls.leave()
+
+    def _bash(self, request: pb.BashRequest, context: grpc.ServicerContext) -> Iterator[pb.BashEvent]:
         try:
             run = BashRun(self.roots, request.command, request.timeout_ms, request.workdir, request.max_output_bytes, env=self.env)
         except ToolFailure as exc:
@@ -100,10 +137,11 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
         try:
             for event in run.events():
                 if isinstance(event, Exit):
+                    strays = self.calls.reap_if_alone() if self.reap_strays else 0
                     yield pb.BashEvent(exit=pb.BashExit(
                         exit_code=event.exit_code, signal=event.signal, timed_out=event.timed_out,
                         tail=event.tail, dropped_bytes=event.dropped_bytes, duration_ms=event.duration_ms,
-                        killed_background=event.killed_background,
+                        killed_background=event.killed_background or strays > 0,
                     ))
                 else:
                     yield pb.BashEvent(output=pb.BashOutput(data=event.data))

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..errors import DispatcherError, OspreyError, ToolError
+from ..errors import DispatcherError, OspreyError, ToolError, ToolTimeout
 from ..messages import ToolSpec
 from ..toolclient import ToolClient
 
@@ -69,6 +69,17 @@ def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+async def _recovery_note(ctx: ToolContext) -> str:
+    """What recovering the ToolService's home did, as lines to append to a failed call's result."""
+    if ctx.recover is None:
+        return ""
+    try:
+        note = await ctx.recover()
+    except OspreyError as failure:
+        note = f"starting a new ToolService failed too: {failure}"
+    return f"\n{note}" if note else ""
+
+
 def limit_text(text: str, max_chars: int) -> tuple[str, int]:
     """Keep the head and tail of `text` within `max_chars`; say how much was dropped."""
     if len(text) <= max_chars:
@@ -107,18 +118,14 @@ class ToolRegistry:
             return ToolOutcome(f"Error: invalid arguments for {name}: {problems}.", True, "invalid_arguments")
         try:
             result = await tool.run(args, ctx)
+        except ToolTimeout as exc:
+            # The home may be stuck (a runaway call, a full process table): probe it, and
+            # replace it when it no longer answers.
+            return ToolOutcome(f"Error (timeout): {exc.message}" + await _recovery_note(ctx), True, "timeout")
         except ToolError as exc:
             return ToolOutcome(f"Error ({exc.category}): {exc.message}", True, exc.category)
         except DispatcherError as exc:
-            text = f"Error (tool_service_unavailable): {exc}"
-            if ctx.recover is not None:
-                try:
-                    note = await ctx.recover()
-                except OspreyError as failure:
-                    note = f"starting a new sandbox lane failed too: {failure}"
-                if note:
-                    text += f"\n{note}"
-            return ToolOutcome(text, True, "tool_service_unavailable")
+            return ToolOutcome(f"Error (tool_service_unavailable): {exc}" + await _recovery_note(ctx), True, "tool_service_unavailable")
         outcome = result if isinstance(result, ToolOutcome) else ToolOutcome(result)
         outcome.text, outcome.truncated_chars = limit_text(outcome.text, self.max_result_chars)
         return outcome
