@@ -97,15 +97,26 @@ async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | N
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
-    interrupted = False
+    received: list[int] = []
+    agent = None
+    tearing_down = False
 
-    def on_sigint() -> None:
-        nonlocal interrupted
-        interrupted = True
-        loop.remove_signal_handler(signal.SIGINT)  # a second Ctrl-C falls through to the default
+    def on_signal(signum: int) -> None:
+        # Ctrl-C, SIGTERM (timeout, CI cancellation) and SIGHUP (a closed terminal) all end the
+        # session in order: the running turn is cancelled, session_end is written, the lane and
+        # the dispatcher are torn down. A second signal means "now": leave at once (the next
+        # start reaps whatever is left).
+        if received:
+            _flush_and_exit(128 + signum)
+        received.append(signum)
+        if tearing_down:
+            return  # the run is over; let the teardown finish rather than cut it short
+        if agent is not None:
+            agent.cancel_exit_status = 128 + signum
         task.cancel()
 
-    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, on_signal, signum)
     out = JsonlWriter() if jsonl else TerminalRenderer()
     timeout = httpx.Timeout(settings.retry.turn_timeout, connect=settings.retry.connect_timeout)
     try:
@@ -150,16 +161,31 @@ async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | N
                 retry=settings.retry, max_turns=settings.max_turns,
                 approval=ApprovalGate(settings.approval_policy), on_text=out.text,
                 tool_service=service.home, session_id=session_id,
+                cancel_exit_status=128 + received[0] if received else 130,
             )
             end = await agent.run(prompt)
+            tearing_down = True
             if jsonl and end.error:
                 _error(f"{end.outcome}: {end.error}")  # JSONL consumers see it in session_end too
             return end.exit_status
     except asyncio.CancelledError:
         # Cancelled before the loop started (or during teardown).
-        return 130 if interrupted else 1
+        return 128 + received[0] if received else 1
     finally:
+        for signum in STOP_SIGNALS:
+            try:
+                loop.remove_signal_handler(signum)
+            except Exception:  # noqa: BLE001 - the loop may be closing
+                pass
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _flush_and_exit(status: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
         try:
-            loop.remove_signal_handler(signal.SIGINT)
-        except Exception:  # noqa: BLE001 - the loop may be closing
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed pipe must not stop the exit
             pass
+    os._exit(status)
