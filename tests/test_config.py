@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from osprey.config import find_project_config, load_settings, parse_dotenv
+from osprey.config import find_project_configs, load_settings, parse_dotenv
 from osprey.errors import ConfigError
 
 
@@ -34,6 +34,7 @@ def test_precedence_global_project_env_flags(workspace: Path, home: Path) -> Non
     project = workspace / ".osprey"
     project.mkdir()
     (project / "config.toml").write_text('model = "project"\n[retry]\nturn_timeout = 7\n')
+    (workspace / ".git").mkdir()  # the workspace boundary
     nested = workspace / "src" / "pkg"
     nested.mkdir(parents=True)
 
@@ -123,7 +124,7 @@ def test_global_file_is_not_taken_for_a_project_file(tmp_path: Path) -> None:
     (home / "config.toml").write_text("")
     project = tmp_path / "user" / "repo"
     project.mkdir()
-    assert find_project_config(project, home) is None
+    assert find_project_configs(project, home) == []
 
 
 def test_missing_working_directory(tmp_path: Path, home: Path) -> None:

@@ -12,6 +12,7 @@ from .. import __version__
 SUBCOMMANDS = {
     "agent": ("osprey.cli.agent", "agent", "Run the agent loop headless on one prompt."),
     "sandbox": ("osprey.cli.sandbox", "sandbox", "Build the lane image; list and prune sandbox lanes."),
+    "trust": ("osprey.cli.trust", "trust", "Review a project's settings and trust them; list or revoke trust."),
 }
 
 

@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -46,8 +47,10 @@ class ManagedProcess:
 class ProcessManager:
     """The session's background processes; all are stopped when the session ends."""
 
-    def __init__(self, roots: list[str]) -> None:
+    def __init__(self, roots: list[str], env: Mapping[str, str] | None = None) -> None:
+        """`env` is what the commands see (default: `tool_environment()` when each starts)."""
         self.roots = Roots(roots)
+        self.env = dict(env) if env is not None else None
         self.procs: dict[str, ManagedProcess] = {}
         self._next = 1
 
@@ -63,7 +66,7 @@ class ProcessManager:
         if not os.path.isdir(cwd):
             raise ToolError("not_a_directory", f"workdir {workdir} is not a directory")
         proc = await asyncio.create_subprocess_exec(
-            "bash", "-c", command, cwd=cwd, env=tool_environment(), stdin=asyncio.subprocess.DEVNULL,
+            "bash", "-c", command, cwd=cwd, env=self.env if self.env is not None else tool_environment(), stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
         )
         pid = f"p{self._next}"

@@ -1,0 +1,253 @@
+"""Recorded trust: the project files a user reviewed and trusts, in `$OSPREY_HOME/trust.toml`.
+
+```toml
+[projects."/abs/workspace/root"]
+trusted_at = 2025-06-01T12:00:00Z
+files = { ".osprey/config.toml" = "sha256:…", ".env" = "sha256:…" }
+
+[pins]   # kept for extension trust pins
+```
+
+A file is trusted while its bytes hash to the recorded digest; an edit makes it untrusted again. A
+trust file that cannot be read or parsed trusts nothing, and says so; it never stops a run.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import hmac
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from datetime import date, datetime, time, timezone
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from .config import MAX_FILE_BYTES, read_bounded
+from .errors import ConfigError
+
+TRUST_FILE = "trust.toml"
+Digest = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
+Status = Literal["trusted", "changed", "untrusted"]
+
+
+def digest(data: bytes) -> str:
+    """`sha256:<hex>` of some bytes, the form trust.toml records."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProjectTrust(_Strict):
+    """One trusted project: the digests of its files as they were when trusted."""
+
+    trusted_at: datetime
+    files: dict[str, Digest] = Field(description="path relative to the project root -> digest")
+
+
+class TrustFile(_Strict):
+    """The whole of trust.toml."""
+
+    projects: dict[str, ProjectTrust] = Field(default_factory=dict, description="keyed by the project's absolute path")
+    pins: dict[str, Any] = Field(default_factory=dict, description="extension trust pins")
+
+
+@dataclass
+class TrustStore:
+    """trust.toml as read; with a `problem`, nothing is trusted."""
+
+    path: Path
+    data: TrustFile
+    problem: str | None = None
+
+    def status(self, root: Path | str, relpath: str, file_digest: str) -> Status:
+        """Whether the project file `relpath` of `root`, with these bytes, is trusted."""
+        if self.problem:
+            return "untrusted"
+        record = self.data.projects.get(str(root))
+        if record is None or relpath not in record.files:
+            return "untrusted"
+        return "trusted" if hmac.compare_digest(record.files[relpath], file_digest) else "changed"
+
+
+def trust_path(home: Path) -> Path:
+    return home / TRUST_FILE
+
+
+def load_trust(home: Path) -> TrustStore:
+    """Read trust.toml (missing: nothing trusted yet). Never raises for what the file holds."""
+    import tomli
+
+    path = trust_path(home)
+
+    def broken(why: str) -> TrustStore:
+        return TrustStore(path, TrustFile(), f"{why}; nothing is trusted until it is fixed or removed")
+
+    try:
+        raw = read_bounded(path, "the trust file")
+    except ConfigError as exc:
+        return broken(str(exc))
+    if raw is None:
+        return TrustStore(path, TrustFile())
+    try:
+        data = tomli.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomli.TOMLDecodeError) as exc:
+        return broken(f"{path}: not valid TOML ({exc})")
+    try:
+        return TrustStore(path, TrustFile.model_validate(data))
+    except ValidationError as exc:
+        where = ", ".join(".".join(str(p) for p in e["loc"]) or "(top level)" for e in exc.errors()[:3])
+        return broken(f"{path}: not a trust file Osprey understands (at {where})")
+
+
+def _usable(home: Path) -> TrustStore:
+    store = load_trust(home)
+    if store.problem:
+        raise ConfigError(f"{store.problem}. Osprey does not rewrite it: fix it, or move it away and trust again")
+    return store
+
+
+@contextmanager
+def _locked(home: Path) -> Iterator[None]:
+    """Serialise read-modify-write of trust.toml between processes."""
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(home / (TRUST_FILE + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def trust_project(home: Path, root: Path, files: Mapping[str, str], now: datetime | None = None) -> Path:
+    """Record `files` (relative path -> digest) of the project at `root` as trusted; files trusted
+    before and not named here stay trusted. Returns the trust file's path."""
+    with _locked(home):
+        store = _usable(home)
+        record = store.data.projects.get(str(root))
+        merged = {**(record.files if record else {}), **files}
+        store.data.projects[str(root)] = ProjectTrust(trusted_at=now or datetime.now(timezone.utc), files=merged)
+        _save(store)
+    return store.path
+
+
+def revoke_project(home: Path, root: Path | str) -> bool:
+    """Forget the trust of the project at `root`; False when it was not trusted."""
+    with _locked(home):
+        store = _usable(home)
+        if store.data.projects.pop(str(root), None) is None:
+            return False
+        _save(store)
+    return True
+
+
+def _save(store: TrustStore) -> None:
+    text = "# Projects whose files you trust (`osprey trust`). Edit with care: a bad file trusts nothing.\n"
+    text += dumps_toml(store.data.model_dump(mode="python"))
+    if len(text.encode("utf-8")) > MAX_FILE_BYTES:
+        raise ConfigError(f"{store.path} would grow past {MAX_FILE_BYTES // (1024 * 1024)} MiB; "
+                          "revoke projects you no longer use (`osprey trust --list`, `osprey trust --revoke DIR`)")
+    write_atomic(store.path, text)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` in one step: a 0600 temporary file, fsync, rename, fsync the dir."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), 0o600)
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+# A TOML writer for the trust file: tables, inline tables, arrays, strings, numbers, booleans, datetimes.
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _toml_string(text: str) -> str:
+    out = ['"']
+    for ch in text:
+        code = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\u{code:04X}")
+        elif 0xD800 <= code <= 0xDFFF:
+            raise ConfigError(f"cannot record {text!r} in the trust file: it is not valid UTF-8")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else _toml_string(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")) if not math.isfinite(value) else repr(value)
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(timezone.utc)
+            return value.replace(tzinfo=None).isoformat() + "Z"
+        return value.isoformat()
+    if isinstance(value, (date, time)):
+        return value.isoformat()
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in value.items()) + " }" if value else "{}"
+    raise ConfigError(f"cannot record a {type(value).__name__} in the trust file")
+
+
+def _is_table(value: Any) -> bool:
+    """Mappings holding mappings become [tables]; flat ones stay inline."""
+    return isinstance(value, Mapping) and any(isinstance(v, Mapping) for v in value.values())
+
+
+def _dump_table(lines: list[str], prefix: list[str], table: Mapping[str, Any]) -> None:
+    plain = [(k, v) for k, v in table.items() if not _is_table(v)]
+    nested = [(k, v) for k, v in table.items() if _is_table(v)]
+    if prefix and (plain or not nested):
+        lines.append("")
+        lines.append("[" + ".".join(_toml_key(p) for p in prefix) + "]")
+    for key, value in plain:
+        lines.append(f"{_toml_key(str(key))} = {_toml_value(value)}")
+    for key, value in nested:
+        _dump_table(lines, [*prefix, str(key)], value)
+
+
+def dumps_toml(data: Mapping[str, Any]) -> str:
+    """TOML text for `data` (the subset trust.toml uses)."""
+    lines: list[str] = []
+    _dump_table(lines, [], data)
+    return "\n".join(lines).lstrip("\n") + "\n"
