@@ -149,7 +149,11 @@ class AgentLoop:
             self.emit(ToolCallEvent(turn=turn_no, id=call.id, name=call.name, arguments=call.arguments))
             started = time.monotonic()
             if call.arguments_error:
-                ok, category, text, dropped = False, "invalid_arguments", f"Error: the call to {call.name} could not be run: {call.arguments_error}. Send the arguments as a JSON object.", 0
+                if call.name:
+                    text = f"Error: the call to {call.name} could not be run: {call.arguments_error}. Send the arguments as a JSON object."
+                else:
+                    text = f"Error: {call.arguments_error}; call one of the tools by its name: {', '.join(self.registry.names())}."
+                ok, category, dropped = False, "invalid_arguments", 0
             else:
                 decision = self.approval.decide(call.name) if call.name in self.registry.tools else None
                 if decision is not None and not decision.allowed:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -74,3 +75,19 @@ class ModelTurn(BaseModel):
     message: AssistantMessage
     usage: Usage = Field(default_factory=Usage)
     stop_reason: str = ""
+
+
+# A JSON string may escape half a surrogate pair ("\\ud83d", half an emoji), which models do
+# send; such a str cannot be encoded as UTF-8, so nothing downstream could write it.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub(value: Any) -> Any:
+    """`value` (parsed JSON) with every lone surrogate replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {scrub(k): scrub(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub(v) for v in value]
+    return value

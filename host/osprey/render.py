@@ -7,6 +7,7 @@ import sys
 from typing import TextIO
 
 from .events import AssistantText, Event, Notice, SessionEnd, SessionStart, ToolCallEvent, ToolResultEvent
+from .messages import scrub
 
 PREVIEW_LINES = 8
 
@@ -18,8 +19,17 @@ class JsonlWriter:
         self.out = out
 
     def __call__(self, event: Event) -> None:
-        self.out.write(event.model_dump_json() + "\n")
-        self.out.flush()
+        try:
+            line = event.model_dump_json()
+        except ValueError:
+            # A str no encoder accepts (a lone surrogate): write the event with it replaced,
+            # never end the session over it.
+            line = json.dumps(scrub(event.model_dump(mode="python")), default=str)
+        try:
+            self.out.write(line + "\n")
+            self.out.flush()
+        except (OSError, ValueError):
+            pass  # a closed pipe must not stop the session; its teardown still runs
 
     def text(self, delta: str) -> None:
         """Streaming text is not an event; the whole text arrives as assistant_text."""
@@ -38,46 +48,56 @@ class TerminalRenderer:
         return f"\x1b[{code}m{text}\x1b[0m" if self.color else text
 
     def text(self, delta: str) -> None:
-        self.out.write(delta)
-        self.out.flush()
+        self._write(self.out, delta)
         self._streaming = True
+
+    @staticmethod
+    def _write(stream: TextIO, text: str) -> None:
+        try:
+            stream.write(text)
+            stream.flush()
+        except UnicodeEncodeError:
+            encoding = getattr(stream, "encoding", None) or "utf-8"
+            stream.write(text.encode(encoding, "replace").decode(encoding))
+            stream.flush()
+        except (OSError, ValueError):
+            pass
 
     def _end_stream(self) -> None:
         if self._streaming:
-            self.out.write("\n")
+            self._write(self.out, "\n")
             self._streaming = False
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, SessionStart):
-            self.out.write(self._style(f"osprey · {event.provider}/{event.model} · tools on {event.tool_service} · {event.cwd}", "2") + "\n")
+            self._write(self.out, self._style(f"osprey · {event.provider}/{event.model} · tools on {event.tool_service} · {event.cwd}", "2") + "\n")
         elif isinstance(event, AssistantText):
             if self._streaming:
                 self._end_stream()
             else:
-                self.out.write(event.text + "\n")
+                self._write(self.out, event.text + "\n")
         elif isinstance(event, ToolCallEvent):
             self._end_stream()
             args = ", ".join(f"{k}={_short(v)}" for k, v in event.arguments.items())
-            self.out.write(self._style(f"▸ {event.name}({args})", "36") + "\n")
+            self._write(self.out, self._style(f"▸ {event.name}({args})", "36") + "\n")
         elif isinstance(event, ToolResultEvent):
             lines = event.output.splitlines() or [""]
             shown = lines[:PREVIEW_LINES]
             if len(lines) > PREVIEW_LINES:
                 shown.append(f"… {len(lines) - PREVIEW_LINES} more lines")
             style = "2" if event.ok else "31"
-            self.out.write("\n".join(self._style("  " + line, style) for line in shown) + "\n")
+            self._write(self.out, "\n".join(self._style("  " + line, style) for line in shown) + "\n")
         elif isinstance(event, Notice):
             self._end_stream()
-            self.err.write(self._style(f"osprey: {event.message}", "33") + "\n")
+            self._write(self.err, self._style(f"osprey: {event.message}", "33") + "\n")
         elif isinstance(event, SessionEnd):
             self._end_stream()
             u = event.usage
             summary = f"{event.outcome} · {event.turns} turns · {u.input_tokens} input / {u.output_tokens} output tokens"
             if event.error:
-                self.out.write(self._style(f"✘ {summary}: {event.error}", "31") + "\n")
+                self._write(self.out, self._style(f"✘ {summary}: {event.error}", "31") + "\n")
             else:
-                self.out.write(self._style(f"{'✔' if event.exit_status == 0 else '✘'} {summary}", "32" if event.exit_status == 0 else "31") + "\n")
-        self.out.flush()
+                self._write(self.out, self._style(f"{'✔' if event.exit_status == 0 else '✘'} {summary}", "32" if event.exit_status == 0 else "31") + "\n")
 
 
 def _short(value: object, limit: int = 60) -> str:

@@ -11,7 +11,7 @@ import httpx
 
 from ..errors import ProviderError
 from ..messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
-from .base import TextSink, iter_sse, parse_json, streamed_post
+from .base import TextSink, iter_sse, loads, name_problem, parse_json, streamed_post, wire_tool_name
 
 API_VERSION = "2023-06-01"
 # Models with extended thinking.
@@ -43,7 +43,7 @@ def to_wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
             blocks: list[dict[str, Any]] = list(m.reasoning)
             if m.text:
                 blocks.append({"type": "text", "text": m.text})
-            blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls]
+            blocks += [{"type": "tool_use", "id": c.id, "name": wire_tool_name(c.name), "input": c.arguments} for c in m.tool_calls]
             add("assistant", blocks or [{"type": "text", "text": " "}])
     return out
 
@@ -153,11 +153,12 @@ class AnthropicProvider:
                 problem = None
                 if raw.strip():
                     try:
-                        args = json.loads(raw)
+                        args = loads(raw)
                     except json.JSONDecodeError as exc:
                         args, problem = {}, f"the arguments are not valid JSON ({exc.msg}): {raw[:200]!r}"
                 if not isinstance(args, dict):
                     args, problem = {}, "the arguments must be a JSON object"
+                problem = name_problem(block.get("name", "")) or problem
                 calls.append(ToolCall(id=block.get("id") or f"toolu_{uuid.uuid4().hex[:24]}", name=block.get("name", ""), arguments=args, arguments_error=problem))
             elif btype in ("thinking", "redacted_thinking"):
                 reasoning.append({k: v for k, v in block.items() if k != "_json"})

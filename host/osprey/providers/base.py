@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from typing import Any, Protocol
 import httpx
 
 from ..errors import ProviderError
-from ..messages import ModelRequest, ModelTurn
+from ..messages import ModelRequest, ModelTurn, scrub
 
 TextSink = Callable[[str], None]
 
@@ -54,9 +55,34 @@ async def iter_sse(response: httpx.Response) -> AsyncIterator[SSEvent]:
         yield SSEvent(event or "message", "\n".join(data))
 
 
+# What tool names look like to the APIs that will see them again in the conversation.
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+UNNAMED_TOOL = "unnamed_tool"
+
+
+def loads(data: str | bytes) -> Any:
+    """json.loads for anything a model or its server wrote: lone surrogates scrubbed."""
+    return scrub(json.loads(data))
+
+
+def name_problem(name: str) -> str | None:
+    """Why a tool name from the model cannot be a tool's name, or None."""
+    if not name:
+        return "the call has no tool name"
+    if not _TOOL_NAME.fullmatch(name):
+        return f"the name {name[:60]!r} is not a tool name"
+    return None
+
+
+def wire_tool_name(name: str) -> str:
+    """The name to send back for a call in the conversation: an invalid one is replaced, since
+    APIs reject a conversation that holds it."""
+    return name if name_problem(name) is None else UNNAMED_TOOL
+
+
 def parse_json(data: str, what: str) -> Any:
     try:
-        return json.loads(data)
+        return loads(data)
     except json.JSONDecodeError:
         excerpt = data[:200].replace("\n", " ")
         raise ProviderError(

@@ -11,7 +11,7 @@ import httpx
 
 from ..errors import ProviderError
 from ..messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
-from .base import TextSink, iter_sse, parse_json, streamed_post
+from .base import TextSink, iter_sse, loads, name_problem, parse_json, streamed_post, wire_tool_name
 
 # Model families that take `reasoning_effort`.
 REASONING_MODELS = re.compile(r"(^|/)(o\d|gpt-5|gpt-oss)", re.IGNORECASE)
@@ -32,7 +32,7 @@ def to_wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
             msg: dict[str, Any] = {"role": "assistant", "content": m.text or None}
             if m.tool_calls:
                 msg["tool_calls"] = [
-                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                    {"id": c.id, "type": "function", "function": {"name": wire_tool_name(c.name), "arguments": json.dumps(c.arguments)}}
                     for c in m.tool_calls
                 ]
             out.append(msg)
@@ -46,7 +46,7 @@ def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
     if not raw.strip():
         return {}, None
     try:
-        value = json.loads(raw)
+        value = loads(raw)
     except json.JSONDecodeError as exc:
         return {}, f"the arguments are not valid JSON ({exc.msg}): {raw[:200]!r}"
     if not isinstance(value, dict):
@@ -135,6 +135,7 @@ class OpenAIProvider:
         for index in sorted(calls):
             slot = calls[index]
             args, problem = parse_arguments(slot["arguments"])
+            problem = name_problem(slot["name"]) or problem
             # Some servers send no id; a made-up one must not repeat across turns.
             tool_calls.append(ToolCall(id=slot["id"] or f"call_{uuid.uuid4().hex[:24]}", name=slot["name"], arguments=args, arguments_error=problem))
         return ModelTurn(message=AssistantMessage(text="".join(text), tool_calls=tool_calls), usage=usage, stop_reason=finish)

@@ -15,7 +15,7 @@ from typing import IO, Any
 from pydantic import ValidationError
 
 from ..errors import ConfigError, ProviderError
-from ..messages import ModelRequest, ModelTurn
+from ..messages import ModelRequest, ModelTurn, scrub
 from .base import Provider, TextSink
 
 FORMAT = "osprey-recording"
@@ -34,7 +34,7 @@ def load_recording(path: Path) -> tuple[dict[str, Any], list[ModelTurn]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = scrub(json.loads(line))
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}:{number}: not JSON ({exc.msg})") from None
         kind = record.get("type") if isinstance(record, dict) else None
