@@ -1,31 +1,64 @@
-"""find_files and grep: ripgrep when it is on PATH, pure Python otherwise, same results."""
+"""find_files and grep: ripgrep when it is on PATH, pure Python otherwise, same results.
+
+Both are read-only and run without approval, so each is bounded: a time budget
+(SEARCH_BUDGET_S, then a `timeout` failure), memory that does not grow with the
+searched data (only the returned matches are held; ripgrep's output is parsed as it
+streams, files are read in chunks), and counting that stops at COUNT_LIMIT. The
+Python engine runs in a worker process (grepworker.py) that is killed at the budget,
+since a catastrophic `re` pattern cannot be interrupted inside this process.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import resource
+import selectors
 import shutil
 import subprocess
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import errors as E
 from .errors import ToolFailure
+from .grepworker import MAX_MATCH_CHARS, READ_CHUNK, line_text
 from .ignore import ancestor_patterns, compile_glob, walk
-from .paths import Roots, to_wire
+from .paths import Roots
+
+__all__ = ["COUNT_LIMIT", "MAX_MATCH_CHARS", "SEARCH_BUDGET_S", "FindResult", "GrepResult", "Match", "find_files", "grep"]
 
 DEFAULT_FIND_LIMIT = 1000
 DEFAULT_MAX_MATCHES = 500
-MAX_MATCH_CHARS = 500
-READ_CHUNK = 1024 * 1024
+SEARCH_BUDGET_S = 30.0
+# Matching lines (grep) or paths (find_files) are counted this far and no further, so a
+# broad search stops early; a truncated result's total is then a lower bound.
+COUNT_LIMIT = 10_000
+MAX_PATTERN_CHARS = 4096
+ECHO_CHARS = 200
+# ripgrep's address space: several times what a heavy pattern needs (about 150 MB), so only a
+# runaway read (a `.gitignore` that is /dev/zero) meets it.
+RG_MEMORY_BYTES = 512 * 1024 * 1024
+# How much of one line of ripgrep's output is kept: the file name (at most PATH_MAX), the line
+# number, and more text than MAX_MATCH_CHARS characters can take.
+_RG_LINE_KEEP = 16 * 1024
+_PIPE_CHUNK = 256 * 1024
+_STDERR_KEEP = 4096
 # What ripgrep prints instead of (or after) matches in a file with a NUL byte: in a
 # directory it stops at the NUL; a file named explicitly is searched on regardless.
 _RG_BINARY_MESSAGES = (b": WARNING: stopped searching binary file", b": binary file matches (")
+# Runs the worker; sys.path gets the sidecar's own directory, since a lane puts it there by hand.
+_WORKER = "import sys; sys.path.insert(0, sys.argv[1]); from osprey_sidecar.grepworker import main; sys.exit(main())"
 
 
 @dataclass
 class FindResult:
+    """`total` counts matching paths: exact unless truncated, then at least that many
+    (counting stops at COUNT_LIMIT)."""
+
     paths: list[str] = field(default_factory=list)
     truncated: bool = False
     total: int = 0
@@ -40,10 +73,32 @@ class Match:
 
 @dataclass
 class GrepResult:
+    """`total` counts matching lines: exact unless truncated, then at least that many
+    (counting stops at COUNT_LIMIT)."""
+
     matches: list[Match] = field(default_factory=list)
     truncated: bool = False
     total: int = 0
     engine: str = "python"
+
+
+class _Expired(Exception):
+    """The time budget ran out; the process doing the work was killed."""
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= ECHO_CHARS else text[:ECHO_CHARS] + "..."
+
+
+def _check_text(what: str, value: str) -> None:
+    if len(value) > MAX_PATTERN_CHARS:
+        raise ToolFailure(E.INVALID_ARGUMENT, f"the {what} is {len(value)} characters long; the limit is {MAX_PATTERN_CHARS}. Use a shorter one")
+    if "\x00" in value:
+        raise ToolFailure(E.INVALID_ARGUMENT, f"the {what} contains a NUL character, which cannot match (files holding NUL bytes are not searched); remove it")
+
+
+def _timeout(what: str, budget_s: float, advice: str) -> ToolFailure:
+    return ToolFailure("timeout", f"{what} took longer than {budget_s:g} s and was stopped; {advice}")
 
 
 def _search_dir(roots: Roots, path: str) -> str:
@@ -57,13 +112,20 @@ def _shown(roots: Roots, top: str, rel: str) -> str:
     return roots.show(os.path.join(top, rel) if rel else top)
 
 
-def find_files(roots: Roots, pattern: str, path: str = "", limit: int = 0) -> FindResult:
+def _count_limit(limit: int) -> int:
+    return max(COUNT_LIMIT, limit + 1)
+
+
+def find_files(roots: Roots, pattern: str, path: str = "", limit: int = 0, *, budget_s: float = SEARCH_BUDGET_S) -> FindResult:
     """Files under `path` whose relative path matches the glob, sorted by path."""
     if not pattern.strip():
         raise ToolFailure(E.INVALID_ARGUMENT, "pattern is empty; give a glob such as '**/*.py' or '*.md'")
+    _check_text("pattern", pattern)
     if limit < 0:
         raise ToolFailure(E.INVALID_ARGUMENT, "limit must not be negative")
+    deadline = time.monotonic() + budget_s
     limit = limit or DEFAULT_FIND_LIMIT
+    count_limit = _count_limit(limit)
     top = _search_dir(roots, path)
     if not os.path.isdir(top):
         raise ToolFailure(E.NOT_A_DIRECTORY, f"{path} is a file; find_files searches a directory")
@@ -71,10 +133,14 @@ def find_files(roots: Roots, pattern: str, path: str = "", limit: int = 0) -> Fi
     found = []
     total = 0
     for entry in walk(top, roots.root_of(top), files_only=True):
+        if time.monotonic() > deadline:
+            raise _timeout("find_files", budget_s, "narrow the path or the pattern")
         if regex.fullmatch(entry.rel):
             total += 1
             if len(found) < limit:
                 found.append(_shown(roots, top, entry.rel))
+            elif total >= count_limit:
+                break
     return FindResult(found, total > limit, total)
 
 
@@ -84,165 +150,311 @@ def _compile(pattern: str, ignore_case: bool) -> re.Pattern[str]:
     try:
         return re.compile(pattern, re.IGNORECASE if ignore_case else 0)
     except re.error as exc:
-        raise ToolFailure(E.INVALID_ARGUMENT, f"invalid regular expression {pattern!r}: {exc}") from None
+        raise ToolFailure(E.INVALID_ARGUMENT, f"invalid regular expression {_cut(pattern)!r}: {exc}") from None
 
 
-def _line_text(raw: bytes) -> str:
-    text = raw.rstrip(b"\r").decode("utf-8", "replace")
-    if len(text) > MAX_MATCH_CHARS:
-        text = text[:MAX_MATCH_CHARS] + " [...]"
-    return text
-
-
-def grep(roots: Roots, pattern: str, path: str = "", glob: str = "", ignore_case: bool = False, max_matches: int = 0, *, engine: str | None = None) -> GrepResult:
+def grep(
+    roots: Roots, pattern: str, path: str = "", glob: str = "", ignore_case: bool = False, max_matches: int = 0,
+    *, engine: str | None = None, budget_s: float = SEARCH_BUDGET_S,
+) -> GrepResult:
     """Lines matching a regex in the files under `path` (or in one file), sorted by path and line."""
     if pattern == "":
         raise ToolFailure(E.INVALID_ARGUMENT, "pattern is empty; give a regular expression")
+    _check_text("pattern", pattern)
+    _check_text("glob", glob)
     if max_matches < 0:
         raise ToolFailure(E.INVALID_ARGUMENT, "max_matches must not be negative")
-    regex = _compile(pattern, ignore_case)
+    deadline = time.monotonic() + budget_s
+    _compile(pattern, ignore_case)
     limit = max_matches or DEFAULT_MAX_MATCHES
     top = _search_dir(roots, path)
     base = os.path.dirname(top) if os.path.isfile(top) else top
-    file_filter = compile_glob(glob) if glob.strip() else None
-    use_rg = engine == "ripgrep" or (engine is None and shutil.which("rg") is not None)
-    if use_rg:
-        found = _grep_rg(roots, pattern, top, file_filter, glob, ignore_case)
-        if found is not None:
-            matches, total = _collect(roots, base, found, _parse_rg_line, limit)
-            return GrepResult(matches, total > limit, total, "ripgrep")
-    matches, total = _collect(roots, base, _grep_python(roots, regex, top, file_filter), _parse_python_line, limit)
-    return GrepResult(matches, total > limit, total, "python")
-
-
-def _collect(roots: Roots, base: str, found: dict[str, list[Any]], parse: Callable[[Any], tuple[int, str]], limit: int) -> tuple[list[Match], int]:
-    """The first `limit` matches in path order, and the total. Lines are parsed only when kept,
-    since a broad pattern can match far more lines than are returned."""
-    total = sum(map(len, found.values()))
-    out: list[Match] = []
-    for rel in sorted(found, key=lambda r: r.split("/")):
-        if len(out) >= limit:
-            break
-        shown = _shown(roots, base, rel)
-        for item in found[rel][: limit - len(out)]:
-            number, text = parse(item)
-            out.append(Match(shown, number, text))
-    return out, total
-
-
-def _parse_rg_line(item: bytes) -> tuple[int, str]:
-    number, _, text = item.partition(b":")
-    return int(number), _line_text(text)
-
-
-def _parse_python_line(item: tuple[int, str]) -> tuple[int, str]:
-    return item[0], _line_text(item[1].encode("utf-8", "surrogateescape"))
-
-
-def _grep_python(roots: Roots, regex: re.Pattern[str], top: str, file_filter: re.Pattern[str] | None) -> dict[str, list[tuple[int, str]]]:
-    """Matching (line number, line) pairs by file, relative to the searched directory."""
-    if os.path.isfile(top):
-        candidates = [(top, os.path.basename(top))]
-    else:
-        candidates = [
-            (entry.path, entry.rel)
-            for entry in walk(top, roots.root_of(top), files_only=True)
-            if file_filter is None or file_filter.fullmatch(entry.rel)
-        ]
-    # One search over the whole file skips most files cheaply. With MULTILINE it
-    # can only over-report (a match spanning lines), except for \A, \Z and
-    # lookarounds, which see the newline a line on its own does not have.
-    precheck = None
-    if not any(s in regex.pattern for s in ("\\A", "\\Z", "(?=", "(?!", "(?<")):
-        precheck = re.compile(regex.pattern, regex.flags | re.MULTILINE).search
-    search = regex.search
-    out: dict[str, list[tuple[int, str]]] = {}
-    for real, rel in candidates:
-        try:
-            with open(real, "rb") as fh:
-                data = fh.read()
-        except OSError:
-            continue
-        if b"\x00" in data:
-            continue
-        text = data.decode("utf-8", "surrogateescape")
-        if precheck is not None and not precheck(text):
-            continue
-        lines = text.split("\n")
-        if text.endswith("\n"):
-            lines.pop()
-        hits = [(number, line) for number, line in enumerate(lines, 1) if search(line)]
-        if hits:
-            out[rel] = hits
-    return out
-
-
-def _grep_rg(roots: Roots, pattern: str, top: str, file_filter: re.Pattern[str] | None, glob: str, ignore_case: bool) -> dict[str, list[bytes]] | None:
-    """Search with ripgrep: raw `line:text` results by file, relative to the searched directory.
-
-    None when ripgrep cannot run this search (Python takes over)."""
-    is_file = os.path.isfile(top)
-    base = os.path.dirname(top) if is_file else top
-    if is_file and _has_nul(top):
-        return {}  # ripgrep searches a file it is given by name even when it is binary
-    cmd = [
-        "rg", "--no-config", "--line-number", "--with-filename", "--null", "--no-heading",
-        "--color", "never", "--hidden", "--no-require-git", "--no-ignore-parent",
-        "--no-ignore-global", "--no-ignore-exclude", "--no-ignore-dot", "--encoding", "none",
-        "--glob", "!.git",
-    ]
-    if ignore_case:
-        cmd.append("--ignore-case")
-    ancestors = [] if is_file else ancestor_patterns(top, roots.root_of(top))
-    if ancestors:
-        # .gitignore rules between the allowed root and the searched directory, rewritten
-        # relative to it; ripgrep reads them from stdin and anchors them at its cwd.
-        cmd += ["--ignore-file", "/dev/stdin"]
-    if not is_file:
-        if glob.strip() and "/" not in glob.strip():
-            # A file type filters after ignore rules; --glob would re-include ignored files.
-            cmd += ["--type-add", f"osprey:{glob.strip()}", "--type", "osprey"]
-    cmd += ["--regexp", pattern, "--", os.path.basename(top) if is_file else "."]
-    rules = "".join(line + "\n" for line in ancestors).encode("utf-8", "surrogateescape")
+    search = _Search(roots, pattern, top, glob.strip(), ignore_case, limit, deadline)
+    rg = shutil.which("rg") if engine in (None, "ripgrep") else None
     try:
-        proc = subprocess.run(cmd, cwd=base, input=rules, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
-    except OSError:
-        return None
-    if proc.returncode not in (0, 1) and not proc.stdout:
-        return None  # e.g. a pattern ripgrep's regex engine does not support
-    if ancestors and b"/dev/stdin" in proc.stderr:
-        return None  # the rules could not be read, and ripgrep searched on without them
-    found: dict[str, list[bytes]] = {}
-    binary: set[str] = set()
-    last_name, bucket = None, None
-    for line in proc.stdout.split(b"\n"):
-        if not line:
-            continue
+        found = search.ripgrep(rg) if rg else None
+        used = "ripgrep"
+        if found is None:
+            found, used = search.python(), "python"
+    except _Expired:
+        raise _timeout("the search", budget_s, "simplify the pattern (avoid nested quantifiers and lookarounds) or narrow the path") from None
+    kept, total = found
+    matches = [Match(_shown(roots, base, rel), number, text) for rel, number, text in kept]
+    return GrepResult(matches, total > limit, total, used)
+
+
+Found = tuple[list[tuple[str, int, str]], int]
+
+
+class _Search:
+    """One grep call: the first `limit` matches in path order, and a count up to the limit."""
+
+    def __init__(self, roots: Roots, pattern: str, top: str, glob: str, ignore_case: bool, limit: int, deadline: float) -> None:
+        self.roots, self.pattern, self.top, self.glob = roots, pattern, top, glob
+        self.ignore_case, self.limit, self.deadline = ignore_case, limit, deadline
+        self.is_file = os.path.isfile(top)
+        self.base = os.path.dirname(top) if self.is_file else top
+        self.root = roots.root_of(top)
+
+    def python(self) -> Found:
+        request = {
+            "pattern": self.pattern, "ignore_case": self.ignore_case, "top": self.top, "root": self.root,
+            "is_file": self.is_file, "name": os.path.basename(self.top), "glob": self.glob,
+            "keep": self.limit, "count_limit": _count_limit(self.limit),
+        }
+        out = _WorkerOutput()
+        package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        # -I: neither the environment nor the working directory (the workspace) changes what it imports.
+        cmd = [sys.executable, "-I", "-c", _WORKER, package_dir]
+        ran = _stream(cmd, cwd="/", stdin=json.dumps(request).encode(), deadline=self.deadline, feed=out.feed)
+        if ran is None:
+            raise ToolFailure(E.IO_ERROR, f"the search could not start {_cut(sys.executable)}")
+        returncode, stderr = ran
+        out.feed(b"\n")
+        if out.error is not None:
+            raise ToolFailure(*out.error)
+        if not out.ended:
+            last = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit status {returncode}"]
+            raise ToolFailure(E.IO_ERROR, f"the search failed: {_cut(last[0])}")
+        return out.kept, out.total
+
+    def ripgrep(self, rg: str) -> Found | None:
+        """None when ripgrep cannot run this search (Python takes over)."""
+        if self.is_file and _has_nul(self.top, self.deadline):
+            return [], 0  # ripgrep searches a file it is given by name even when it is binary
+        cmd = [
+            rg, "--no-config", "--line-number", "--with-filename", "--null", "--no-heading",
+            "--color", "never", "--hidden", "--no-require-git", "--no-ignore-parent",
+            "--no-ignore-global", "--no-ignore-exclude", "--no-ignore-dot", "--encoding", "none",
+            # In path order, so the first matches are final as they arrive and ripgrep can be
+            # stopped; sorting makes it single-threaded, which also keeps it streaming.
+            "--sort", "path", "--no-mmap", "--glob", "!.git",
+        ]
+        if self.ignore_case:
+            cmd.append("--ignore-case")
+        ancestors = [] if self.is_file else ancestor_patterns(self.top, self.root)
+        if ancestors:
+            # .gitignore rules between the allowed root and the searched directory, rewritten
+            # relative to it; ripgrep reads them from stdin and anchors them at its cwd.
+            cmd += ["--ignore-file", "/dev/stdin"]
+        file_filter = None
+        if not self.is_file and self.glob:
+            if "/" in self.glob:
+                file_filter = compile_glob(self.glob)
+            else:
+                # A file type filters after ignore rules; --glob would re-include ignored files.
+                cmd += ["--type-add", f"osprey:{self.glob}", "--type", "osprey"]
+        cmd += ["--regexp", self.pattern, "--", os.path.basename(self.top) if self.is_file else "."]
+        rules = "".join(line + "\n" for line in ancestors).encode("utf-8", "surrogateescape")
+        # The prlimit tool caps the address space before ripgrep starts; without it, _stream caps
+        # the running process (a moment later). preexec_fn is unsafe in a threaded server.
+        cap = _memory_cap(RG_MEMORY_BYTES)
+        prlimit = shutil.which("prlimit")
+        if prlimit:
+            cmd = [prlimit, f"--as={cap}", "--", *cmd]
+        out = _RgOutput(self.base, file_filter, self.limit, _count_limit(self.limit), self.deadline)
+        ran = _stream(cmd, cwd=self.base, stdin=rules, deadline=self.deadline, feed=out.feed, memory_bytes=None if prlimit else cap)
+        if ran is None or out.unparsable:
+            return None  # not started, or a file name with a newline in it
+        returncode, stderr = ran
+        if returncode is not None:
+            out.finish()
+            if stderr.startswith(b"prlimit:"):
+                return None  # the memory cap could not be set, so ripgrep never ran
+            if returncode < 0:
+                return None  # killed (its memory cap): what it printed may be incomplete
+            if returncode not in (0, 1) and not out.seen:
+                return None  # e.g. a pattern ripgrep's regex engine does not support
+            if ancestors and b"/dev/stdin" in stderr:
+                return None  # the rules could not be read, and ripgrep searched on without them
+        return out.kept, out.total
+
+
+class _WorkerOutput:
+    """The Python engine's JSON lines, as they arrive."""
+
+    def __init__(self) -> None:
+        self.kept: list[tuple[str, int, str]] = []
+        self.total = 0
+        self.ended = False
+        self.error: tuple[str, str] | None = None
+        self._partial = b""
+
+    def feed(self, data: bytes) -> bool:
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        for line in lines:
+            if not line:
+                continue
+            item = json.loads(line)
+            if "file" in item:
+                self.kept += [(item["file"], number, text) for number, text in item["hits"]]
+                self.total += item["count"]
+            elif "error" in item:
+                self.error = (str(item["error"][0]), str(item["error"][1]))
+            elif item.get("end"):
+                self.ended = True
+        return False
+
+
+class _RgOutput:
+    """ripgrep's `--null --line-number` output, parsed as it streams.
+
+    Each file's lines arrive together, in path order; a file's matches count only once the
+    file is complete, since a NUL byte further on makes it binary and drops them."""
+
+    def __init__(self, base: str, file_filter: re.Pattern[str] | None, keep: int, count_limit: int, deadline: float) -> None:
+        self.base, self.file_filter, self.keep, self.count_limit, self.deadline = base, file_filter, keep, count_limit, deadline
+        self.kept: list[tuple[str, int, str]] = []
+        self.total = 0
+        self.seen = False
+        self.unparsable = False
+        self._partial = b""  # the start of an unfinished line, at most _RG_LINE_KEEP bytes
+        self._name: bytes | None = None
+        self._rel = ""
+        self._skip = False  # the current file is filtered out or binary
+        self._hits: list[tuple[int, str]] = []
+        self._count = 0
+
+    def feed(self, data: bytes) -> bool:
+        """Take more output; True once nothing more is needed."""
+        self.seen = True
+        start = 0
+        while True:
+            newline = data.find(b"\n", start)
+            if newline == -1:
+                room = _RG_LINE_KEEP - len(self._partial)
+                if room > 0:
+                    self._partial += data[start : start + room]
+                return False
+            line = data[start : start + _RG_LINE_KEEP] if newline - start > _RG_LINE_KEEP else data[start:newline]
+            if self._partial:
+                line = (self._partial + line)[:_RG_LINE_KEEP]
+                self._partial = b""
+            start = newline + 1
+            if self._line(line):
+                return True
+
+    def _line(self, line: bytes) -> bool:
         name, sep, rest = line.partition(b"\x00")
         if not sep:
             message = next((m for m in _RG_BINARY_MESSAGES if m in line), None)
             if message is None:
-                return None  # a file name with a newline in it: the output cannot be parsed
-            binary.add(_rel(line.split(message, 1)[0]))
-            continue
-        if name != last_name:
-            # ripgrep prints each file's matches together, in line order.
-            last_name = name
-            bucket = found.setdefault(_rel(name), [])
-        bucket.append(rest)  # type: ignore[union-attr]
-    for rel in binary:
-        found.pop(rel, None)
-    if file_filter is not None and not is_file:
-        found = {rel: hits for rel, hits in found.items() if file_filter.fullmatch(rel)}
-    return found
+                self.unparsable = True  # a file name with a newline in it
+                return True
+            if _rel(line.split(message, 1)[0]) == self._rel:
+                self._skip = True
+            return False
+        if name != self._name:
+            self.finish()
+            self._name, self._rel = name, _rel(name)
+            self._skip = self.file_filter is not None and not self.file_filter.fullmatch(self._rel)
+        if self._skip:
+            return False
+        self._count += 1
+        if len(self.kept) + len(self._hits) < self.keep:
+            number, _, text = rest.partition(b":")
+            self._hits.append((int(number), line_text(text)))
+        if self.total + self._count < self.count_limit:
+            return False
+        # Enough counted. ripgrep would say whether this file is binary only after all its
+        # lines, so look for a NUL directly.
+        if _has_nul(os.path.join(self.base, self._rel), self.deadline):
+            self._skip = True
+            return False
+        self.finish()
+        return True
+
+    def finish(self) -> None:
+        """The current file is complete."""
+        if self._name is not None and not self._skip:
+            self.kept += [(self._rel, number, text) for number, text in self._hits]
+            self.total += self._count
+        self._name, self._rel, self._skip, self._hits, self._count = None, "", False, [], 0
 
 
-def _has_nul(real: str) -> bool:
+def _memory_cap(wanted: int) -> int:
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+
+
+def _stream(
+    cmd: list[str], *, cwd: str, stdin: bytes, deadline: float, feed: Callable[[bytes], bool], memory_bytes: int | None = None,
+) -> tuple[int | None, bytes] | None:
+    """Run `cmd`, handing its output to `feed` as it arrives, until it exits or `feed` returns
+    True (it is then killed: return code None). Returns the return code and the start of its
+    stderr, or None when it cannot be started; raises _Expired (it is killed) at the deadline."""
+    try:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError:
+        return None
+    assert proc.stdin and proc.stdout and proc.stderr
+    if memory_bytes is not None:
+        try:
+            resource.prlimit(proc.pid, resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+        except OSError:
+            pass  # already gone
+    stderr = bytearray()
+    pending = memoryview(stdin)
+    try:
+        with selectors.DefaultSelector() as selector:
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                os.set_blocking(pipe.fileno(), False)
+            if pending:
+                selector.register(proc.stdin, selectors.EVENT_WRITE)
+            else:
+                proc.stdin.close()
+            selector.register(proc.stdout, selectors.EVENT_READ)
+            selector.register(proc.stderr, selectors.EVENT_READ)
+            while selector.get_map():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise _Expired
+                for key, _ in selector.select(remaining):
+                    pipe = key.fileobj
+                    if pipe is proc.stdin:
+                        try:
+                            pending = pending[os.write(proc.stdin.fileno(), pending[:_PIPE_CHUNK]) :]
+                        except BlockingIOError:
+                            continue
+                        except BrokenPipeError:
+                            pending = pending[len(pending) :]
+                        if not pending:
+                            selector.unregister(proc.stdin)
+                            proc.stdin.close()
+                        continue
+                    data = os.read(pipe.fileno(), _PIPE_CHUNK)  # type: ignore[union-attr]
+                    if not data:
+                        selector.unregister(pipe)
+                    elif pipe is proc.stderr:
+                        stderr += data[: _STDERR_KEEP - len(stderr)]
+                    elif feed(data):
+                        return None, bytes(stderr)
+        try:
+            return proc.wait(max(deadline - time.monotonic(), 0)), bytes(stderr)
+        except subprocess.TimeoutExpired:
+            raise _Expired from None
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            proc.wait()
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+
+def _has_nul(real: str, deadline: float) -> bool:
     try:
         with open(real, "rb") as fh:
-            return any(b"\x00" in chunk for chunk in iter(lambda: fh.read(READ_CHUNK), b""))
+            while chunk := fh.read(READ_CHUNK):
+                if b"\x00" in chunk:
+                    return True
+                if time.monotonic() > deadline:
+                    raise _Expired
     except OSError:
-        return False
+        pass
+    return False
 
 
 def _rel(name: bytes) -> str:
