@@ -57,3 +57,28 @@ def test_the_lane_is_gone_after_the_fixture(osprey_lane_workspace: Path) -> None
     client = docker.from_env()
     assert not client.containers.list(all=True, filters={"label": f"osprey.session={name}"})
     assert not socket_dir.exists()
+
+
+def test_the_token_is_out_of_the_lanes_reach(osprey_lane_workspace: Path) -> None:
+    """Commands in the lane can neither read the token file nor the sidecar's memory."""
+    require_docker()
+    from osprey.testing.lane import TestLane
+
+    with TestLane(osprey_lane_workspace) as lane:
+        token = Path(lane.token_file).read_text().strip()
+        assert token and not (Path(lane.socket_path).parent / "token").exists()
+        probe = (
+            "import os\n"
+            "pid = next(p for p in os.listdir('/proc') if p.isdigit() and p != '1' and b'osprey_sidecar' in open(f'/proc/{p}/cmdline', 'rb').read())\n"
+            "for name in ('mem', 'environ'):\n"
+            "    try:\n"
+            "        open(f'/proc/{pid}/{name}', 'rb').close()\n"
+            "        print(name, 'readable')\n"
+            "    except OSError as exc:\n"
+            "        print(name, 'refused', exc.errno)\n"
+            "print('token file', os.path.exists('/run/osprey/token'))\n"
+        )
+        out = lane.container.exec(["python3", "-c", probe])
+    text = out.output.decode()
+    assert "readable" not in text and "refused" in text, text
+    assert "token file False" in text, text

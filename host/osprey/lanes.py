@@ -239,19 +239,18 @@ async def wait_lane_ready(container: Any, lane_client: ToolClient, socket_path: 
 NOBODY = 65534
 
 
-def lock_down(container: Any, socket_dir: Path, *, keep_token: bool = False) -> None:
+def lock_down(container: Any, socket_dir: Path) -> None:
     """After start-up, take the socket dir and /dev out of the lane's hands.
 
     The sidecar seals both (mode 0555), but their owner could chmod them back. A host running as
     root hands them to `nobody`, which the lane's user (root without capabilities included) can
     neither write to nor chmod. Without root on the host the seal is all there is.
     """
-    if not keep_token:
-        # The broker holds the token in memory. The sidecar has sealed the dir, which, without
-        # root, we own too: open it just long enough to delete the file.
-        os.chmod(socket_dir, 0o700)
-        (socket_dir / TOKEN_NAME).unlink(missing_ok=True)
-        os.chmod(socket_dir, 0o555)
+    # The broker holds the token in memory. The sidecar has sealed the dir, which, without
+    # root, we own too: open it just long enough to delete the file.
+    os.chmod(socket_dir, 0o700)
+    (socket_dir / TOKEN_NAME).unlink(missing_ok=True)
+    os.chmod(socket_dir, 0o555)
     if os.geteuid() != 0:
         return
     container.reload()

@@ -46,8 +46,9 @@ class TestLane:
 
     @property
     def token_file(self) -> str:
+        """A host-only copy of the lane's token (0600, beside the socket dir, never in the lane)."""
         assert self.socket_dir is not None, "the lane is not started"
-        return str(self.socket_dir / "token")
+        return str(self.socket_dir.with_name(self.socket_dir.name + ".token"))
 
     def agent_args(self) -> list[str]:
         """Options that make `osprey agent` use this lane."""
@@ -62,8 +63,11 @@ class TestLane:
         client = docker_client()
         reap_orphans(client)
         image = ensure_image(client, self.options.base_image, home=self.home)
-        self.socket_dir, _ = make_socket_dir(self.workspace)
-        # The sidecar deletes nothing, so the token file stays for `--sandbox-token-file`.
+        self.socket_dir, token = make_socket_dir(self.workspace)
+        # `--sandbox-token-file` reads this copy; the lane's own is deleted once it answers.
+        fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(token + "\n")
         opts = lane_run_options(image, self.workspace, self.session_id, self.options, self.socket_dir)
         container = DockerContainer(image, name=opts.pop("name"))
         container.with_command(opts.pop("command"))
@@ -92,7 +96,7 @@ class TestLane:
                     logs = wrapped.logs(tail=20).decode("utf-8", "replace")
                     raise SandboxError(f"the test lane did not start; its last log lines:\n{logs}")
                 time.sleep(0.01)
-            lock_down(wrapped, self.socket_dir, keep_token=True)
+            lock_down(wrapped, self.socket_dir)
         except BaseException as exc:
             self.stop()
             if isinstance(exc, Exception) and not isinstance(exc, SandboxError):
@@ -112,6 +116,7 @@ class TestLane:
             except Exception:  # noqa: BLE001 - already gone
                 pass
         if self.socket_dir is not None:
+            Path(self.token_file).unlink(missing_ok=True)
             remove_socket_dir(self.socket_dir)
 
     def __enter__(self) -> "TestLane":
