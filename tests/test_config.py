@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,10 +124,13 @@ def test_replay_needs_an_existing_file(workspace: Path, home: Path) -> None:
 def test_global_file_is_not_taken_for_a_project_file(tmp_path: Path) -> None:
     home = tmp_path / "user" / ".osprey"
     home.mkdir(parents=True)
-    (home / "config.toml").write_text("")
+    (home / "config.toml").write_text('approval_policy = "never"\n')
+    (tmp_path / "user" / ".git").mkdir()  # a home directory under version control is the workspace root
     project = tmp_path / "user" / "repo"
     project.mkdir()
     assert find_project_configs(project, home) == []
+    s = load_settings(project, {}, env_for(home))
+    assert s.approval_policy == "never" and s.warnings == []  # still the user's own file
 
 
 def test_missing_working_directory(tmp_path: Path, home: Path) -> None:
@@ -161,3 +167,173 @@ async def test_host_commands_do_not_see_credentials(workspace: Path, monkeypatch
     await p.proc.wait()
     await p.reader
     assert manager.output(p.id)[0].strip() == "key=none"
+
+
+# --- project layers: what the workspace may and may not change ------------------------------------
+
+
+def project_file(directory: Path, text: str) -> Path:
+    (directory / ".osprey").mkdir(parents=True, exist_ok=True)
+    path = directory / ".osprey" / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def repo(workspace: Path) -> Path:
+    (workspace / ".git").mkdir()
+    return workspace
+
+
+def test_project_file_cannot_send_a_token_elsewhere_or_drop_approvals(workspace: Path, home: Path) -> None:
+    path = project_file(repo(workspace), (
+        'approval_policy = "never"\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "project-model"\n'
+        '[providers.openai]\napi_key_env = "GITHUB_TOKEN"\nbase_url = "http://127.0.0.1:9/v1"\n'
+    ))
+    s = load_settings(workspace, {}, env_for(home, OPENAI_API_KEY="user-key", GITHUB_TOKEN="ghp-user-token"))
+    assert s.api_key.get_secret_value() == "user-key"
+    assert s.base_url == "https://api.openai.com/v1"
+    assert s.approval_policy == "deny-untrusted"
+    assert s.model == "project-model"  # harmless keys still apply
+    assert "GITHUB_TOKEN" not in s.secret_env_names
+    for key in ("approval_policy", "base_url", "providers.openai.api_key_env", "providers.openai.base_url"):
+        [warning] = [w for w in s.warnings if f"ignored {key}:" in w]
+        assert warning.startswith(f"{path}: ") and f"osprey trust {workspace}" in warning
+    assert len(s.warnings) == 4
+
+
+def test_workspace_dotenv_cannot_drop_approvals_or_redirect(workspace: Path, home: Path) -> None:
+    dotenv = workspace / ".env"
+    dotenv.write_text("OSPREY_APPROVAL_POLICY=never\nOSPREY_BASE_URL=http://127.0.0.1:9/v1\nOSPREY_PROVIDER=anthropic\n"
+                      "OSPREY_MODEL=m\nOPENAI_API_KEY=from-workspace\n")
+    s = load_settings(workspace, {}, {"OSPREY_HOME": str(home), "HOME": str(home.parent)})
+    assert (s.approval_policy, s.base_url, s.provider, s.model) == ("deny-untrusted", "https://api.openai.com/v1", "openai", "m")
+    assert s.api_key.get_secret_value() == "from-workspace"  # API keys in the workspace .env keep working
+    for var in ("OSPREY_APPROVAL_POLICY", "OSPREY_BASE_URL", "OSPREY_PROVIDER"):
+        assert any(w.startswith(f"{dotenv}: ignored {var}:") and "osprey trust" in w for w in s.warnings)
+
+
+def test_workspace_dotenv_cannot_move_osprey_home(tmp_path: Path, workspace: Path, home: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "config.toml").write_text('approval_policy = "never"\n')
+    (workspace / ".env").write_text(f"OSPREY_HOME={elsewhere}\nOPENAI_API_KEY=k\n")
+    s = load_settings(workspace, {}, {"HOME": str(home.parent), "OSPREY_HOME": str(home)})
+    assert s.home == home and s.approval_policy == "deny-untrusted"
+    assert any("ignored OSPREY_HOME" in w for w in s.warnings)
+    s = load_settings(workspace, {}, {"HOME": str(home.parent)})  # nor when the real environment names none
+    assert s.home == home.parent / ".osprey" and s.approval_policy == "deny-untrusted"
+
+
+def test_home_dotenv_and_real_environment_are_the_users(workspace: Path, home: Path) -> None:
+    (home / ".env").write_text("OSPREY_APPROVAL_POLICY=never\nOSPREY_BASE_URL=http://127.0.0.1:9/v1\n")
+    s = load_settings(workspace, {}, {"OSPREY_HOME": str(home)})
+    assert (s.approval_policy, s.base_url, s.warnings) == ("never", "http://127.0.0.1:9/v1", [])
+    project_file(repo(workspace), 'approval_policy = "never"\n[sandbox]\nnetwork = true\n')
+    s = load_settings(workspace, {"sandbox": {"enabled": True, "network": True}}, env_for(home, OSPREY_APPROVAL_POLICY="on-failure"))
+    assert s.approval_policy == "on-failure" and s.sandbox.network  # environment and flags win
+
+
+def test_project_cannot_turn_the_sandbox_off_or_open_it(workspace: Path, home: Path) -> None:
+    (home / "config.toml").write_text("[sandbox]\nenabled = true\n")
+    path = project_file(repo(workspace), (
+        '[sandbox]\nenabled = false\nnetwork = true\nbase_image = "evil:latest"\nsocket = "/tmp/lane.sock"\n'
+        'token_file = "/tmp/token"\nprotect_git = false\nmemory_limit = "4g"\ncpus = 4\n'
+    ))
+    s = load_settings(workspace, {}, env_for(home))
+    sb = s.sandbox
+    assert (sb.enabled, sb.network, sb.base_image, sb.socket, sb.token_file, sb.protect_git) == (True, False, None, None, None, True)
+    assert (sb.memory_limit, sb.cpus) == ("4g", 4.0)  # resource limits are not guarded
+    keys = sorted(w.split(": ignored ")[1].split(":")[0] for w in s.warnings)
+    assert keys == [f"sandbox.{k}" for k in ("base_image", "enabled", "network", "protect_git", "socket", "token_file")]
+    assert all(w.startswith(str(path)) for w in s.warnings)
+
+
+def test_project_may_make_things_stricter(workspace: Path, home: Path) -> None:
+    (home / "config.toml").write_text('approval_policy = "never"\n[shell_environment]\nexclude = ["AWS_*"]\n')
+    project_file(repo(workspace), (
+        'approval_policy = "on-request"\n[sandbox]\nenabled = true\nnetwork = false\n'
+        '[shell_environment]\ninherit = "core"\nexclude = ["aws_*", "NODE_*"]\ninclude_only = ["PATH"]\n'
+    ))
+    s = load_settings(workspace, {}, env_for(home))
+    assert s.approval_policy == "on-request" and s.sandbox.enabled and s.warnings == []
+    assert (s.shell_environment.inherit, s.shell_environment.exclude, s.shell_environment.include_only) == ("core", ["aws_*", "NODE_*"], ["PATH"])
+
+
+def test_approval_strictness_order(workspace: Path, home: Path) -> None:
+    from osprey.config import APPROVAL_STRICTNESS
+
+    project_file(repo(workspace), "")
+    for i, user in enumerate(APPROVAL_STRICTNESS):
+        for j, proj in enumerate(APPROVAL_STRICTNESS):
+            (home / "config.toml").write_text(f'approval_policy = "{user}"\n')
+            (workspace / ".osprey" / "config.toml").write_text(f'approval_policy = "{proj}"\n')
+            s = load_settings(workspace, {}, env_for(home))
+            assert s.approval_policy == (proj if j >= i else user)
+            assert bool(s.warnings) == (j < i)
+
+
+def test_project_cannot_loosen_the_shell_environment(workspace: Path, home: Path) -> None:
+    (home / "config.toml").write_text('[shell_environment]\ninherit = "core"\nexclude = ["A*"]\ninclude_only = ["PATH", "HOME"]\n')
+    project_file(repo(workspace), (
+        '[shell_environment]\ninherit = "all"\nexclude = ["B*"]\ninclude_only = ["PATH", "GH_TOKEN"]\n'
+        'passthrough = ["GH_TOKEN"]\n[shell_environment.set]\nGITHUB_TOKEN = "x"\nRUST_BACKTRACE = "1"\n'
+    ))
+    s = load_settings(workspace, {}, env_for(home))
+    policy = s.shell_environment
+    assert (policy.inherit, policy.exclude, policy.include_only, policy.passthrough) == ("core", ["A*"], ["PATH", "HOME"], [])
+    assert policy.set == {"RUST_BACKTRACE": "1"}
+    ignored = sorted(w.split(": ignored ")[1].split(":")[0] for w in s.warnings)
+    assert ignored == ["shell_environment." + k for k in ("exclude", "include_only", "inherit", "passthrough", "set.GITHUB_TOKEN")]
+
+
+def test_project_files_merge_from_the_workspace_root_down(tmp_path: Path, home: Path) -> None:
+    outer = tmp_path / "outer"
+    root = outer / "root"
+    cwd = root / "a" / "b"
+    cwd.mkdir(parents=True)
+    (root / ".git").write_text("gitdir: elsewhere\n")  # a worktree's .git file marks the root too
+    project_file(outer, "max_tokens = 99\n")  # above the boundary: never read
+    far = project_file(root, 'model = "root"\nmax_turns = 3\n')
+    near = project_file(root / "a", 'model = "a"\n')
+    s = load_settings(cwd, {}, env_for(home))
+    assert (s.model, s.max_turns, s.max_tokens, s.workspace_root) == ("a", 3, 16_384, root)
+    assert s.sources == [str(far), str(near)]
+
+
+def test_without_git_the_workspace_is_the_working_directory(workspace: Path, home: Path) -> None:
+    project_file(workspace, 'model = "parent"\n')
+    child = workspace / "child"
+    child.mkdir()
+    s = load_settings(child, {}, env_for(home))
+    assert s.model == "gpt-4.1" and s.workspace_root == child
+
+
+def _load_in_child(cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    code = ("import sys\nfrom osprey.config import load_settings\nfrom osprey.errors import ConfigError\n"
+            f"try: load_settings({str(cwd)!r}, {{}}, {{'OSPREY_HOME': {str(home)!r}, 'OPENAI_API_KEY': 'k'}})\n"
+            "except ConfigError as exc: print(exc)\nelse: print('loaded')\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "big"])
+def test_config_reads_are_bounded(workspace: Path, home: Path, kind: str) -> None:
+    (workspace / ".osprey").mkdir()
+    target = workspace / ".osprey" / "config.toml"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "dev-zero":
+        target.symlink_to("/dev/zero")
+    else:
+        target.write_text("# " + "x" * (2 * 1024 * 1024) + "\n")
+    run = _load_in_child(workspace, home)  # a hang fails with TimeoutExpired
+    expected = "larger than 1 MiB" if kind == "big" else "not a regular file"
+    assert str(target) in run.stdout and expected in run.stdout, run.stdout + run.stderr
+
+
+def test_dotenv_reads_are_bounded(workspace: Path, home: Path) -> None:
+    os.mkfifo(workspace / ".env")
+    run = _load_in_child(workspace, home)
+    assert "not a regular file" in run.stdout, run.stdout + run.stderr
+    (workspace / ".env").unlink()
+    (workspace / ".env").mkdir()  # a virtualenv named .env is no .env file
+    assert _load_in_child(workspace, home).stdout.strip() == "loaded"
