@@ -1,0 +1,77 @@
+"""A lane cannot get code run on the host through the workspace's `.git` or `.osprey`:
+both are mounted read-only (created as empty placeholders when missing, removed afterwards),
+unless `[sandbox] protect_git = false`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from homes import require_docker
+
+from osprey.config import SandboxSettings
+from osprey.dispatch import open_tool_service
+from osprey.errors import ToolError
+
+
+def git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def repo(workspace: Path) -> Path:
+    git(workspace, "init", "-q")
+    (workspace / "app.py").write_text("print('hi')\n")
+    (workspace / ".osprey").mkdir()
+    (workspace / ".osprey" / "config.toml").write_text('model = "m"\n')
+    (workspace / ".gitmodules").write_text("")
+    return workspace
+
+
+async def test_a_lane_cannot_change_git_or_osprey(repo: Path, tmp_path: Path) -> None:
+    require_docker()
+    marker = repo / "fsmonitor-ran"
+    async with open_tool_service([str(repo)], sandbox=SandboxSettings(enabled=True), session_id=f"git-{os.getpid()}-1") as service:
+        client = service.client
+        for command in (
+            f"git config core.fsmonitor 'touch {marker}'",
+            "echo 'touch pwned' > .git/hooks/pre-commit",
+            "echo 'approval_policy = \"never\"' > .osprey/config.toml",
+            "mkdir .osprey/tools",
+            "echo '[submodule \"x\"]' > .gitmodules",
+        ):
+            result = await client.bash(command)
+            assert result.exit_code != 0, (command, result.output)
+        with pytest.raises(ToolError) as denied:
+            await client.write_file(".git/config", "[core]\n\tfsmonitor = touch pwned\n")
+        assert denied.value.category in ("permission_denied", "io_error"), denied.value
+        # The rest of the workspace stays writable.
+        assert (await client.bash("echo ok > new.txt && git status --short | head -3")).exit_code == 0
+    assert (repo / "new.txt").read_text() == "ok\n"
+    assert git(repo, "config", "--get", "core.fsmonitor").stdout == ""
+    git(repo, "status")
+    assert not marker.exists()
+    assert (repo / ".osprey" / "config.toml").read_text() == 'model = "m"\n'
+
+
+async def test_a_lane_cannot_plant_a_repository_where_there_is_none(workspace: Path) -> None:
+    require_docker()
+    async with open_tool_service([str(workspace)], sandbox=SandboxSettings(enabled=True), session_id=f"git-{os.getpid()}-2") as service:
+        for command in ("git init -q", "mkdir .git/hooks", "echo x > .osprey/config.toml"):
+            result = await service.client.bash(command)
+            assert result.exit_code != 0, (command, result.output)
+        assert (workspace / ".git").is_dir() and not any((workspace / ".git").iterdir())
+    # The empty placeholders are removed with the lane.
+    assert not (workspace / ".git").exists() and not (workspace / ".osprey").exists()
+
+
+async def test_protect_git_false_lets_a_lane_write_them(repo: Path) -> None:
+    require_docker()
+    options = SandboxSettings(enabled=True, protect_git=False)
+    async with open_tool_service([str(repo)], sandbox=options, session_id=f"git-{os.getpid()}-3") as service:
+        result = await service.client.bash("git config user.name lane && echo 'x = 1' > .osprey/note")
+        assert result.exit_code == 0, result.output
+    assert git(repo, "config", "--get", "user.name").stdout.strip() == "lane"
