@@ -64,6 +64,8 @@ def run_headless(
     except OspreyError as exc:
         _error(str(exc))
         return 1
+    for warning in settings.warnings:
+        _warn(warning)
     if settings.sandbox.network and not settings.sandbox.enabled:
         _error("--sandbox-network needs --sandbox")
         return 2
@@ -85,6 +87,7 @@ async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | N
     import httpx
 
     from .approvals import ApprovalGate
+    from .config import settings_tool_environment
     from .dispatch import open_tool_service
     from .loop import AgentLoop
     from .prompt import system_prompt
@@ -131,12 +134,13 @@ async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | N
                 sink = stack.enter_context(Path(record_file).open("w", encoding="utf-8"))
                 provider = RecordingProvider(provider, sink)
             session_id = uuid.uuid4().hex[:12]
+            host_env = settings_tool_environment(settings)
             service = await stack.enter_async_context(open_tool_service(
                 [str(settings.cwd)], sandbox=settings.sandbox, session_id=session_id,
-                progress=lambda line: sys.stderr.write(f"osprey: {line}\n"), home=settings.home,
+                progress=lambda line: sys.stderr.write(f"osprey: {line}\n"), home=settings.home, env=host_env,
             ))
             host_processes = service.home == "local"
-            processes = ProcessManager(service.roots) if host_processes else None
+            processes = ProcessManager(service.roots, env=host_env) if host_processes else None
             if processes is not None:
                 stack.push_async_callback(processes.close)
             registry = ToolRegistry(max_result_chars=settings.tool_results.max_chars)
