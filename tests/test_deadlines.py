@@ -177,3 +177,32 @@ async def test_a_fork_bomb_does_not_starve_the_lane(lane: ToolService) -> None:
     after = await lane.client.bash("echo still here")
     assert "still here" in after.output
     assert time.monotonic() - started < 20
+
+
+async def test_a_catastrophic_pattern_gets_a_timeout_answer_through_the_service(workspace: Path, tmp_path: Path) -> None:
+    """A lookaround pattern (ripgrep refuses it, so Python's `re` takes over) over a line of
+    a's backtracks for ever: the search is stopped at its budget and the service answers."""
+    import secrets
+
+    from osprey_sidecar.server import build_server
+
+    from osprey.toolclient import ToolClient
+
+    (workspace / "a.txt").write_text("a" * 40 + "\n")
+    socket_path = str(tmp_path / "tools.sock")
+    token = secrets.token_hex(8)
+    server = build_server([str(workspace)], socket_path, token, search_budget_s=2.0)
+    client = ToolClient.for_socket(socket_path, token=token)
+    try:
+        await client.wait_ready(10)
+        started = time.monotonic()
+        with pytest.raises(Exception) as failure:
+            await client.grep("(?=(a+)+b)")
+        elapsed = time.monotonic() - started
+        assert getattr(failure.value, "category", None) == "timeout", failure.value
+        assert elapsed < 10, elapsed
+        print(f"ReDoS grep answered timeout after {elapsed:.2f} s (budget 2 s)")
+        assert (await client.read_file("a.txt")).total_lines == 1  # the service is still usable
+    finally:
+        await client.close()
+        server.stop(grace=None)

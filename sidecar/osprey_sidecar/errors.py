@@ -14,6 +14,7 @@ NOT_A_DIRECTORY = "not_a_directory"
 PERMISSION_DENIED = "permission_denied"
 IO_ERROR = "io_error"
 UNAUTHENTICATED = "unauthenticated"
+TIMEOUT = "timeout"
 
 
 class ToolFailure(Exception):

@@ -16,7 +16,7 @@ from ._proto import tools_pb2_grpc as pb_grpc
 from .errors import ToolFailure
 from .files import edit_file, list_directory, read_file, tree, write_file
 from .paths import Roots
-from .search import find_files, grep
+from .search import SEARCH_BUDGET_S, find_files, grep
 from .shell import BashRun, Exit
 from .strays import reap_strays
 
@@ -93,13 +93,15 @@ class _ActiveCalls:
 class ToolServicer(pb_grpc.ToolServiceServicer):
     """The eight sandboxed tools over one set of allowed roots."""
 
-    def __init__(self, roots: Roots, env: dict[str, str] | None = None, *, reap_strays: bool = False) -> None:
+    def __init__(self, roots: Roots, env: dict[str, str] | None = None, *, reap_strays: bool = False, search_budget_s: float = SEARCH_BUDGET_S) -> None:
         self.roots = roots
         # The environment commands run with; None means this process's own.
         self.env = env
         # In a lane: after a command, kill whatever it left running outside its process group.
         self.reap_strays = reap_strays
         self.calls = _ActiveCalls()
+        # grep and find_files run without approval: each gets this long, then a timeout failure.
+        self.search_budget_s = search_budget_s
 
     @_mapped
     def ReadFile(self, request: pb.ReadFileRequest, context: grpc.ServicerContext) -> pb.ReadFileResponse:
@@ -152,12 +154,12 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
 
     @_mapped
     def FindFiles(self, request: pb.FindFilesRequest, context: grpc.ServicerContext) -> pb.FindFilesResponse:
-        r = find_files(self.roots, request.pattern, request.path, request.limit)
+        r = find_files(self.roots, request.pattern, request.path, request.limit, budget_s=self.search_budget_s)
         return pb.FindFilesResponse(paths=r.paths, truncated=r.truncated, total=r.total)
 
     @_mapped
     def Grep(self, request: pb.GrepRequest, context: grpc.ServicerContext) -> pb.GrepResponse:
-        r = grep(self.roots, request.pattern, request.path, request.glob, request.ignore_case, request.max_matches)
+        r = grep(self.roots, request.pattern, request.path, request.glob, request.ignore_case, request.max_matches, budget_s=self.search_budget_s)
         return pb.GrepResponse(
             matches=[pb.GrepMatch(path=m.path, line=m.line, text=m.text) for m in r.matches],
             truncated=r.truncated, total=r.total, engine=r.engine,
