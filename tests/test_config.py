@@ -281,9 +281,17 @@ def test_project_cannot_loosen_the_shell_environment(workspace: Path, home: Path
     s = load_settings(workspace, {}, env_for(home))
     policy = s.shell_environment
     assert (policy.inherit, policy.exclude, policy.include_only, policy.passthrough) == ("core", ["A*"], ["PATH", "HOME"], [])
-    assert policy.set == {"RUST_BACKTRACE": "1"}
+    assert policy.set == {}
     ignored = sorted(w.split(": ignored ")[1].split(":")[0] for w in s.warnings)
-    assert ignored == ["shell_environment." + k for k in ("exclude", "include_only", "inherit", "passthrough", "set.GITHUB_TOKEN")]
+    assert ignored == ["shell_environment." + k for k in ("exclude", "include_only", "inherit", "passthrough", "set.GITHUB_TOKEN", "set.RUST_BACKTRACE")]
+
+
+def test_project_cannot_set_what_host_commands_run(workspace: Path, home: Path) -> None:
+    (home / "config.toml").write_text('[shell_environment.set]\nCI = "1"\n')
+    project_file(repo(workspace), '[shell_environment.set]\nCI = "1"\nPATH = "./bin:/usr/bin"\nBASH_ENV = "./evil.sh"\n')
+    s = load_settings(workspace, {}, env_for(home))
+    assert s.shell_environment.set == {"CI": "1"}  # the same value as the user's is no change
+    assert len(s.warnings) == 2 and all("shell_environment.set." in w for w in s.warnings)
 
 
 def test_project_files_merge_from_the_workspace_root_down(tmp_path: Path, home: Path) -> None:

@@ -200,3 +200,13 @@ def test_agent_sends_nothing_where_an_untrusted_project_points(project: Path, os
         assert run.returncode == 0, run.stderr
         assert theirs.request_count == 0
         assert users.requests[0].headers["authorization"] == "Bearer test-key"
+
+
+def test_review_shows_dotenv_values_the_environment_hides_today(project: Path, home: Path) -> None:
+    from osprey.config import inspect_project
+
+    (project / ".env").write_text("OSPREY_BASE_URL=http://127.0.0.1:5/v1\nOSPREY_HOME=/elsewhere\n")
+    report = inspect_project(project, {**env_for(home), "OSPREY_BASE_URL": "http://127.0.0.1:4/v1"})
+    [dotenv] = [f for f in report.files if f.relpath == ".env"]
+    assert dotenv.guarded == [("OSPREY_BASE_URL", "http://127.0.0.1:5/v1")] and dotenv.status == "untrusted"
+    assert any("ignored OSPREY_HOME" in note for note in report.notes)

@@ -73,12 +73,11 @@ _SECRET_NAME = re.compile(
     r"|^(?:OSPREY|OPENAI|ANTHROPIC)_|^(?:SSH_AUTH_SOCK|KUBECONFIG)$",
     re.IGNORECASE,
 )
-_SECRET_VALUE = re.compile(
-    r"[a-z][a-z0-9+.\-]*://[^/@\s]*:[^/@\s]*@"  # scheme://user:password@host
-    r"|://\S*[?&;][\w.\-]*(?:password|passwd|pwd|token|secret|key|signature|sig)=[^&\s]"  # ...?password=...
-    r"|^(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_|glpat-|xox[abposr]-|sk-[A-Za-z0-9_\-]{16,}|AKIA[0-9A-Z]{16}$|npm_[A-Za-z0-9]{30,})",
-    re.IGNORECASE,
+_URL_PASSWORD = re.compile(r"://[^/@\s:]*:[^/@\s]*@")  # scheme://user:password@host
+_TOKEN_FORMAT = re.compile(
+    r"^(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_|glpat-|xox[abposr]-|sk-[A-Za-z0-9_\-]{16,}|AKIA[0-9A-Z]{16}$|npm_[A-Za-z0-9]{30,})"
 )
+_SECRET_PARAMS = ("password", "passwd", "pwd", "token", "secret", "key", "signature", "sig")
 
 
 def is_secret_name(name: str) -> bool:
@@ -87,8 +86,19 @@ def is_secret_name(name: str) -> bool:
 
 
 def is_secret_value(value: str) -> bool:
-    """Whether a value carries a credential itself: a URL with a password, a well-known token prefix."""
-    return bool(_SECRET_VALUE.search(value))
+    """Whether a value carries a credential itself: a URL with a password (in its user part or a
+    `password=`-like parameter), or a well-known token format."""
+    if _TOKEN_FORMAT.match(value):
+        return True
+    if "://" not in value:
+        return False
+    if _URL_PASSWORD.search(value):
+        return True
+    for part in re.split(r"[?&;]", value)[1:]:
+        name, _, given = part.partition("=")
+        if given and name.lower().endswith(_SECRET_PARAMS):
+            return True
+    return False
 
 
 def _matches(name: str, patterns: Iterable[str]) -> bool:
@@ -476,7 +486,7 @@ def loosening(layer: Mapping[str, Any], below: FileConfig) -> list[Guarded]:
     """The guarded keys of `layer` whose values loosen `below` (the merged layers under it).
 
     A value equal to what is below, or stricter (a stricter approval policy, the sandbox on, its
-    network off, more excluded variables), is not loosening."""
+    network off, more excluded variables), is not loosening; a new `set` variable always is."""
     found: list[Guarded] = []
 
     def check(path: tuple[str, ...], loosens: Callable[[Any], bool], reason: str) -> None:
@@ -507,10 +517,10 @@ def loosening(layer: Mapping[str, Any], below: FileConfig) -> list[Guarded]:
     check(("shell_environment", "include_only"),
           lambda v: bool(se.include_only) and (not v or not _folded(v) <= _folded(se.include_only)), LOOSEN_SHELL)
     check(("shell_environment", "passthrough"), lambda v: not frozenset(v) <= frozenset(se.passthrough), LOOSEN_SHELL)
+    # Any fixed variable: PATH, BASH_ENV or LD_PRELOAD change what an approved command runs.
     fixed = _get(layer, ("shell_environment", "set"))
     for name in fixed if isinstance(fixed, Mapping) else {}:
-        check(("shell_environment", "set", name),
-              lambda v, name=name: is_secret_name(name) or se.set.get(name, v) != v, LOOSEN_SHELL)
+        check(("shell_environment", "set", name), lambda v, name=name: se.set.get(name) != v, LOOSEN_SHELL)
     return found
 
 
@@ -536,8 +546,9 @@ def _relative(path: Path, root: Path) -> str:
         return path.as_posix()
 
 
-def _collect(cwd: Path, environ: Mapping[str, str]) -> _Sources:
-    """Read every layer below the flags; nothing is judged yet."""
+def _collect(cwd: Path, environ: Mapping[str, str], *, whole_dotenv: bool = False) -> _Sources:
+    """Read every layer below the flags; nothing is judged yet. With `whole_dotenv`, a `.env`
+    layer holds all its `OSPREY_*` values, even those the real environment overrides now."""
     real = dict(environ)
     home = load_home(real)
     root = workspace_root(cwd)
@@ -568,7 +579,7 @@ def _collect(cwd: Path, environ: Mapping[str, str]) -> _Sources:
             warnings.append(f"{path}: ignored OSPREY_HOME: Osprey's home comes only from the real environment")
             del values["OSPREY_HOME"]
         env.update({k: v for k, v in values.items() if k not in env})  # the workspace .env first
-        own = {k: v for k, v in values.items() if k not in real}  # the real environment wins
+        own = {k: v for k, v in values.items() if whole_dotenv or k not in real}  # the real environment wins
         env_layers.append(Layer(str(path), _env_settings(own, str(path)), path=path, project=project, dotenv=True,
                                 relpath=_relative(path, root), digest=_digest(raw)))
     layers.extend(reversed(env_layers))  # the home .env below the workspace one
@@ -722,7 +733,7 @@ def inspect_project(directory: Path | str | None = None, environ: Mapping[str, s
     cwd = Path(directory or os.getcwd()).resolve()
     if not cwd.is_dir():
         raise ConfigError(f"{cwd} does not exist or is not a directory")
-    sources = _collect(cwd, os.environ if environ is None else environ)
+    sources = _collect(cwd, os.environ if environ is None else environ, whole_dotenv=True)
     store = load_trust(sources.home)
     _judge(sources, lambda layer: "trusted", enforce=False)
     files = [
