@@ -340,8 +340,17 @@ def test_config_reads_are_bounded(workspace: Path, home: Path, kind: str) -> Non
 
 def test_dotenv_reads_are_bounded(workspace: Path, home: Path) -> None:
     os.mkfifo(workspace / ".env")
+    # Anything can write the workspace's .env: an unusable one is skipped with a warning.
+    settings = load_settings(workspace, {}, {"OSPREY_HOME": str(home), "OPENAI_API_KEY": "k"})
+    assert any("not a regular file" in w and "skipped" in w for w in settings.warnings), settings.warnings
+    (workspace / ".env").unlink()
+    (workspace / ".env").write_text("# " + "x" * (2 * 1024 * 1024) + "\n")
+    settings = load_settings(workspace, {}, {"OSPREY_HOME": str(home), "OPENAI_API_KEY": "k"})
+    assert any("larger than 1 MiB" in w for w in settings.warnings), settings.warnings
+    os.mkfifo(home / ".env")  # the user's own .env is no untrusted input: an error
     run = _load_in_child(workspace, home)
     assert "not a regular file" in run.stdout, run.stdout + run.stderr
+    (home / ".env").unlink()
     (workspace / ".env").unlink()
     (workspace / ".env").mkdir()  # a virtualenv named .env is no .env file
     assert _load_in_child(workspace, home).stdout.strip() == "loaded"

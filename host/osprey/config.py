@@ -571,7 +571,15 @@ def _collect(cwd: Path, environ: Mapping[str, str], *, whole_dotenv: bool = Fals
         dotenvs.insert(0, (cwd / ".env", True))
     env_layers: list[Layer] = []
     for path, project in dotenvs:
-        raw = read_bounded(path, "a .env file")
+        try:
+            raw = read_bounded(path, "a .env file")
+        except ConfigError as exc:
+            if not project:
+                raise
+            # Anything can write the workspace's .env (a lane can): an unreadable one must not
+            # stop every later run.
+            warnings.append(f"{exc}; it was skipped")
+            continue
         if raw is None:
             continue
         values = parse_dotenv(raw.decode("utf-8", errors="replace"))
