@@ -11,7 +11,10 @@ def _settings(base_image: str | None = None):  # type: ignore[no-untyped-def]
     from ..config import load_settings
 
     flags = {"sandbox": {"base_image": base_image}} if base_image else {}
-    return load_settings(None, flags, need_provider=False)
+    settings = load_settings(None, flags, need_provider=False)
+    for warning in settings.warnings:
+        click.echo(f"osprey: warning: {warning}", err=True)
+    return settings
 
 
 def _fail(exc: Exception) -> None:
