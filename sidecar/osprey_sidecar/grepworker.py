@@ -19,15 +19,18 @@ import re
 import resource
 import sys
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import TYPE_CHECKING
 
 from .ignore import compile_glob, walk
+
+if TYPE_CHECKING:  # typing costs the worker's start-up a few ms
+    from typing import IO, Any
 
 MAX_MATCH_CHARS = 500
 READ_CHUNK = 1024 * 1024
 MAX_LINE_BYTES = 4 * 1024 * 1024
 # The worker's address space: far above what a search needs, so only a runaway one meets it.
-WORKER_MEMORY_BYTES = 512 * 1024 * 1024
+WORKER_MEMORY_BYTES = 256 * 1024 * 1024
 
 
 class _Binary(Exception):

@@ -39,9 +39,9 @@ SEARCH_BUDGET_S = 30.0
 COUNT_LIMIT = 10_000
 MAX_PATTERN_CHARS = 4096
 ECHO_CHARS = 200
-# ripgrep's address space: several times what a heavy pattern needs (about 150 MB), so only a
-# runaway read (a `.gitignore` that is /dev/zero) meets it.
-RG_MEMORY_BYTES = 512 * 1024 * 1024
+# ripgrep's address space: twice what a heavy pattern needs (about 100 MB resident), so only a
+# runaway read (a `.gitignore` that is /dev/zero) meets it; ripgrep then fails and Python takes over.
+RG_MEMORY_BYTES = 256 * 1024 * 1024
 # How much of one line of ripgrep's output is kept: the file name (at most PATH_MAX), the line
 # number, and more text than MAX_MATCH_CHARS characters can take.
 _RG_LINE_KEEP = 16 * 1024
@@ -98,7 +98,7 @@ def _check_text(what: str, value: str) -> None:
 
 
 def _timeout(what: str, budget_s: float, advice: str) -> ToolFailure:
-    return ToolFailure("timeout", f"{what} took longer than {budget_s:g} s and was stopped; {advice}")
+    return ToolFailure(E.TIMEOUT, f"{what} took longer than {budget_s:g} s and was stopped; {advice}")
 
 
 def _search_dir(roots: Roots, path: str) -> str:
@@ -151,6 +151,8 @@ def _compile(pattern: str, ignore_case: bool) -> re.Pattern[str]:
         return re.compile(pattern, re.IGNORECASE if ignore_case else 0)
     except re.error as exc:
         raise ToolFailure(E.INVALID_ARGUMENT, f"invalid regular expression {_cut(pattern)!r}: {exc}") from None
+    except RecursionError:
+        raise ToolFailure(E.INVALID_ARGUMENT, f"the regular expression {_cut(pattern)!r} is nested too deeply; simplify it") from None
 
 
 def grep(
@@ -190,7 +192,7 @@ class _Search:
     """One grep call: the first `limit` matches in path order, and a count up to the limit."""
 
     def __init__(self, roots: Roots, pattern: str, top: str, glob: str, ignore_case: bool, limit: int, deadline: float) -> None:
-        self.roots, self.pattern, self.top, self.glob = roots, pattern, top, glob
+        self.pattern, self.top, self.glob = pattern, top, glob
         self.ignore_case, self.limit, self.deadline = ignore_case, limit, deadline
         self.is_file = os.path.isfile(top)
         self.base = os.path.dirname(top) if self.is_file else top
@@ -204,8 +206,9 @@ class _Search:
         }
         out = _WorkerOutput()
         package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        # -I: neither the environment nor the working directory (the workspace) changes what it imports.
-        cmd = [sys.executable, "-I", "-c", _WORKER, package_dir]
+        # -I: neither the environment nor the working directory (the workspace) changes what it
+        # imports; -S: it needs nothing from site-packages, and starts faster without.
+        cmd = [sys.executable, "-I", "-S", "-c", _WORKER, package_dir]
         ran = _stream(cmd, cwd="/", stdin=json.dumps(request).encode(), deadline=self.deadline, feed=out.feed)
         if ran is None:
             raise ToolFailure(E.IO_ERROR, f"the search could not start {_cut(sys.executable)}")
@@ -285,7 +288,10 @@ class _WorkerOutput:
         for line in lines:
             if not line:
                 continue
-            item = json.loads(line)
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue  # cut short: the worker died writing it, and never ends
             if "file" in item:
                 self.kept += [(item["file"], number, text) for number, text in item["hits"]]
                 self.total += item["count"]
