@@ -255,7 +255,7 @@ class _Search:
         prlimit = shutil.which("prlimit")
         if prlimit:
             cmd = [prlimit, f"--as={cap}", "--", *cmd]
-        out = _RgOutput(self.base, file_filter, self.limit, _count_limit(self.limit), self.deadline)
+        out = _RgOutput(self.base, file_filter, self.limit, _count_limit(self.limit), self.deadline, checked=self.is_file)
         ran = _stream(cmd, cwd=self.base, stdin=rules, deadline=self.deadline, feed=out.feed, memory_bytes=None if prlimit else cap)
         if ran is None or out.unparsable:
             return None  # not started, or a file name with a newline in it
@@ -308,8 +308,9 @@ class _RgOutput:
     Each file's lines arrive together, in path order; a file's matches count only once the
     file is complete, since a NUL byte further on makes it binary and drops them."""
 
-    def __init__(self, base: str, file_filter: re.Pattern[str] | None, keep: int, count_limit: int, deadline: float) -> None:
+    def __init__(self, base: str, file_filter: re.Pattern[str] | None, keep: int, count_limit: int, deadline: float, *, checked: bool = False) -> None:
         self.base, self.file_filter, self.keep, self.count_limit, self.deadline = base, file_filter, keep, count_limit, deadline
+        self.checked = checked  # the one file searched is known to hold no NUL byte
         self.kept: list[tuple[str, int, str]] = []
         self.total = 0
         self.seen = False
@@ -364,7 +365,7 @@ class _RgOutput:
             return False
         # Enough counted. ripgrep would say whether this file is binary only after all its
         # lines, so look for a NUL directly.
-        if _has_nul(os.path.join(self.base, self._rel), self.deadline):
+        if not self.checked and _has_nul(os.path.join(self.base, self._rel), self.deadline):
             self._skip = True
             return False
         self.finish()
