@@ -75,6 +75,8 @@ def probe(root: Path, pattern: str, engine: str | None, budget_s: float | None =
     """Run grep in a fresh process; fail the test if it does not answer within PROBE_TIMEOUT_S."""
     cmd = [sys.executable, "-c", PROBE, json.dumps({"root": str(root), "pattern": pattern, "engine": engine, "budget_s": budget_s})]
     if address_space is not None:
+        if shutil.which("prlimit") is None:
+            pytest.skip("prlimit (util-linux) is needed to guard the machine during this test")
         cmd = ["prlimit", f"--as={address_space}", "--", *cmd]  # a guard for the machine, above every cap under test
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

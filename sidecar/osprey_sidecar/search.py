@@ -21,15 +21,12 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from . import errors as E
 from .errors import ToolFailure
-from .grepworker import MAX_MATCH_CHARS, READ_CHUNK, line_text
+from .grepworker import MAX_MATCH_CHARS, READ_CHUNK, line_text  # noqa: F401 - MAX_MATCH_CHARS is this module's too
 from .ignore import ancestor_patterns, compile_glob, walk
 from .paths import Roots
-
-__all__ = ["COUNT_LIMIT", "MAX_MATCH_CHARS", "SEARCH_BUDGET_S", "FindResult", "GrepResult", "Match", "find_files", "grep"]
 
 DEFAULT_FIND_LIMIT = 1000
 DEFAULT_MAX_MATCHES = 500
