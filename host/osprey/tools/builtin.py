@@ -88,7 +88,7 @@ async def _find_files(a: FindFilesInput, ctx: ToolContext) -> str:
         return f"No files match {a.pattern!r}."
     text = "\n".join(r.paths)
     if r.truncated:
-        text += f"\n[{r.total - len(r.paths)} more files match; narrow the pattern or raise limit]"
+        text += f"\n[at least {r.total - len(r.paths)} more files match; narrow the pattern or raise limit]"
     return text
 
 
@@ -106,7 +106,7 @@ async def _grep(a: GrepInput, ctx: ToolContext) -> str:
         return f"No matches for {a.pattern!r}."
     text = "\n".join(f"{m.path}:{m.line}:{m.text}" for m in r.matches)
     if r.truncated:
-        text += f"\n[{r.total - len(r.matches)} more matching lines; narrow the pattern or path, or raise max_matches]"
+        text += f"\n[at least {r.total - len(r.matches)} more matching lines; narrow the pattern or path, or raise max_matches]"
     return text
 
 
