@@ -8,6 +8,11 @@ Semantics (the ripgrep path in `search.py` is configured to agree with them):
   the searched directory apply too, with lower precedence than any file inside
   it; their anchored patterns keep their own base, as in git (they are
   rewritten relative to the searched directory, see `ancestor_patterns`).
+
+Bounds (the workspace is untrusted): every directory is opened from its parent's
+descriptor without following symlinks; an ignore file is read only when it is a
+regular file, and only its first MAX_IGNORE_BYTES; the walk is iterative and
+stops descending where paths would outgrow PATH_MAX.
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
+
+from .paths import PATH_MAX, open_regular, open_root, open_subdir, open_under
+
+MAX_IGNORE_BYTES = 1024 * 1024  # of one ignore file; lines beyond are not read
 
 
 def glob_to_regex(pattern: str, *, braces: bool = False) -> str:
@@ -133,12 +142,30 @@ def parse_gitignore(text: str) -> list[Rule]:
     return rules
 
 
-def _read_rules(directory: str) -> list[Rule]:
+def read_ignore_file(dir_fd: int, name: str = ".gitignore") -> str:
+    """The text of the ignore file `name` in the directory `dir_fd`, "" unless it is a regular file.
+
+    A symlink is not followed (git does not follow one either), a FIFO or device is not
+    opened, and only the whole lines within the first MAX_IGNORE_BYTES are read.
+    """
     try:
-        with open(os.path.join(directory, ".gitignore"), "rb") as fh:
-            return parse_gitignore(fh.read().decode("utf-8", "surrogateescape"))
+        fd, _ = open_regular(dir_fd, name)
     except OSError:
-        return []
+        return ""
+    try:
+        data = os.read(fd, MAX_IGNORE_BYTES + 1)
+        while len(data) <= MAX_IGNORE_BYTES:
+            more = os.read(fd, MAX_IGNORE_BYTES + 1 - len(data))
+            if not more:
+                break
+            data += more
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    if len(data) > MAX_IGNORE_BYTES:
+        data = data[: data.rfind(b"\n", 0, MAX_IGNORE_BYTES) + 1]
+    return data.decode("utf-8", "surrogateescape")
 
 
 @dataclass
@@ -196,26 +223,35 @@ def ancestor_patterns(top: str, root: str | None) -> list[str]:
     (outermost first), rewritten to apply to paths relative to `top`.
 
     Unanchored patterns match at any depth and are kept as they are; anchored ones
-    are re-anchored at `top`, or dropped when they cannot match below it.
+    are re-anchored at `top`, or dropped when they cannot match below it. The
+    directories are entered from `root` without following symlinks; where one is in
+    the way the rules found so far are all there are.
     """
     if root is None or top == root or not top.startswith(root.rstrip(os.sep) + os.sep):
         return []
     parts = os.path.relpath(top, root).split(os.sep)
     lines: list[str] = []
-    for depth in range(len(parts)):
-        directory = os.path.join(root, *parts[:depth])
-        try:
-            with open(os.path.join(directory, ".gitignore"), "rb") as fh:
-                text = fh.read().decode("utf-8", "surrogateescape")
-        except OSError:
-            continue
-        for raw in text.split("\n"):
-            split = _split_line(raw)
-            if split is None:
-                continue
-            negate, dir_only, pattern = split
-            rests = _rebased(pattern, parts[depth:]) if "/" in pattern else [pattern]
-            lines += [("!" if negate else "") + ("/" if "/" in pattern else "") + rest + ("/" if dir_only else "") for rest in rests]
+    try:
+        fd = open_root(root)
+    except OSError:
+        return []
+    try:
+        for depth in range(len(parts)):
+            for raw in read_ignore_file(fd).split("\n"):
+                split = _split_line(raw)
+                if split is None:
+                    continue
+                negate, dir_only, pattern = split
+                rests = _rebased(pattern, parts[depth:]) if "/" in pattern else [pattern]
+                lines += [("!" if negate else "") + ("/" if "/" in pattern else "") + rest + ("/" if dir_only else "") for rest in rests]
+            if depth + 1 < len(parts):
+                step = open_subdir(fd, parts[depth])
+                os.close(fd)
+                fd = step
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
     return lines
 
 
@@ -232,20 +268,94 @@ class Entry:
     depth: int
 
 
+# A directory is entered only while its path stays a valid path (PATH_MAX), which also
+# bounds the depth: what lies deeper could not be named in a call anyway.
+MAX_WALK_DEPTH = PATH_MAX // 2
+# Directories this deep in the walk keep their descriptor while their subdirectories are
+# walked; deeper ones are opened again through `..` (checked to be the same directory).
+_KEEP_OPEN_DEPTH = 32
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass
+class _Frame:
+    fd: int  # -1 while closed for a subdirectory's walk
+    ident: tuple[int, int]  # st_dev, st_ino
+    rel: str
+    depth: int  # of its entries
+    stack: "IgnoreStack"
+    entries: list[tuple[str, bool]]  # (name, is_dir), sorted, ignored ones left out
+    next: int = 0
+
+
 def walk(top: str, root: str | None, *, max_depth: int | None = None, files_only: bool = False) -> Iterator[Entry]:
-    """Walk `top` depth-first in sorted order, honouring the ignore rules above."""
+    """Walk `top` depth-first in sorted order, honouring the ignore rules above.
+
+    Every directory is opened from its parent's descriptor without following symlinks
+    (below `root` when given), so the walk never leaves the tree it started in.
+    """
     base = IgnoreStack([_Layer("", ancestor_rules(top, root))] if root else [])
-    yield from _walk_dir(top, "", base, 1, max_depth, files_only)
-
-
-def _walk_dir(path: str, rel: str, stack: IgnoreStack, depth: int, max_depth: int | None, files_only: bool) -> Iterator[Entry]:
-    stack = stack.pushed(rel, _read_rules(path))
     try:
-        with os.scandir(path) as it:
-            entries = sorted(it, key=lambda e: e.name)
+        if root is not None and (top == root or top.startswith(root.rstrip(os.sep) + os.sep)):
+            fd = open_under(root, top, _DIR_FLAGS)
+        else:
+            fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return
-    for entry in entries:
+    top_prefix = top.rstrip(os.sep) + os.sep
+    frames: list[_Frame] = []
+    try:
+        frame = _enter(fd, "", base, 1)
+        if frame is None:
+            return
+        frames.append(frame)
+        while frames:
+            frame = frames[-1]
+            if frame.next >= len(frame.entries) or frame.fd < 0:
+                frames.pop()
+                _leave(frame, frames[-1] if frames else None)
+                continue
+            name, is_dir = frame.entries[frame.next]
+            frame.next += 1
+            rel = f"{frame.rel}/{name}" if frame.rel else name
+            if not is_dir:
+                yield Entry(top_prefix + rel, rel, False, frame.depth)
+                continue
+            if not files_only:
+                yield Entry(top_prefix + rel, rel, True, frame.depth)
+            if (max_depth is not None and frame.depth >= max_depth) or frame.depth >= MAX_WALK_DEPTH:
+                continue
+            if len(os.fsencode(top_prefix + rel)) >= PATH_MAX:
+                continue
+            try:
+                child_fd = os.open(name, _DIR_FLAGS, dir_fd=frame.fd)
+            except OSError:
+                continue  # gone, unreadable, or swapped for a symlink since the listing
+            child = _enter(child_fd, rel, frame.stack, frame.depth + 1)
+            if child is None:
+                continue
+            if frame.depth > _KEEP_OPEN_DEPTH:
+                os.close(frame.fd)
+                frame.fd = -1
+            frames.append(child)
+    finally:
+        for frame in frames:
+            if frame.fd >= 0:
+                os.close(frame.fd)
+
+
+def _enter(fd: int, rel: str, stack: "IgnoreStack", depth: int) -> _Frame | None:
+    """A frame for the directory open as `fd` (taken over), its entries listed and filtered."""
+    try:
+        st = os.fstat(fd)
+        with os.scandir(fd) as it:
+            listed = sorted(it, key=lambda e: e.name)
+    except OSError:
+        os.close(fd)
+        return None
+    kinds: list[tuple[str, bool]] = []
+    has_rules = False
+    for entry in listed:
         name = entry.name
         if name == ".git":
             continue
@@ -256,13 +366,25 @@ def _walk_dir(path: str, rel: str, stack: IgnoreStack, depth: int, max_depth: in
             continue
         if not (is_dir or is_file):
             continue  # symlinks, sockets, fifos: not followed, not searched
-        child_rel = f"{rel}/{name}" if rel else name
-        if stack.ignored(child_rel, is_dir):
-            continue
-        if is_dir:
-            if not files_only:
-                yield Entry(entry.path, child_rel, True, depth)
-            if max_depth is None or depth < max_depth:
-                yield from _walk_dir(entry.path, child_rel, stack, depth + 1, max_depth, files_only)
-        else:
-            yield Entry(entry.path, child_rel, False, depth)
+        has_rules = has_rules or (name == ".gitignore" and is_file)
+        kinds.append((name, is_dir))
+    if has_rules:
+        stack = stack.pushed(rel, parse_gitignore(read_ignore_file(fd)))
+    entries = [(name, is_dir) for name, is_dir in kinds if not stack.ignored(f"{rel}/{name}" if rel else name, is_dir)]
+    return _Frame(fd, (st.st_dev, st.st_ino), rel, depth, stack, entries)
+
+
+def _leave(child: _Frame, parent: _Frame | None) -> None:
+    """Close a finished frame, first opening its parent again through `..` if the parent was closed."""
+    if parent is not None and parent.fd < 0 and child.fd >= 0:
+        try:
+            fd = os.open("..", _DIR_FLAGS, dir_fd=child.fd)
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == parent.ident:
+                parent.fd = fd
+            else:
+                os.close(fd)  # moved meanwhile: the rest of the parent is not walked
+        except OSError:
+            pass
+    if child.fd >= 0:
+        os.close(child.fd)

@@ -9,6 +9,7 @@ outlives the call (background work belongs to the host's `process` tool).
 
 from __future__ import annotations
 
+import errno
 import os
 import selectors
 import signal
@@ -19,8 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from . import errors as E
-from .errors import ToolFailure
-from .paths import Roots
+from .errors import ToolFailure, from_os_error
+from .paths import Opened, Roots, cut
 
 DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000
@@ -58,11 +59,12 @@ class BashRun:
             raise ToolFailure(E.INVALID_ARGUMENT, "timeout_ms and max_output_bytes must not be negative")
         if timeout_ms > MAX_TIMEOUT_MS:
             raise ToolFailure(E.INVALID_ARGUMENT, f"timeout_ms {timeout_ms} is over the maximum of {MAX_TIMEOUT_MS} ms; use the process tool for long-running work")
-        self.cwd = roots.resolve(workdir)
-        if not os.path.exists(self.cwd):
-            raise ToolFailure(E.NOT_FOUND, f"workdir {workdir}: no such directory")
-        if not os.path.isdir(self.cwd):
-            raise ToolFailure(E.NOT_A_DIRECTORY, f"workdir {workdir} is not a directory")
+        if "\x00" in command:
+            raise ToolFailure(E.INVALID_ARGUMENT, "command contains a NUL character")
+        self.roots = roots
+        self.workdir = workdir
+        with self._open_workdir() as directory:
+            self.cwd = directory.real
         self.command = command
         self.timeout_s = (timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
         budget = max_output_bytes or DEFAULT_MAX_OUTPUT
@@ -73,6 +75,17 @@ class BashRun:
         self._cancelled = threading.Event()
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
+
+    def _open_workdir(self) -> Opened:
+        shown = cut(self.workdir)
+        try:
+            return self.roots.open_dir(self.workdir)
+        except OSError as exc:
+            if exc.errno == errno.ENOTDIR and os.path.lexists(self.roots.resolve(self.workdir)):
+                raise ToolFailure(E.NOT_A_DIRECTORY, f"workdir {shown} is not a directory") from None
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                raise ToolFailure(E.NOT_FOUND, f"workdir {shown}: no such directory") from None
+            raise from_os_error(exc, f"workdir {shown}") from None
 
     def cancel(self) -> None:
         self._cancelled.set()
@@ -85,10 +98,14 @@ class BashRun:
         with self._lock:
             if self._cancelled.is_set():
                 return
+            # Opened again now and entered through its descriptor: the child changes to
+            # /proc/self/fd/N before its descriptors are closed for exec (a failure to do so
+            # fails the start), so no path is looked up again after the open below the root.
+            directory = self._open_workdir()
             try:
                 self._proc = subprocess.Popen(
                     ["bash", "-c", self.command],
-                    cwd=self.cwd,
+                    cwd=_fd_path(directory),
                     env=self.env,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
@@ -97,6 +114,8 @@ class BashRun:
                 )
             except OSError as exc:
                 raise ToolFailure(E.IO_ERROR, f"could not start bash: {exc}") from None
+            finally:
+                directory.close()
         proc = self._proc
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
@@ -171,6 +190,12 @@ class BashRun:
             cancelled=cancelled,
         )
         yield return_exit
+
+
+def _fd_path(directory: Opened) -> str:
+    """A path naming the open directory itself; its resolved path where /proc is missing."""
+    proc = f"/proc/self/fd/{directory.fd}"
+    return proc if os.path.isdir(proc) else directory.real
 
 
 def _group_alive(pgid: int) -> bool:
