@@ -471,3 +471,185 @@ def test_git_comparison_sees_ignored_files(git_repo: Path) -> None:
     untracked = git_untracked(git_repo, git_repo)
     assert len(everything) > len(untracked) + 20
     assert "keep.log" in untracked and "app.log" not in untracked
+
+
+# --- matching cost and bounds --------------------------------------------------------------------
+
+
+def _segment_matches(tokens: list[str], name: str) -> bool:
+    """Reference matching of one segment's tokens (literal characters, "?", "*", "[...]" sets)."""
+    memo: dict[tuple[int, int], bool] = {}
+
+    def go(t: int, i: int) -> bool:
+        if (t, i) not in memo:
+            if t == len(tokens):
+                result = i == len(name)
+            elif tokens[t] == "*":
+                result = go(t + 1, i) or (i < len(name) and go(t, i + 1))
+            elif i == len(name):
+                result = False
+            elif tokens[t] == "?":
+                result = go(t + 1, i + 1)
+            elif tokens[t].startswith("[!"):
+                result = name[i] not in tokens[t][2:-1] and go(t + 1, i + 1)
+            elif tokens[t].startswith("[") and len(tokens[t]) > 1:
+                result = name[i] in tokens[t][1:-1] and go(t + 1, i + 1)
+            else:
+                result = name[i] == tokens[t][-1] and go(t + 1, i + 1)
+            memo[(t, i)] = result
+        return memo[(t, i)]
+
+    return go(0, 0)
+
+
+def _tokens(segment: str) -> list[str]:
+    return re.findall(r"\\.|\[!?[^]]*\]|.", segment)
+
+
+def reference_match(pattern: str, path: str) -> bool:
+    """gitignore(5) matching written out directly: `**` segments span whole segments (a last one
+    needs at least one more), everything else matches within one segment."""
+    pats, parts = pattern.split("/"), path.split("/")
+    memo: dict[tuple[int, int], bool] = {}
+
+    def go(p: int, s: int) -> bool:
+        if (p, s) not in memo:
+            if p == len(pats):
+                result = s == len(parts)
+            elif pats[p] == "**" and p == len(pats) - 1:
+                result = s < len(parts)
+            elif pats[p] == "**":
+                result = go(p + 1, s) or (s < len(parts) and go(p, s + 1))
+            else:
+                result = s < len(parts) and _segment_matches(_tokens(pats[p]), parts[s]) and go(p + 1, s + 1)
+            memo[(p, s)] = result
+        return memo[(p, s)]
+
+    return go(0, 0)
+
+
+def test_glob_matching_agrees_with_a_reference_matcher() -> None:
+    import random
+
+    rng = random.Random(20240601)
+    pieces = ["a", "b", "*", "?", "/", "**", "**/", "/**", "[ab]", "[!a]", "\\*", "ab"]
+    names = ["a", "b", "ab", "ba", "aab", "", "*", "bab"]
+    checked = 0
+    for _ in range(3000):
+        pattern = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 7)))
+        paths = ["/".join(rng.choice(names) for _ in range(rng.randint(1, 5))) for _ in range(12)]
+        # compile_glob: a pattern without `/` matches at any depth; a leading `/` anchors.
+        anchored = "/" in pattern
+        spec = pattern.lstrip("/") if anchored else "**/" + pattern
+        regex = compile_glob(pattern)
+        for path in paths:
+            assert bool(regex.fullmatch(path)) == reference_match(spec, path), (pattern, path)
+            checked += 1
+    assert checked == 36_000
+
+
+def test_pathological_globs_match_quickly() -> None:
+    import time
+
+    name = "a" * 200
+    deep = "/".join(["a"] * 300)
+    cases = [
+        (compile_glob("*a" * 20 + "*b"), name),
+        (compile_glob("*a*" * 30 + "c"), name + "b"),
+        (compile_glob("**/a/" * 12 + "b"), deep),
+        (compile_glob("/" + "a/**/" * 12 + "b"), deep),
+        (compile_glob("*?" * 30 + "b"), name),
+        (compile_glob("**/" + "[a]*" * 20 + "b"), deep + "/" + name),
+        (parse_gitignore("*a" * 20 + "*b\n")[0].regex, deep + "/" + name),
+        (parse_gitignore("**/a/" * 12 + "b\n")[0].regex, deep),
+    ]
+    for regex, path in cases:
+        started = time.monotonic()
+        assert regex.fullmatch(path) is None
+        assert time.monotonic() - started < 0.5, regex.pattern[:80]
+
+
+def test_ancestor_rewriting_of_many_double_stars_is_quick(tmp_path: Path) -> None:
+    import time
+
+    (tmp_path / ".gitignore").write_text("/" + "**/" * 12 + "x\n")
+    top = tmp_path.joinpath(*["d"] * 40)
+    top.mkdir(parents=True)
+    started = time.monotonic()
+    rewritten = ancestor_patterns(str(top), str(tmp_path))
+    assert time.monotonic() - started < 2.0
+    assert "/**/x" in rewritten and len(rewritten) == 12
+
+
+def test_classes_are_sets_of_characters() -> None:
+    assert compile_glob("[!]]").fullmatch("a") and not compile_glob("[!]]").fullmatch("]")
+    assert compile_glob("[]a]").fullmatch("]") and compile_glob("[]a]").fullmatch("a")
+    assert compile_glob("[a-c]").fullmatch("b") and not compile_glob("[a-c]").fullmatch("-")
+    assert compile_glob("[-a]").fullmatch("-") and compile_glob("[a-]").fullmatch("-")
+    assert compile_glob("[\\]").fullmatch("\\")
+    assert compile_glob("x[&&y]").fullmatch("x&") and compile_glob("[[]").fullmatch("[")
+    assert not compile_glob("[c-a]").fullmatch("b")  # a reversed range holds nothing
+    assert not compile_glob("a[/]b").fullmatch("a/b")  # a set never matches a slash
+    assert not compile_glob("a[!x]b").fullmatch("a/b")
+
+
+def test_glob_length_and_braces_are_bounded() -> None:
+    from osprey_sidecar.errors import ToolFailure
+
+    with pytest.raises(ToolFailure) as info:
+        compile_glob("*" * 5000)
+    assert info.value.category == "invalid_argument" and len(info.value.message) < 300
+    with pytest.raises(ToolFailure) as info:
+        compile_glob("{a,b}" * 7)  # 128 alternatives
+    assert info.value.category == "invalid_argument"
+    assert compile_glob("{a,b}" * 6).fullmatch("abaabb")
+
+
+def test_ignore_file_bounds() -> None:
+    # Rules past the count limit and patterns past the length limit are dropped.
+    rules = parse_gitignore("".join(f"r{i}\n" for i in range(20_000)))
+    assert len(rules) == 10_000
+    assert parse_gitignore("x" * 5000 + "\nkept\n")[0].regex.fullmatch("kept")
+
+
+def test_ignore_files_are_read_only_when_regular(tmp_path: Path) -> None:
+    from osprey_sidecar.ignore import MAX_IGNORE_BYTES, read_ignore_file
+
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        (tmp_path / "plain").write_text("a\nb\n")
+        assert read_ignore_file(fd, "plain") == "a\nb\n"
+        (tmp_path / "zero").symlink_to("/dev/zero")
+        (tmp_path / "link").symlink_to(tmp_path / "plain")
+        os.mkfifo(tmp_path / "fifo")
+        for name in ("zero", "link", "fifo", "missing"):
+            assert read_ignore_file(fd, name) == "", name
+        # Past the cap only whole lines are kept: no rule is cut in two.
+        (tmp_path / "big").write_bytes(b"x" * (MAX_IGNORE_BYTES - 3) + b"\nkeep-me-whole\n")
+        text = read_ignore_file(fd, "big")
+        assert text == "x" * (MAX_IGNORE_BYTES - 3) + "\n"
+    finally:
+        os.close(fd)
+
+
+def test_walk_of_a_tree_deeper_than_the_recursion_limit(tmp_path: Path) -> None:
+    import sys
+
+    levels = sys.getrecursionlimit() + 100
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        for _ in range(levels):
+            os.mkdir("d", dir_fd=fd)
+            child = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        os.close(os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
+    finally:
+        os.close(fd)
+    try:
+        entries = list(walk(str(tmp_path), str(tmp_path)))
+        assert len(entries) == levels + 1
+        assert entries[-1].rel == "/".join(["d"] * levels) + "/f" and entries[-1].depth == levels + 1
+        assert [e.depth for e in walk(str(tmp_path), None, max_depth=3)] == [1, 2, 3]
+    finally:
+        subprocess.run(["rm", "-rf", str(tmp_path / "d")], check=True)

@@ -11,8 +11,9 @@ Semantics (the ripgrep path in `search.py` is configured to agree with them):
 
 Bounds (the workspace is untrusted): every directory is opened from its parent's
 descriptor without following symlinks; an ignore file is read only when it is a
-regular file, and only its first MAX_IGNORE_BYTES; the walk is iterative and
-stops descending where paths would outgrow PATH_MAX.
+regular file, and only its first MAX_IGNORE_BYTES; globs are matched in about
+linear time (see `glob_to_regex`); the walk is iterative and stops descending
+where paths would outgrow PATH_MAX.
 """
 
 from __future__ import annotations
@@ -23,64 +24,162 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from . import errors as E
+from .errors import ToolFailure
 from .paths import PATH_MAX, open_regular, open_root, open_subdir, open_under
 
+# Bounds on what the workspace or an argument can make the matcher do.
+MAX_PATTERN_CHARS = 4096
+MAX_BRACE_ALTERNATIVES = 64
 MAX_IGNORE_BYTES = 1024 * 1024  # of one ignore file; lines beyond are not read
+MAX_IGNORE_RULES = 10_000  # of one ignore file; rules beyond are dropped
+
+_GLOBSTAR = None
+# Zero or more whole segments, each with its `/`; possessive inside, so a segment is taken whole.
+_SEGMENTS = "(?:[^/]*+/)*?"
 
 
 def glob_to_regex(pattern: str, *, braces: bool = False) -> str:
-    """Translate a glob to a regex body: `*`/`?` stay in one segment, `**` spans segments."""
-    out: list[str] = []
+    """Translate a glob to a regex body: `*`/`?` stay in one segment, `**` spans segments.
+
+    The regex cannot backtrack catastrophically: every segment is matched by an atomic
+    group that takes the leftmost occurrence of each piece between its stars (which
+    finds a match whenever there is one, since the pieces have fixed lengths), and
+    every `**` but the last does the same with whole segments. Matching is about
+    linear in the path times the pattern.
+    """
+    if braces:
+        alternatives = _expand_braces(pattern)
+        if len(alternatives) > 1:
+            return "(?:" + "|".join(_translate(a) for a in alternatives) + ")"
+    return _translate(pattern)
+
+
+def _expand_braces(pattern: str) -> list[str]:
+    """`{a,b}` alternatives spelled out (not nested: a brace group ends at the first `}`)."""
     i, n = 0, len(pattern)
     while i < n:
         c = pattern[i]
-        if c == "*":
-            if pattern.startswith("**", i) and (i == 0 or pattern[i - 1] == "/") and (i + 2 == n or pattern[i + 2] == "/"):
-                if i + 2 == n:
-                    out.append(".*")
-                    i += 2
-                else:
-                    out.append("(?:.*/)?")
-                    i += 3
-                continue
-            while i < n and pattern[i] == "*":
-                i += 1
-            out.append("[^/]*")
+        if c == "\\":
+            i += 2
             continue
-        if c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            j = i + 1
-            if j < n and pattern[j] in "!^":
-                j += 1
-            if j < n and pattern[j] == "]":
-                j += 1
-            while j < n and pattern[j] != "]":
-                j += 1
-            if j >= n:
-                out.append(re.escape(c))
-            else:
-                body = pattern[i + 1 : j]
-                negate = body[:1] in ("!", "^")
-                if negate:
-                    body = body[1:]
-                body = body.replace("\\", "\\\\")
-                out.append(f"[{'^/' if negate else ''}{body}]")
-                i = j
+        if c == "[":
+            end = _class_end(pattern, i)
+            if end is not None:
+                i = end + 1
+                continue
+        if c == "{":
+            j = pattern.find("}", i)
+            if j != -1:
+                rests = _expand_braces(pattern[j + 1 :])
+                out = [pattern[:i] + alt + rest for alt in pattern[i + 1 : j].split(",") for rest in rests]
+                if len(out) > MAX_BRACE_ALTERNATIVES:
+                    raise ToolFailure(E.INVALID_ARGUMENT, f"the glob's braces spell out over {MAX_BRACE_ALTERNATIVES} alternatives; use fewer or a broader glob")
+                return out
+        i += 1
+    return [pattern]
+
+
+def _class_end(pattern: str, i: int) -> int | None:
+    """The index of the `]` closing the class opened at `pattern[i]`, if any."""
+    j = i + 1
+    n = len(pattern)
+    if j < n and pattern[j] in "!^":
+        j += 1
+    if j < n and pattern[j] == "]":
+        j += 1
+    while j < n and pattern[j] != "]":
+        j += 1
+    return j if j < n else None
+
+
+def _class(body: str) -> str:
+    negate = body[:1] in ("!", "^")
+    if negate:
+        body = body[1:]
+    inner = "".join("-" if ch == "-" and 0 < k < len(body) - 1 else re.escape(ch) for k, ch in enumerate(body))
+    regex = f"[^/{inner}]" if negate else f"(?!/)[{inner}]"
+    try:
+        re.compile(regex)
+    except re.error:  # e.g. a reversed range: no character is in it
+        return "(?!)"
+    return regex
+
+
+def _segments(pattern: str) -> list[list[str] | None]:
+    """The pattern's segments: None for a `**` segment, else its tokens (regex pieces, "*" for a star run)."""
+    segments: list[list[str] | None] = []
+    tokens: list[str] = []
+    raw = ""  # the segment's text, to tell `**` from `\*\*` and `***`
+    i, n = 0, len(pattern)
+    while i <= n:
+        c = pattern[i] if i < n else "/"
+        if c == "/":
+            segments.append(_GLOBSTAR if raw == "**" else tokens)
+            tokens, raw = [], ""
+            i += 1
+            if i > n:
+                break
+            continue
+        raw += c
+        if c == "*":
+            if not tokens or tokens[-1] != "*":
+                tokens.append("*")
+        elif c == "?":
+            tokens.append("[^/]")
+        elif c == "[" and (end := _class_end(pattern, i)) is not None:
+            tokens.append(_class(pattern[i + 1 : end]))
+            raw += pattern[i + 1 : end + 1]
+            i = end
         elif c == "\\" and i + 1 < n:
             i += 1
-            out.append(re.escape(pattern[i]))
-        elif braces and c == "{":
-            j = pattern.find("}", i)
-            if j == -1:
-                out.append(re.escape(c))
-            else:
-                alts = pattern[i + 1 : j].split(",")
-                out.append("(?:" + "|".join(glob_to_regex(a) for a in alts) + ")")
-                i = j
+            raw += pattern[i]
+            tokens.append(re.escape(pattern[i]))
         else:
-            out.append(re.escape(c))
+            tokens.append(re.escape(c))
         i += 1
+    return segments
+
+
+def _segment_regex(tokens: list[str]) -> str:
+    """One segment, as an atomic group that matches it whole in at most one way."""
+    pieces = _pieces(tokens)
+    if len(pieces) == 1:
+        return pieces[0]
+    middle = "".join(f"(?>[^/]*?{p})" for p in pieces[1:-1])
+    last = f"[^/]*{pieces[-1]}(?![^/])" if pieces[-1] else "[^/]*+"
+    return f"(?>{pieces[0]}{middle}{last})"
+
+
+def _pieces(tokens: list[str]) -> list[str]:
+    pieces = [""]
+    for token in tokens:
+        if token == "*":
+            pieces.append("")
+        else:
+            pieces[-1] += token
+    return pieces
+
+
+def _translate(pattern: str) -> str:
+    segments = _segments(pattern)
+    out: list[str] = []
+    gap: list[str] | None = None  # what follows an open `**`, up to the next one
+    for index, segment in enumerate(segments):
+        last = index == len(segments) - 1
+        if segment is _GLOBSTAR:
+            if gap is not None:
+                out.append(f"(?>{_SEGMENTS}{''.join(gap)})")  # the leftmost place where it fits
+            gap = None
+            if last:
+                out.append(".*")
+            else:
+                gap = []
+            continue
+        piece = _segment_regex(segment) + ("" if last else "/")
+        (out if gap is None else gap).append(piece)
+    if gap is not None:
+        out.append(_SEGMENTS + "".join(gap))  # the last `**` must end where the path does
     return "".join(out)
 
 
@@ -92,13 +191,17 @@ def compile_glob(pattern: str) -> re.Pattern[str]:
     path relative to the searched directory.
     """
     pattern = pattern.strip()
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ToolFailure(E.INVALID_ARGUMENT, f"the glob is {len(pattern)} characters long; a glob is at most {MAX_PATTERN_CHARS}")
     anchored = "/" in pattern  # before dropping `./`, which anchors too
     if pattern.startswith("./"):
         pattern = pattern[2:]
-    body = glob_to_regex(pattern.lstrip("/"), braces=True)
+    pattern = pattern.lstrip("/")
+    alternatives = _expand_braces(pattern)
     if not anchored:
-        body = "(?:.*/)?" + body
-    return re.compile(body, re.DOTALL)
+        alternatives = ["**/" + a for a in alternatives]
+    body = "|".join(_translate(a) for a in alternatives)
+    return re.compile(body if len(alternatives) == 1 else f"(?:{body})", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -127,18 +230,18 @@ def _split_line(raw: str) -> tuple[bool, bool, str] | None:
 
 
 def parse_gitignore(text: str) -> list[Rule]:
+    """One ignore file's rules; a pattern over MAX_PATTERN_CHARS and rules past MAX_IGNORE_RULES are dropped."""
     rules: list[Rule] = []
     # Lines end at `\n` only, as git reads them (str.splitlines would also split at \f, \x85, ...).
     for raw in text.split("\n"):
         split = _split_line(raw)
-        if split is None:
+        if split is None or len(split[2]) > MAX_PATTERN_CHARS:
             continue
         negate, dir_only, line = split
-        anchored = "/" in line
-        body = glob_to_regex(line.lstrip("/"))
-        if not anchored:
-            body = "(?:.*/)?" + body
-        rules.append(Rule(re.compile(body, re.DOTALL), negate, dir_only))
+        pattern = line.lstrip("/") if "/" in line else "**/" + line
+        rules.append(Rule(re.compile(_translate(pattern), re.DOTALL), negate, dir_only))
+        if len(rules) >= MAX_IGNORE_RULES:
+            break
     return rules
 
 
@@ -199,8 +302,14 @@ def _rebased(pattern: str, prefix: list[str]) -> list[str]:
     `.gitignore` down to the walk's top), as patterns anchored at the top."""
     segments = pattern.lstrip("/").split("/")
     rests: list[str] = []
-
-    def consume(i: int, j: int) -> None:
+    # A depth-first search over (segment, prefix part) pairs, each visited once.
+    seen: set[tuple[int, int]] = set()
+    todo = [(0, 0)]
+    while todo:
+        i, j = todo.pop()
+        if (i, j) in seen:
+            continue
+        seen.add((i, j))
         if j == len(prefix):
             # Nothing left means the pattern names the top or a directory above it: the
             # walk was asked for that directory explicitly, so the rule is dropped.
@@ -209,12 +318,9 @@ def _rebased(pattern: str, prefix: list[str]) -> list[str]:
                 rests.append(rest)
         elif i < len(segments):
             if segments[i] == "**":
-                consume(i + 1, j)
-                consume(i, j + 1)
+                todo += [(i, j + 1), (i + 1, j)]
             elif re.fullmatch(glob_to_regex(segments[i]), prefix[j], re.DOTALL):
-                consume(i + 1, j + 1)
-
-    consume(0, 0)
+                todo.append((i + 1, j + 1))
     return rests
 
 
@@ -237,10 +343,12 @@ def ancestor_patterns(top: str, root: str | None) -> list[str]:
         return []
     try:
         for depth in range(len(parts)):
+            kept = 0
             for raw in read_ignore_file(fd).split("\n"):
                 split = _split_line(raw)
-                if split is None:
+                if split is None or len(split[2]) > MAX_PATTERN_CHARS or kept >= MAX_IGNORE_RULES:
                     continue
+                kept += 1
                 negate, dir_only, pattern = split
                 rests = _rebased(pattern, parts[depth:]) if "/" in pattern else [pattern]
                 lines += [("!" if negate else "") + ("/" if "/" in pattern else "") + rest + ("/" if dir_only else "") for rest in rests]
