@@ -57,15 +57,15 @@ async def test_a_lane_cannot_change_git_or_osprey(repo: Path, tmp_path: Path) ->
     assert (repo / ".osprey" / "config.toml").read_text() == 'model = "m"\n'
 
 
-async def test_a_lane_cannot_plant_a_repository_where_there_is_none(workspace: Path) -> None:
+async def test_a_repository_a_lane_made_is_reported(workspace: Path) -> None:
+    """Where the workspace has no .git, a lane can make one (nothing can be mounted over a path
+    that does not exist without leaving it behind); the session says so when it ends."""
     require_docker()
-    async with open_tool_service([str(workspace)], sandbox=SandboxSettings(enabled=True), session_id=f"git-{os.getpid()}-2") as service:
-        for command in ("git init -q", "mkdir .git/hooks", "echo x > .osprey/config.toml"):
-            result = await service.client.bash(command)
-            assert result.exit_code != 0, (command, result.output)
-        assert (workspace / ".git").is_dir() and not any((workspace / ".git").iterdir())
-    # The empty placeholders are removed with the lane.
-    assert not (workspace / ".git").exists() and not (workspace / ".osprey").exists()
+    notes: list[str] = []
+    async with open_tool_service([str(workspace)], sandbox=SandboxSettings(enabled=True), session_id=f"git-{os.getpid()}-2", progress=notes.append) as service:
+        assert (await service.client.list_directory()).entries == []  # no placeholders: same listing as on the host
+        assert (await service.client.bash("git init -q")).exit_code == 0
+    assert any(f"{workspace}/.git" in n and "look at it" in n for n in notes), notes
 
 
 async def test_protect_git_false_lets_a_lane_write_them(repo: Path) -> None:

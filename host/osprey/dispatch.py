@@ -249,11 +249,13 @@ class LaneSupervisor:
         return f"{why}; it was removed and a new lane started with the same workspace, so the call can be retried (files written before are kept, processes and /tmp are not)"
 
     async def close(self) -> None:
-        from .lanes import destroy_lane
+        from .lanes import destroy_lane, planted_paths
 
         if self.lane is not None:
             lane, self.lane = self.lane, None
             await destroy_lane(lane)
+            for path in planted_paths(self.workspace, self.options, lane.protected):
+                self.progress(f"warning: the sandbox lane created {path}; git (or Osprey) run there would use what the lane wrote: look at it before you do, or remove it")
 
 
 async def _attach(options: "SandboxSettings", roots: list[str]) -> ToolService:

@@ -81,7 +81,7 @@ class Lane:
     workspace: str
     image: str
     client: ToolClient
-    placeholders: list[str] = field(default_factory=list)
+    protected: list[str] = field(default_factory=list)  # mounted read-only at the start
 
     @property
     def socket_path(self) -> str:
@@ -133,7 +133,6 @@ def reap_orphans(client: Any | None = None) -> list[str]:
         except docker.errors.DockerException:
             continue  # gone already, or not ours to remove: it must not stop this start
         remove_socket_dir(labels.get("osprey.socket_dir", ""))
-        remove_placeholders(labels.get(PLACEHOLDERS_LABEL, ""))
         removed.append(c.name)
     return removed
 
@@ -152,55 +151,33 @@ def remove_socket_dir(path: str | Path) -> None:
 
 
 PROTECTED = (".git", ".gitmodules", ".osprey")
-PLACEHOLDERS_LABEL = "osprey.placeholders"
 
 
 def protected_paths(workspace: str, options: SandboxSettings) -> list[str]:
-    """The workspace paths a lane sees read-only: what would let it run code on the host
-    (git's config and hooks, Osprey's own project files). Empty with `protect_git = false`."""
+    """The workspace paths a lane sees read-only: what would let it get code run on the host
+    (git's config and hooks, Osprey's project files). Empty with `protect_git = false`."""
     if not options.protect_git:
         return []
     out = []
     for name in PROTECTED:
         path = os.path.join(workspace, name)
-        real = os.path.realpath(path)
-        if os.path.lexists(path) and os.path.islink(path):
+        if os.path.islink(path):
             # A link into the workspace: protect what it names; a link out of it names
             # nothing the lane can see.
+            real = os.path.realpath(path)
             if real.startswith(workspace.rstrip(os.sep) + os.sep) and os.path.exists(real):
                 out.append(real)
-            continue
-        out.append(path)
+        elif os.path.lexists(path):
+            out.append(path)
     return out
 
 
-def make_placeholders(workspace: str, options: SandboxSettings) -> list[str]:
-    """Create an empty directory for each missing protected directory, so it can be mounted
-    read-only and a lane cannot plant a repository or project config there (git skips an
-    empty `.git`). Removed again with the lane (`remove_placeholders`)."""
-    made = []
-    for path in protected_paths(workspace, options):
-        if os.path.lexists(path) or path.endswith(".gitmodules"):
-            continue
-        try:
-            os.mkdir(path, 0o755)
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise SandboxError(f"cannot protect {path} in the lane: {exc.strerror}; set [sandbox] protect_git = false to let lanes write it") from None
-        made.append(path)
-    return made
-
-
-def remove_placeholders(paths: list[str] | str) -> None:
-    """Remove placeholder directories that are still empty."""
-    if isinstance(paths, str):
-        paths = [p for p in paths.split(":") if p]
-    for path in paths:
-        try:
-            os.rmdir(path)
-        except OSError:
-            pass  # something was put there after all (with the lane gone): keep it
+def planted_paths(workspace: str, options: SandboxSettings, before: list[str]) -> list[str]:
+    """Protected paths that did not exist when the lane started and do now: the lane made them,
+    and a git command run there would use what it wrote."""
+    if not options.protect_git:
+        return []
+    return [path for path in (os.path.join(workspace, n) for n in PROTECTED) if path not in before and os.path.lexists(path)]
 
 
 def _mem_bytes(value: str) -> int:
@@ -209,12 +186,10 @@ def _mem_bytes(value: str) -> int:
     return int(value[:-1]) * units[value[-1]] if value[-1] in units else int(value)
 
 
-def lane_run_options(image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path, placeholders: list[str] | None = None) -> dict[str, Any]:
-    """The docker run options of a lane: every hardening setting is here, in one place.
-
-    Call `make_placeholders` first: every protected path must exist to be mounted read-only."""
+def lane_run_options(image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path) -> dict[str, Any]:
+    """The docker run options of a lane: every hardening setting is here, in one place."""
     uid, gid = workspace_owner(workspace)
-    protected = {path: {"bind": path, "mode": "ro"} for path in protected_paths(workspace, options) if os.path.lexists(path)}
+    protected = {path: {"bind": path, "mode": "ro"} for path in protected_paths(workspace, options)}
     memory = _mem_bytes(options.memory_limit)
     return {
         "command": [
@@ -250,7 +225,6 @@ def lane_run_options(image: str, workspace: str, session_id: str, options: Sandb
             "osprey.workspace": workspace,
             "osprey.socket_dir": str(socket_dir),
             "osprey.image": image,
-            PLACEHOLDERS_LABEL: ":".join(placeholders or []),
         },
     }
 
@@ -345,13 +319,12 @@ async def provision_lane(workspace: str, session_id: str, options: SandboxSettin
     socket_dir: Path | None = None
     container = None
     lane_client = None
-    placeholders: list[str] = []
     try:
         socket_dir, token = make_socket_dir(workspace)
-        placeholders = make_placeholders(workspace, options)
+        protected = protected_paths(workspace, options)
         # The thread finishes even if we are cancelled meanwhile; wait for it, so that a
         # container it made is known and removed below.
-        create = asyncio.ensure_future(asyncio.to_thread(_create_and_start, client, image, workspace, session_id, options, socket_dir, placeholders))
+        create = asyncio.ensure_future(asyncio.to_thread(_create_and_start, client, image, workspace, session_id, options, socket_dir))
         try:
             container = await asyncio.shield(create)
         except asyncio.CancelledError:
@@ -364,7 +337,7 @@ async def provision_lane(workspace: str, session_id: str, options: SandboxSettin
         lane_client = ToolClient.for_socket(socket_path, token=token)
         await wait_lane_ready(container, lane_client, socket_path, options.ready_timeout)
         await asyncio.to_thread(lock_down, container, socket_dir)
-        return Lane(container.id, container.name, socket_dir, token, workspace, image, lane_client, placeholders)
+        return Lane(container.id, container.name, socket_dir, token, workspace, image, lane_client, protected)
     except BaseException:
         if lane_client is not None:
             await lane_client.close()
@@ -372,15 +345,14 @@ async def provision_lane(workspace: str, session_id: str, options: SandboxSettin
             await asyncio.to_thread(_force_remove, container)
         if socket_dir is not None:
             remove_socket_dir(socket_dir)
-        remove_placeholders(placeholders)
         raise
 
 
-def _create_and_start(client: Any, image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path, placeholders: list[str]) -> Any:
+def _create_and_start(client: Any, image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path) -> Any:
     import docker
 
     try:
-        container = client.containers.create(image, detach=True, **lane_run_options(image, workspace, session_id, options, socket_dir, placeholders))
+        container = client.containers.create(image, detach=True, **lane_run_options(image, workspace, session_id, options, socket_dir))
     except docker.errors.DockerException as exc:
         raise SandboxError(f"the lane container could not be created: {_short(exc)}") from None
     try:
@@ -413,7 +385,6 @@ async def destroy_lane(lane: Lane) -> None:
         pass
     finally:
         remove_socket_dir(lane.socket_dir)
-        remove_placeholders(lane.placeholders)
 
 
 async def lane_state(lane: Lane) -> dict[str, Any]:

@@ -38,7 +38,6 @@ class TestLane:
         self.session_id = f"test-{uuid.uuid4().hex[:10]}"
         self.container: Any = None
         self.socket_dir: Path | None = None
-        self.placeholders: list[str] = []
 
     @property
     def socket_path(self) -> str:
@@ -59,7 +58,7 @@ class TestLane:
         from testcontainers.core.container import DockerContainer
 
         from ..lane_image import docker_client, ensure_image
-        from ..lanes import SOCKET_NAME, lane_run_options, lock_down, make_placeholders, make_socket_dir, reap_orphans
+        from ..lanes import SOCKET_NAME, lane_run_options, lock_down, make_socket_dir, reap_orphans
 
         client = docker_client()
         reap_orphans(client)
@@ -69,8 +68,7 @@ class TestLane:
         fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(token + "\n")
-        self.placeholders = make_placeholders(self.workspace, self.options)
-        opts = lane_run_options(image, self.workspace, self.session_id, self.options, self.socket_dir, self.placeholders)
+        opts = lane_run_options(image, self.workspace, self.session_id, self.options, self.socket_dir)
         container = DockerContainer(image, name=opts.pop("name"))
         container.with_command(opts.pop("command"))
         for key, value in opts.pop("environment").items():
@@ -107,7 +105,7 @@ class TestLane:
         return self
 
     def stop(self) -> None:
-        from ..lanes import remove_placeholders, remove_socket_dir
+        from ..lanes import remove_socket_dir
 
         if self.container is not None:
             container, self.container = self.container, None
@@ -120,7 +118,6 @@ class TestLane:
         if self.socket_dir is not None:
             Path(self.token_file).unlink(missing_ok=True)
             remove_socket_dir(self.socket_dir)
-        remove_placeholders(self.placeholders)
 
     def __enter__(self) -> "TestLane":
         return self.start()
