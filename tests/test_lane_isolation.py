@@ -392,8 +392,11 @@ async def test_the_token_is_not_in_docker_inspect_or_command_lines(ws: Workspace
         cmdlines = await sh_ok(lane, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done")
         assert "osprey_sidecar" in cmdlines  # the sidecar's own command line was read
         assert token not in cmdlines
-        environ = await sh_ok(lane, "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null; done")
+        # The sidecar is not dumpable, so its own environment (like its memory) is out of reach.
+        environ = await sh_ok(lane, "for p in /proc/[0-9]*; do { tr '\\0' '\\n' < $p/environ; } 2>/dev/null; done; true")
         assert "HOME=/tmp" in environ and token not in environ
+        refused = await sh_ok(lane, "for p in /proc/[0-9]*; do case \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" in python3*osprey_sidecar*) cat $p/environ >/dev/null 2>&1 && echo readable || echo refused;; esac; done; true")
+        assert refused.split() == ["refused"], refused
 
 
 # --- the workspace -------------------------------------------------------------------------------
