@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -64,12 +65,13 @@ def renameat2_number() -> int:
 
 
 class Swapper:
-    """The swapping process: `d` (a directory) and `s` (a symlink out) trade places until stopped."""
+    """The swapping process: `d` (a directory) and `s` (a symlink out), or the paths `swap`
+    names below the workspace, trade places until stopped."""
 
-    def __init__(self, workspace: Path) -> None:
+    def __init__(self, workspace: Path, swap: tuple[str, str] = ("d", "s")) -> None:
         self.workspace = workspace
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", SWAPPER, str(renameat2_number()), str(workspace), "d", "s", str(TIME_CAP_S * 3)],
+            [sys.executable, "-c", SWAPPER, str(renameat2_number()), str(workspace), *swap, str(TIME_CAP_S * 3)],
             stdout=subprocess.PIPE, text=True,
         )
         assert self.proc.stdout is not None
@@ -206,6 +208,23 @@ async def test_find_files_race(race: Race) -> None:
     await race.run("find_files", lambda i: race.tools.find_files("*", "d"), lambda r: any("marker-outside" in p for p in r.paths))
 
 
+async def test_find_files_from_above_race(race: Race) -> None:
+    # The swapped directory is inside the searched tree rather than the searched path.
+    await race.run("find_files (from above)", lambda i: race.tools.find_files("**/marker-*", ""), lambda r: any("marker-outside" in p for p in r.paths))
+
+
+async def test_grep_directory_race(race: Race) -> None:
+    await race.run("grep (directory)", lambda i: race.tools.grep("needle", "d"), lambda r: any(SECRET in m.text for m in r.matches))
+
+
+async def test_grep_file_race(race: Race) -> None:
+    await race.run("grep (file)", lambda i: race.tools.grep("needle", "d/target.txt"), lambda r: any(SECRET in m.text for m in r.matches))
+
+
+async def test_grep_from_above_race(race: Race) -> None:
+    await race.run("grep (from above)", lambda i: race.tools.grep("needle", ""), lambda r: any(SECRET in m.text for m in r.matches))
+
+
 async def test_bash_workdir_race(race: Race) -> None:
     await race.run("bash workdir", lambda i: race.tools.bash("cat target.txt; ls", workdir="d"), lambda r: SECRET in r.output or "marker-outside" in r.output)
 
@@ -234,10 +253,40 @@ def local_race(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     yield workspace, outside
 
 
-def test_component_walk_race(no_openat2: None, local_race: tuple[Path, Path]) -> None:
+def race_in_process(
+    workspace: Path, outside: Path, label: str, call: Callable[[int], Any], escaped: Callable[[Any], bool], tries: int,
+    swap: tuple[str, str] = ("d", "s"),
+) -> None:
+    """Call `call` up to `tries` times (or for TIME_CAP_S) in this process against the swapper and count escapes."""
     from osprey_sidecar.errors import ToolFailure
+
+    swapper = Swapper(workspace, swap)
+    done = escapes = 0
+    try:
+        deadline = time.monotonic() + TIME_CAP_S
+        while done < tries and time.monotonic() < deadline:
+            done += 1
+            try:
+                if escaped(call(done)):
+                    escapes += 1
+            except ToolFailure:
+                pass
+    finally:
+        swaps = swapper.stop()
+    added = sorted(set(_listing(outside)) - {"./marker-outside.txt", "./target.txt", "./sub"})
+    content = (outside / "target.txt").read_text()
+    print(f"\n[in-process] {label}: {done} tries, {escapes} escapes, {len(added)} names added outside,"
+          f" outside file {'unchanged' if content == f'{SECRET} needle' + chr(10) else 'CHANGED'}; {swaps} swaps")
+    assert swaps > done
+    assert escapes == 0, f"{label}: {escapes} of {done} calls escaped the workspace"
+    assert added == [], f"{label} left files outside the workspace: {added[:10]}"
+    assert content == f"{SECRET} needle\n", f"{label} changed the file outside the workspace"
+
+
+def test_component_walk_race(no_openat2: None, local_race: tuple[Path, Path]) -> None:
     from osprey_sidecar.files import edit_file, list_directory, read_file, tree, write_file
     from osprey_sidecar.paths import Roots
+    from osprey_sidecar.search import find_files, grep
     from osprey_sidecar.shell import BashRun, Exit
 
     workspace, outside = local_race
@@ -247,6 +296,9 @@ def test_component_walk_race(no_openat2: None, local_race: tuple[Path, Path]) ->
         run = BashRun(roots, "cat target.txt; ls", workdir="d")
         return "".join(e.tail.decode() if isinstance(e, Exit) else e.data.decode() for e in run.events())
 
+    def grep_secret(r: Any) -> bool:
+        return any(SECRET in m.text for m in r.matches)
+
     calls: dict[str, tuple[Callable[[int], Any], Callable[[Any], bool]]] = {
         "read_file": (lambda i: read_file(roots, "d/target.txt"), lambda r: SECRET in r.content),
         "write_file": (lambda i: write_file(roots, f"d/n{i}.txt", "x"), lambda r: False),
@@ -254,29 +306,41 @@ def test_component_walk_race(no_openat2: None, local_race: tuple[Path, Path]) ->
         "edit_file": (lambda i: edit_file(roots, "d/target.txt", SECRET, "EDITED"), lambda r: True),
         "list_directory": (lambda i: list_directory(roots, "d"), lambda r: any(e.name == "marker-outside.txt" for e in r.entries)),
         "tree": (lambda i: tree(roots, "d"), lambda r: "marker-outside" in r.rendered),
+        "find_files": (lambda i: find_files(roots, "**/marker-*", ""), lambda r: any("marker-outside" in p for p in r.paths)),
+        "grep (directory)": (lambda i: grep(roots, "needle", "d"), grep_secret),
+        "grep (file)": (lambda i: grep(roots, "needle", "d/target.txt"), grep_secret),
+        "grep (from above)": (lambda i: grep(roots, "needle", ""), grep_secret),
         "bash workdir": (bash, lambda out: SECRET in out or "marker-outside" in out),
     }
     for tool, (call, escaped) in calls.items():
-        swapper = Swapper(workspace)
-        tries = escapes = 0
-        try:
-            while tries < (TRIES if tool == "bash workdir" else TRIES_IN_PROCESS):
-                tries += 1
-                try:
-                    if escaped(call(tries)):
-                        escapes += 1
-                except ToolFailure:
-                    pass
-        finally:
-            swaps = swapper.stop()
-        added = sorted(set(_listing(outside)) - {"./marker-outside.txt", "./target.txt", "./sub"})
-        content = (outside / "target.txt").read_text()
-        print(f"\n[in-process, no openat2] {tool}: {tries} tries, {escapes} escapes, {len(added)} names added outside,"
-              f" outside file {'unchanged' if content == f'{SECRET} needle' + chr(10) else 'CHANGED'}; {swaps} swaps")
-        assert swaps > tries
-        assert escapes == 0, f"{tool}: {escapes} of {tries} calls escaped the workspace"
-        assert added == [], f"{tool} left files outside the workspace: {added[:10]}"
-        assert content == f"{SECRET} needle\n", f"{tool} changed the file outside the workspace"
+        slow = tool == "bash workdir" or tool.startswith("grep")  # each call starts a process
+        race_in_process(workspace, outside, f"{tool}, no openat2", call, escaped, TRIES if slow else TRIES_IN_PROCESS)
+
+
+@pytest.mark.parametrize("engine", ["ripgrep", "python"])
+def test_grep_engines_race(local_race: tuple[Path, Path], engine: str) -> None:
+    # The Python engine's worker opens files itself: it must not follow a swapped-in symlink either.
+    from osprey_sidecar.paths import Roots
+    from osprey_sidecar.search import grep
+
+    if engine == "ripgrep" and shutil.which("rg") is None:
+        pytest.skip("ripgrep (rg) is not on PATH")
+    workspace, outside = local_race
+    roots = Roots([str(workspace)])
+
+    def escaped(r: Any) -> bool:
+        assert r.engine == engine
+        return any(SECRET in m.text for m in r.matches)
+
+    for label, path in (("directory", "d"), ("file", "d/target.txt"), ("from above", "")):
+        race_in_process(workspace, outside, f"grep {engine} ({label})", lambda i: grep(roots, "needle", path, engine=engine), escaped, TRIES // 3)
+    # The file itself trades places with a symlink to the outside file.
+    (workspace / "d" / "link.txt").symlink_to(outside / "target.txt")
+    for label, path in (("file swapped, named", "d/target.txt"), ("file swapped, in a directory", "d")):
+        race_in_process(
+            workspace, outside, f"grep {engine} ({label})", lambda i: grep(roots, "needle", path, engine=engine), escaped, TRIES // 3,
+            swap=("d/target.txt", "d/link.txt"),
+        )
 
 
 def test_the_component_walk_is_what_runs(no_openat2: None, tmp_path: Path) -> None:

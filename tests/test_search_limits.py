@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -192,31 +193,24 @@ def test_find_files_honours_its_budget(tmp_path: Path) -> None:
     assert "narrow the path" in info.value.message
 
 
-# --- ripgrep reading hostile .gitignore files --------------------------------------------------
+# --- hostile .gitignore files ------------------------------------------------------------------
 
 
-def test_ripgrep_does_not_eat_memory_on_a_gitignore_that_is_dev_zero(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo"])
+def test_a_gitignore_that_is_not_a_regular_file_is_not_read(tmp_path: Path, kind: str) -> None:
+    # The descriptor walk reads ignore files (regular ones only); ripgrep is handed files, never a
+    # directory, so it reads no ignore file of its own.
     require_rg()
     write(tmp_path, "a.txt", "needle\n")
-    (tmp_path / ".gitignore").symlink_to("/dev/zero")
-    r = probe(tmp_path, "needle", "ripgrep", 10.0, address_space=3 * 1024**3)
-    assert r["seconds"] < 10.0 + GRACE_S
-    assert r["child_mb"] < search.RG_MEMORY_BYTES / 1024**2 + 50, f"a child peaked at {r['child_mb']:.0f} MB"
-    assert r["self_mb"] < SMALL_MB
-    # ripgrep fails at its memory cap; the Python engine answers, or says why it cannot.
-    if "category" in r:
-        assert r["category"] in ("io_error", "timeout") and len(r["message"]) < 400, r
+    if kind == "fifo":
+        os.mkfifo(tmp_path / ".gitignore")
     else:
-        assert r["engine"] == "python" and [m[:2] for m in r["matches"]] == [["a.txt", 1]]
-
-
-def test_ripgrep_does_not_hang_on_a_gitignore_that_is_a_fifo(tmp_path: Path) -> None:
-    require_rg()
-    write(tmp_path, "a.txt", "needle\n")
-    os.mkfifo(tmp_path / ".gitignore")
-    r = probe(tmp_path, "needle", "ripgrep", BUDGET_S)
-    assert r.get("category") == "timeout", r
-    assert r["seconds"] < BUDGET_S + GRACE_S
+        (tmp_path / ".gitignore").symlink_to("/dev/zero")
+    r = probe(tmp_path, "needle", "ripgrep", BUDGET_S, address_space=3 * 1024**3)
+    assert r.get("engine") == "ripgrep", r
+    assert [m[:2] for m in r["matches"]] == [["a.txt", 1]]
+    assert r["seconds"] < BUDGET_S
+    assert r["self_mb"] < SMALL_MB and r["child_mb"] < SMALL_MB
     assert r["children_left"] == []
 
 
@@ -287,6 +281,143 @@ def test_bad_patterns_are_refused_briefly(tmp_path: Path, engine: str) -> None:
     assert info.value.category == "invalid_argument" and len(info.value.message) < 400
 
 
+def brace_bomb() -> str:
+    """A short glob whose braces spell out 3**5 = 243 alternatives, over the limit of 64."""
+    return "{a,b,c}" * 5 + "*.txt"
+
+
+@pytest.mark.parametrize("engine", engines())
+def test_globs_compile_glob_refuses_are_refused_by_both_engines(tmp_path: Path, engine: str) -> None:
+    need(engine)
+    write(tmp_path, "a.txt", "needle\n")
+    roots = Roots([str(tmp_path)])
+    for glob in (brace_bomb(), "{x,y}" * 7, " " * 10 + "*" * 4095):
+        with pytest.raises(ToolFailure) as info:
+            grep(roots, "needle", glob=glob, engine=engine)
+        assert info.value.category == "invalid_argument", f"{glob[:30]}: {info.value.category}: {info.value.message[:200]}"
+        assert len(info.value.message) < 400
+    # A glob under the limits still filters, in either engine.
+    assert [m.path for m in grep(roots, "needle", glob="{a,b}.txt", engine=engine).matches] == ["a.txt"]
+
+
+@pytest.mark.parametrize("engine", engines())
+def test_messages_do_not_echo_long_arguments(tmp_path: Path, engine: str) -> None:
+    need(engine)
+    write(tmp_path, "a.txt", "needle\n")
+    roots = Roots([str(tmp_path)])
+    cases = {
+        # re's own message quotes the group name it refuses.
+        "bad group name": lambda: grep(roots, "(?P<" + "x-" * 1500 + ">a)", engine=engine),
+        "unknown group": lambda: grep(roots, "(?P=" + "y" * 3000 + ")", engine=engine),
+        "missing path": lambda: grep(roots, "needle", "zz/" * 1000, engine=engine),
+        "missing path, find_files": lambda: find_files(roots, "*", "zz/" * 1000),
+        "a file, find_files": lambda: find_files(roots, "*", "./" * 1500 + "a.txt"),
+    }
+    for name, call in cases.items():
+        with pytest.raises(ToolFailure) as info:
+            call()
+        assert len(info.value.message) < 400, f"{name}: {len(info.value.message)} characters"
+        assert info.value.category in ("invalid_argument", "not_found", "not_a_directory"), name
+
+
+# --- few descriptors left -----------------------------------------------------------------------
+
+FD_PROBE = r"""
+import json, os, resource, sys
+from osprey_sidecar.errors import ToolFailure
+from osprey_sidecar.paths import Roots
+from osprey_sidecar.search import grep
+root, free = sys.argv[1], int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+grep(Roots([root]), "needle", engine="ripgrep")  # imports and probes done while descriptors last
+fillers = []
+while True:
+    try:
+        fillers.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError:
+        break
+for fd in fillers[len(fillers) - free:]:
+    os.close(fd)
+try:
+    r = grep(Roots([root]), "needle", engine="ripgrep")
+    print(json.dumps({"engine": r.engine, "total": r.total}))
+except ToolFailure as exc:
+    print(json.dumps({"category": exc.category, "message": exc.message}))
+"""
+
+
+def test_running_out_of_descriptors_never_drops_files(tmp_path: Path) -> None:
+    # ripgrep is handed open files; when none can be opened, those open are searched first,
+    # and a search that cannot go on fails instead of leaving files out.
+    require_rg()
+    files = 100
+    for i in range(files):
+        write(tmp_path, f"f{i:03}.txt", "needle\n")
+    outcomes = []
+    for free in range(4, 64, 3):
+        run = subprocess.run([sys.executable, "-c", FD_PROBE, str(tmp_path), str(free)], capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr[-2000:]
+        outcome = json.loads(run.stdout)
+        outcomes.append((free, outcome))
+        assert outcome.get("total", files) == files or outcome.get("category") == "io_error", (free, outcome)
+    assert any(o.get("engine") == "ripgrep" for _, o in outcomes), outcomes
+
+
+# --- cancelled calls ----------------------------------------------------------------------------
+
+
+def children() -> set[str]:
+    return {p for t in os.listdir("/proc/self/task") for p in Path(f"/proc/self/task/{t}/children").read_text().split()}
+
+
+def cancel_after(seconds: float) -> threading.Event:
+    event = threading.Event()
+    timer = threading.Timer(seconds, event.set)
+    timer.daemon = True
+    timer.start()
+    return event
+
+
+def test_a_cancelled_process_is_killed_at_once() -> None:
+    before = children()
+    start = time.monotonic()
+    with pytest.raises(search._Cancelled):
+        search._stream(["sleep", "30"], stdin=b"", deadline=time.monotonic() + 30, feed=lambda data: False, cancelled=cancel_after(0.2))
+    assert time.monotonic() - start < 0.2 + 1.0
+    assert children() - before == set(), "the process must be gone once the call has answered"
+
+
+def test_a_cancelled_grep_stops_before_its_budget(redos_tree: Path) -> None:
+    # The Python engine's worker is stuck in a catastrophic pattern; only a kill stops it.
+    before = children()
+    start = time.monotonic()
+    with pytest.raises(ToolFailure) as info:
+        grep(Roots([str(redos_tree)]), REDOS, engine="python", budget_s=30.0, cancelled=cancel_after(0.5))
+    assert time.monotonic() - start < 0.5 + GRACE_S
+    assert info.value.category == "timeout" and "cancelled" in info.value.message
+    assert children() - before == set()
+
+
+@pytest.mark.parametrize("engine", engines())
+def test_a_search_already_cancelled_does_not_run(tmp_path: Path, engine: str) -> None:
+    need(engine)
+    for i in range(20):
+        write(tmp_path, f"d{i % 4}/f{i}.txt", "needle\n")
+    roots = Roots([str(tmp_path)])
+    cancelled = threading.Event()
+    assert grep(roots, "needle", engine=engine, cancelled=cancelled).total == 20
+    assert find_files(roots, "*.txt", cancelled=cancelled).total == 20
+    cancelled.set()
+    for call in (
+        lambda: grep(roots, "needle", engine=engine, cancelled=cancelled),
+        lambda: grep(roots, "needle", "d0/f0.txt", engine=engine, cancelled=cancelled),
+        lambda: find_files(roots, "*.txt", cancelled=cancelled),
+    ):
+        with pytest.raises(ToolFailure) as info:
+            call()
+        assert info.value.category == "timeout" and "cancelled" in info.value.message
+
+
 # --- through the ToolService, in both homes -----------------------------------------------------
 
 
@@ -305,6 +436,12 @@ async def test_bad_patterns_through_the_service(tools: ToolClient, workspace: Pa
     assert len(str(error)) < 400
     error = await refused(tools.grep("x" * 3000 + "("), "invalid_argument")
     assert len(str(error)) < 400 and "x" * 100 in str(error)
+    error = await refused(tools.grep("(?P<" + "x-" * 1500 + ">a)"), "invalid_argument")
+    assert len(str(error)) < 400
+    error = await refused(tools.grep("needle", glob=brace_bomb()), "invalid_argument")
+    assert "alternatives" in str(error) and len(str(error)) < 400
+    error = await refused(tools.grep("needle", "zz/" * 1000), "not_found")
+    assert len(str(error)) < 400
     assert [(m.path, m.line) for m in (await tools.grep("needle")).matches] == [("a.txt", 1)]
 
 

@@ -10,11 +10,15 @@ server's own interpreter, writes one JSON request to its stdin and reads JSON li
 
 and kills it when its time budget runs out. Files are read in bounded chunks, never whole; a
 line longer than MAX_LINE_BYTES is searched in its first MAX_LINE_BYTES only.
+
+The files are those of the descriptor walk below `top`, each opened below `root` without
+following symlinks (paths.py), or the one file the request's `fd` is, open in this process.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import resource
 import sys
@@ -22,6 +26,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .ignore import compile_glob, walk
+from .paths import open_regular, open_under
 
 if TYPE_CHECKING:  # typing costs the worker's start-up a few ms
     from typing import IO, Any
@@ -82,13 +87,13 @@ def _rest_has_nul(fh: IO[bytes]) -> bool:
     return any(b"\x00" in chunk for chunk in iter(lambda: fh.read(READ_CHUNK), b""))
 
 
-def search_file(real: str, search: Any, precheck: Any, keep: int, stop_after: int) -> tuple[list[tuple[int, str]], int] | None:
-    """Up to `keep` matching (line number, text) pairs and how many lines match, counting no
-    further than `stop_after`; None for a binary or unreadable file."""
+def search_file(fd: int, search: Any, precheck: Any, keep: int, stop_after: int) -> tuple[list[tuple[int, str]], int] | None:
+    """Up to `keep` matching (line number, text) pairs in the open file `fd` (closed here) and
+    how many lines match, counting no further than `stop_after`; None for a binary or unreadable file."""
     hits: list[tuple[int, str]] = []
     count = number = 0
     try:
-        with open(real, "rb") as fh:
+        with open(fd, "rb") as fh:
             for block in _blocks(fh):
                 text = block.decode("utf-8", "surrogateescape")
                 if precheck is not None and not precheck(text):
@@ -124,20 +129,15 @@ def run(request: dict[str, Any]) -> Iterator[dict[str, Any]]:
     precheck = None
     if not any(s in regex.pattern for s in ("\\A", "\\Z", "(?=", "(?!", "(?<")):
         precheck = re.compile(regex.pattern, regex.flags | re.MULTILINE).search
-    top, root, is_file = request["top"], request["root"], request["is_file"]
     keep, count_limit = request["keep"], request["count_limit"]
-    file_filter = compile_glob(request["glob"]) if request["glob"] else None
-    if is_file:
-        candidates: Iterator[tuple[str, str]] = iter([(top, request["name"])])
+    if request["fd"] is not None:
+        os.lseek(request["fd"], 0, os.SEEK_SET)
+        candidates: Iterator[tuple[int, str]] = iter([(request["fd"], request["name"])])
     else:
-        candidates = (
-            (entry.path, entry.rel)
-            for entry in walk(top, root, files_only=True)
-            if file_filter is None or file_filter.fullmatch(entry.rel)
-        )
+        candidates = _files(request["top"], request["root"], compile_glob(request["glob"]) if request["glob"] else None)
     total = 0
-    for real, rel in candidates:
-        found = search_file(real, regex.search, precheck, keep, count_limit - total)
+    for fd, rel in candidates:
+        found = search_file(fd, regex.search, precheck, keep, count_limit - total)
         if found is None or not found[1]:
             continue
         hits, count = found
@@ -146,6 +146,46 @@ def run(request: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield {"file": rel, "hits": hits, "count": count}
         if total >= count_limit:
             break
+
+
+class FileOpener:
+    """Opens the regular files at resolved paths below `root` (ones a walk yielded) for reading,
+    as paths.open_file_under does, following no symlink; the last directory stays open for
+    the files beside it."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._dir: str | None = None
+        self._fd = -1
+
+    def open(self, real: str) -> tuple[int, os.stat_result]:
+        head, name = os.path.split(real)
+        if head != self._dir:
+            self.close()
+            self._fd = open_under(self.root, head, os.O_PATH | os.O_DIRECTORY)
+            self._dir = head
+        return open_regular(self._fd, name)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._dir, self._fd = None, -1
+
+
+def _files(top: str, root: str, file_filter: re.Pattern[str] | None) -> Iterator[tuple[int, str]]:
+    """The files below `top` in path order, each open (search_file closes it) with its relative path."""
+    opener = FileOpener(root)
+    try:
+        for entry in walk(top, root, files_only=True):
+            if file_filter is not None and not file_filter.fullmatch(entry.rel):
+                continue
+            try:
+                fd, _ = opener.open(entry.path)
+            except OSError:
+                continue  # gone, or swapped for a symlink or something else since the walk listed it
+            yield fd, entry.rel
+    finally:
+        opener.close()
 
 
 def _limit_memory() -> None:

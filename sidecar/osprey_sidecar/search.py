@@ -5,11 +5,18 @@ Both are read-only and run without approval, so each is bounded: a time budget
 searched data (only the returned matches are held; ripgrep's output is parsed as it
 streams, files are read in chunks), and counting that stops at COUNT_LIMIT. The
 Python engine runs in a worker process (grepworker.py) that is killed at the budget,
-since a catastrophic `re` pattern cannot be interrupted inside this process.
+since a catastrophic `re` pattern cannot be interrupted inside this process. A call
+that is cancelled (the `cancelled` event is set) stops as soon as it is noticed.
+
+Neither engine opens a searched path by name where a symlink could be swapped in: the
+files are found by the descriptor walk of ignore.py and each is opened below its root
+without following symlinks (paths.py). ripgrep is handed those open files as
+/proc/self/fd/N, in batches, so it never walks or resolves a workspace path itself.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -18,15 +25,16 @@ import selectors
 import shutil
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from . import errors as E
-from .errors import ToolFailure
-from .grepworker import MAX_MATCH_CHARS, READ_CHUNK, line_text  # noqa: F401 - MAX_MATCH_CHARS is this module's too
-from .ignore import ancestor_patterns, compile_glob, walk
-from .paths import Roots
+from .errors import ToolFailure, from_os_error
+from .grepworker import MAX_MATCH_CHARS, READ_CHUNK, FileOpener, line_text  # noqa: F401 - MAX_MATCH_CHARS is this module's too
+from .ignore import compile_glob, walk
+from .paths import NotARegularFile, Opened, Parent, Roots, cut, open_regular
 
 DEFAULT_FIND_LIMIT = 1000
 DEFAULT_MAX_MATCHES = 500
@@ -36,17 +44,26 @@ SEARCH_BUDGET_S = 30.0
 COUNT_LIMIT = 10_000
 MAX_PATTERN_CHARS = 4096
 ECHO_CHARS = 200
-# ripgrep's address space: twice what a heavy pattern needs (about 100 MB resident), so only a
-# runaway read (a `.gitignore` that is /dev/zero) meets it; ripgrep then fails and Python takes over.
+# ripgrep's address space: twice what a heavy pattern needs (about 100 MB resident), so only
+# a runaway one meets it; ripgrep then fails and Python takes over.
 RG_MEMORY_BYTES = 256 * 1024 * 1024
-# How much of one line of ripgrep's output is kept: the file name (at most PATH_MAX), the line
-# number, and more text than MAX_MATCH_CHARS characters can take.
+# Files handed to one ripgrep run (each an open descriptor while it runs): RG_FIRST_BATCH, then
+# twice as many each run up to RG_BATCH_FILES (fewer when this process may not open that many),
+# so a small search starts one ripgrep and a large one starts a few.
+RG_FIRST_BATCH = 64
+RG_BATCH_FILES = 1024
+# How often a running search looks at its `cancelled` event.
+CANCEL_POLL_S = 0.1
+# How much of one line of ripgrep's output is kept: the file name, the line number, and more
+# text than MAX_MATCH_CHARS characters can take.
 _RG_LINE_KEEP = 16 * 1024
 _PIPE_CHUNK = 256 * 1024
 _STDERR_KEEP = 4096
-# What ripgrep prints instead of (or after) matches in a file with a NUL byte: in a
-# directory it stops at the NUL; a file named explicitly is searched on regardless.
-_RG_BINARY_MESSAGES = (b": WARNING: stopped searching binary file", b": binary file matches (")
+# What ripgrep prints after a file's matches (or instead of them) when the file holds a NUL
+# byte: a file it is given is searched to the end regardless (a walked one would be stopped at it).
+_RG_BINARY_MESSAGES = (b": binary file matches (", b": WARNING: stopped searching binary file")
+_FD_DIR = "/proc/self/fd"
+_SNIFF_BYTES = 8192
 # Runs the worker; sys.path gets the sidecar's own directory, since a lane puts it there by hand.
 _WORKER = "import sys; sys.path.insert(0, sys.argv[1]); from osprey_sidecar.grepworker import main; sys.exit(main())"
 
@@ -83,8 +100,8 @@ class _Expired(Exception):
     """The time budget ran out; the process doing the work was killed."""
 
 
-def _cut(text: str) -> str:
-    return text if len(text) <= ECHO_CHARS else text[:ECHO_CHARS] + "..."
+class _Cancelled(Exception):
+    """The call was cancelled; the process doing the work was killed."""
 
 
 def _check_text(what: str, value: str) -> None:
@@ -98,11 +115,15 @@ def _timeout(what: str, budget_s: float, advice: str) -> ToolFailure:
     return ToolFailure(E.TIMEOUT, f"{what} took longer than {budget_s:g} s and was stopped; {advice}")
 
 
-def _search_dir(roots: Roots, path: str) -> str:
-    real = roots.resolve(path)
-    if not os.path.exists(real):
-        raise ToolFailure(E.NOT_FOUND, f"{path or '.'}: no such file or directory")
-    return real
+def _cancelled(what: str) -> ToolFailure:
+    return ToolFailure(E.TIMEOUT, f"{what} was stopped: its call was cancelled")
+
+
+def _check_time(deadline: float, cancelled: threading.Event | None) -> None:
+    if time.monotonic() > deadline:
+        raise _Expired
+    if cancelled is not None and cancelled.is_set():
+        raise _Cancelled
 
 
 def _shown(roots: Roots, top: str, rel: str) -> str:
@@ -113,7 +134,10 @@ def _count_limit(limit: int) -> int:
     return max(COUNT_LIMIT, limit + 1)
 
 
-def find_files(roots: Roots, pattern: str, path: str = "", limit: int = 0, *, budget_s: float = SEARCH_BUDGET_S) -> FindResult:
+def find_files(
+    roots: Roots, pattern: str, path: str = "", limit: int = 0,
+    *, budget_s: float = SEARCH_BUDGET_S, cancelled: threading.Event | None = None,
+) -> FindResult:
     """Files under `path` whose relative path matches the glob, sorted by path."""
     if not pattern.strip():
         raise ToolFailure(E.INVALID_ARGUMENT, "pattern is empty; give a glob such as '**/*.py' or '*.md'")
@@ -123,22 +147,64 @@ def find_files(roots: Roots, pattern: str, path: str = "", limit: int = 0, *, bu
     deadline = time.monotonic() + budget_s
     limit = limit or DEFAULT_FIND_LIMIT
     count_limit = _count_limit(limit)
-    top = _search_dir(roots, path)
-    if not os.path.isdir(top):
-        raise ToolFailure(E.NOT_A_DIRECTORY, f"{path} is a file; find_files searches a directory")
     regex = compile_glob(pattern)
+    target = _open_target(roots, path)
+    target.close()
+    if not target.is_dir:
+        raise ToolFailure(E.NOT_A_DIRECTORY, f"{cut(path)} is a file; find_files searches a directory")
+    top = target.real
     found = []
     total = 0
-    for entry in walk(top, roots.root_of(top), files_only=True):
-        if time.monotonic() > deadline:
-            raise _timeout("find_files", budget_s, "narrow the path or the pattern")
-        if regex.fullmatch(entry.rel):
-            total += 1
-            if len(found) < limit:
-                found.append(_shown(roots, top, entry.rel))
-            elif total >= count_limit:
-                break
+    try:
+        for entry in walk(top, roots.root_of(top), files_only=True):
+            _check_time(deadline, cancelled)
+            if regex.fullmatch(entry.rel):
+                total += 1
+                if len(found) < limit:
+                    found.append(_shown(roots, top, entry.rel))
+                elif total >= count_limit:
+                    break
+    except _Expired:
+        raise _timeout("find_files", budget_s, "narrow the path or the pattern") from None
+    except _Cancelled:
+        raise _cancelled("find_files") from None
     return FindResult(found, total > limit, total)
+
+
+@dataclass
+class _Target:
+    """What a search's path names: a directory (walked by descriptors below its root), a
+    regular file (open for reading), or anything else, which holds nothing to search."""
+
+    real: str
+    file: Opened | None = None
+    special: bool = False  # a FIFO, socket or device
+
+    @property
+    def is_dir(self) -> bool:
+        return self.file is None and not self.special
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+def _open_target(roots: Roots, path: str) -> _Target:
+    """Open what `path` names below its root, following no symlink on the way."""
+
+    def action(parent: Parent) -> Opened:
+        fd, _ = open_regular(parent.fd, parent.name)
+        return Opened(fd, parent.real)
+
+    try:
+        file = roots.in_parent(path, action, default_cwd=True)
+    except IsADirectoryError:
+        return _Target(roots.resolve(path))
+    except NotARegularFile:
+        return _Target(roots.resolve(path), special=True)
+    except OSError as exc:
+        raise from_os_error(exc, cut(path or ".")) from None
+    return _Target(file.real, file)
 
 
 def _compile(pattern: str, ignore_case: bool) -> re.Pattern[str]:
@@ -147,16 +213,18 @@ def _compile(pattern: str, ignore_case: bool) -> re.Pattern[str]:
     try:
         return re.compile(pattern, re.IGNORECASE if ignore_case else 0)
     except re.error as exc:
-        raise ToolFailure(E.INVALID_ARGUMENT, f"invalid regular expression {_cut(pattern)!r}: {exc}") from None
+        raise ToolFailure(E.INVALID_ARGUMENT, f"invalid regular expression {cut(pattern, ECHO_CHARS)!r}: {cut(str(exc), 80)}") from None
     except RecursionError:
-        raise ToolFailure(E.INVALID_ARGUMENT, f"the regular expression {_cut(pattern)!r} is nested too deeply; simplify it") from None
+        raise ToolFailure(E.INVALID_ARGUMENT, f"the regular expression {cut(pattern, ECHO_CHARS)!r} is nested too deeply; simplify it") from None
 
 
 def grep(
     roots: Roots, pattern: str, path: str = "", glob: str = "", ignore_case: bool = False, max_matches: int = 0,
-    *, engine: str | None = None, budget_s: float = SEARCH_BUDGET_S,
+    *, engine: str | None = None, budget_s: float = SEARCH_BUDGET_S, cancelled: threading.Event | None = None,
 ) -> GrepResult:
-    """Lines matching a regex in the files under `path` (or in one file), sorted by path and line."""
+    """Lines matching a regex in the files under `path` (or in one file), sorted by path and line.
+
+    When `cancelled` is set (the call was cancelled), the search stops and fails."""
     if pattern == "":
         raise ToolFailure(E.INVALID_ARGUMENT, "pattern is empty; give a regular expression")
     _check_text("pattern", pattern)
@@ -164,19 +232,27 @@ def grep(
     if max_matches < 0:
         raise ToolFailure(E.INVALID_ARGUMENT, "max_matches must not be negative")
     deadline = time.monotonic() + budget_s
+    glob = glob.strip()
+    file_filter = compile_glob(glob) if glob else None
     _compile(pattern, ignore_case)
     limit = max_matches or DEFAULT_MAX_MATCHES
-    top = _search_dir(roots, path)
-    base = os.path.dirname(top) if os.path.isfile(top) else top
-    search = _Search(roots, pattern, top, glob.strip(), ignore_case, limit, deadline)
     rg = shutil.which("rg") if engine in (None, "ripgrep") else None
+    target = _open_target(roots, path)
+    if target.special:
+        return GrepResult(engine="ripgrep" if rg else "python")
+    base = target.real if target.is_dir else os.path.dirname(target.real)
     try:
+        search = _Search(roots, pattern, target, glob, file_filter, ignore_case, limit, deadline, cancelled)
         found = search.ripgrep(rg) if rg else None
         used = "ripgrep"
         if found is None:
             found, used = search.python(), "python"
     except _Expired:
         raise _timeout("the search", budget_s, "simplify the pattern (avoid nested quantifiers and lookarounds) or narrow the path") from None
+    except _Cancelled:
+        raise _cancelled("the search") from None
+    finally:
+        target.close()
     kept, total = found
     matches = [Match(_shown(roots, base, rel), number, text) for rel, number, text in kept]
     return GrepResult(matches, total > limit, total, used)
@@ -188,86 +264,187 @@ Found = tuple[list[tuple[str, int, str]], int]
 class _Search:
     """One grep call: the first `limit` matches in path order, and a count up to the limit."""
 
-    def __init__(self, roots: Roots, pattern: str, top: str, glob: str, ignore_case: bool, limit: int, deadline: float) -> None:
-        self.pattern, self.top, self.glob = pattern, top, glob
-        self.ignore_case, self.limit, self.deadline = ignore_case, limit, deadline
-        self.is_file = os.path.isfile(top)
-        self.base = os.path.dirname(top) if self.is_file else top
-        self.root = roots.root_of(top)
+    def __init__(
+        self, roots: Roots, pattern: str, target: _Target, glob: str, file_filter: re.Pattern[str] | None,
+        ignore_case: bool, limit: int, deadline: float, cancelled: threading.Event | None,
+    ) -> None:
+        self.pattern, self.top, self.file, self.glob, self.file_filter = pattern, target.real, target.file, glob, file_filter
+        self.ignore_case, self.limit, self.deadline, self.cancelled = ignore_case, limit, deadline, cancelled
+        self.root = roots.root_of(target.real)
 
     def python(self) -> Found:
         request = {
             "pattern": self.pattern, "ignore_case": self.ignore_case, "top": self.top, "root": self.root,
-            "is_file": self.is_file, "name": os.path.basename(self.top), "glob": self.glob,
-            "keep": self.limit, "count_limit": _count_limit(self.limit),
+            "fd": self.file.fd if self.file is not None else None,
+            "name": os.path.basename(self.file.real) if self.file is not None else "",
+            "glob": self.glob, "keep": self.limit, "count_limit": _count_limit(self.limit),
         }
         out = _WorkerOutput()
         package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         # -I: neither the environment nor the working directory (the workspace) changes what it
         # imports; -S: it needs nothing from site-packages, and starts faster without.
         cmd = [sys.executable, "-I", "-S", "-c", _WORKER, package_dir]
-        ran = _stream(cmd, cwd="/", stdin=json.dumps(request).encode(), deadline=self.deadline, feed=out.feed)
+        ran = _stream(
+            cmd, stdin=json.dumps(request).encode(), deadline=self.deadline, feed=out.feed,
+            pass_fds=() if self.file is None else (self.file.fd,), cancelled=self.cancelled,
+        )
         if ran is None:
-            raise ToolFailure(E.IO_ERROR, f"the search could not start {_cut(sys.executable)}")
+            raise ToolFailure(E.IO_ERROR, f"the search could not start {cut(sys.executable, ECHO_CHARS)}")
         returncode, stderr = ran
         out.feed(b"\n")
         if out.error is not None:
             raise ToolFailure(*out.error)
         if not out.ended:
             last = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit status {returncode}"]
-            raise ToolFailure(E.IO_ERROR, f"the search failed: {_cut(last[0])}")
+            raise ToolFailure(E.IO_ERROR, f"the search failed: {cut(last[0], ECHO_CHARS)}")
         return out.kept, out.total
+
+    def _files(self) -> Iterator[tuple[int, str]]:
+        """The files to search, in path order, each open (the caller closes it) with its path
+        relative to the search's base."""
+        if self.file is not None:
+            yield os.dup(self.file.fd), os.path.basename(self.file.real)
+            return
+        assert self.root is not None
+        opener = FileOpener(self.root)
+        try:
+            for entry in walk(self.top, self.root, files_only=True):
+                _check_time(self.deadline, self.cancelled)
+                if self.file_filter is not None and not self.file_filter.fullmatch(entry.rel):
+                    continue
+                while True:
+                    try:
+                        fd, st = opener.open(entry.path)
+                        break
+                    except OSError as exc:
+                        if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                            fd = -1  # gone, or swapped for a symlink or something else since the walk listed it
+                            break
+                        # No descriptor is left: the files open so far are searched first, then this one is tried again.
+                        yield _NO_DESCRIPTOR
+                if fd < 0:
+                    continue
+                # ripgrep searches a file it is given to the end, past a NUL byte; one that is binary
+                # from its start (most are) is not handed over, and the rest are dropped as it reports them.
+                try:
+                    skip = st.st_size == 0 or b"\x00" in os.pread(fd, _SNIFF_BYTES, 0)
+                except OSError:
+                    skip = True
+                if skip:
+                    os.close(fd)
+                    continue
+                yield fd, entry.rel
+        finally:
+            opener.close()
 
     def ripgrep(self, rg: str) -> Found | None:
         """None when ripgrep cannot run this search (Python takes over)."""
-        if self.is_file and _has_nul(self.top, self.deadline):
-            return [], 0  # ripgrep searches a file it is given by name even when it is binary
+        if not os.path.isdir(_FD_DIR):
+            return None  # no /proc: the files cannot be handed over as descriptors
         cmd = [
             rg, "--no-config", "--line-number", "--with-filename", "--null", "--no-heading",
-            "--color", "never", "--hidden", "--no-require-git", "--no-ignore-parent",
-            "--no-ignore-global", "--no-ignore-exclude", "--no-ignore-dot", "--encoding", "none",
-            # In path order, so the first matches are final as they arrive and ripgrep can be
-            # stopped; sorting makes it single-threaded, which also keeps it streaming.
-            "--sort", "path", "--no-mmap", "--glob", "!.git",
+            "--color", "never", "--no-ignore", "--encoding", "none", "--no-mmap",
+            # One thread searches the files in the order given, so the first matches are
+            # final as they arrive and ripgrep can be stopped.
+            "--threads", "1",
         ]
         if self.ignore_case:
             cmd.append("--ignore-case")
-        ancestors = [] if self.is_file else ancestor_patterns(self.top, self.root)
-        if ancestors:
-            # .gitignore rules between the allowed root and the searched directory, rewritten
-            # relative to it; ripgrep reads them from stdin and anchors them at its cwd.
-            cmd += ["--ignore-file", "/dev/stdin"]
-        file_filter = None
-        if not self.is_file and self.glob:
-            if "/" in self.glob:
-                file_filter = compile_glob(self.glob)
-            else:
-                # A file type filters after ignore rules; --glob would re-include ignored files.
-                cmd += ["--type-add", f"osprey:{self.glob}", "--type", "osprey"]
-        cmd += ["--regexp", self.pattern, "--", os.path.basename(self.top) if self.is_file else "."]
-        rules = "".join(line + "\n" for line in ancestors).encode("utf-8", "surrogateescape")
+        cmd += ["--regexp", self.pattern, "--"]
         # The prlimit tool caps the address space before ripgrep starts; without it, _stream caps
         # the running process (a moment later). preexec_fn is unsafe in a threaded server.
         cap = _memory_cap(RG_MEMORY_BYTES)
         prlimit = shutil.which("prlimit")
         if prlimit:
             cmd = [prlimit, f"--as={cap}", "--", *cmd]
-        out = _RgOutput(self.base, file_filter, self.limit, _count_limit(self.limit), self.deadline, checked=self.is_file)
-        ran = _stream(cmd, cwd=self.base, stdin=rules, deadline=self.deadline, feed=out.feed, memory_bytes=None if prlimit else cap)
-        if ran is None or out.unparsable:
-            return None  # not started, or a file name with a newline in it
-        returncode, stderr = ran
-        if returncode is not None:
-            out.finish()
-            if stderr.startswith(b"prlimit:"):
-                return None  # the memory cap could not be set, so ripgrep never ran
-            if returncode < 0:
-                return None  # killed (its memory cap): what it printed may be incomplete
-            if returncode not in (0, 1) and not out.seen:
-                return None  # e.g. a pattern ripgrep's regex engine does not support
-            if ancestors and b"/dev/stdin" in stderr:
-                return None  # the rules could not be read, and ripgrep searched on without them
+        out = _RgOutput(self.limit, _count_limit(self.limit), self.deadline)
+        batches = _Batches(self._files())
+        first = True
+        try:
+            while batch := batches.take():
+                out.files = {os.fsencode(f"{_FD_DIR}/{fd}"): (rel, fd) for fd, rel in batch}
+                try:
+                    ran = _stream(
+                        cmd + [os.fsdecode(name) for name in out.files], stdin=b"", deadline=self.deadline, feed=out.feed,
+                        memory_bytes=None if prlimit else cap, pass_fds=tuple(fd for fd, _ in batch), cancelled=self.cancelled,
+                        idle=batches.step,
+                    )
+                finally:
+                    for fd, _ in batch:
+                        os.close(fd)
+                if ran is None or out.unparsable:
+                    return None  # not started, or output this parser does not follow
+                returncode, stderr = ran
+                if returncode is None:
+                    return out.kept, out.total  # enough counted
+                out.finish()
+                if stderr.startswith(b"prlimit:"):
+                    return None  # the memory cap could not be set, so ripgrep never ran
+                if returncode < 0:
+                    return None  # killed (its memory cap): what it printed may be incomplete
+                if first and returncode not in (0, 1) and not out.seen:
+                    return None  # e.g. a pattern ripgrep's regex engine does not support
+                first = False
+        finally:
+            batches.close()
         return out.kept, out.total
+
+
+# What _Search._files yields when this process has no descriptor left to open the next file.
+_NO_DESCRIPTOR = (-1, "")
+
+
+class _Batches:
+    """Open files for ripgrep, in runs of growing size; the next run is opened while ripgrep
+    searches the current one (`step`, between reads of its output)."""
+
+    def __init__(self, files: Iterator[tuple[int, str]]) -> None:
+        self._files = files
+        self._size = RG_FIRST_BATCH
+        self._next: list[tuple[int, str]] = []
+        self._done = False
+        self._blocked = False  # out of descriptors until the files open now are closed
+
+    def step(self, count: int = 16) -> bool:
+        """Open up to `count` more files for the next run; whether it wants more."""
+        want = min(self._size, _most_open())
+        while count > 0 and not self._done and not self._blocked and len(self._next) < want:
+            count -= 1
+            item = next(self._files, None)
+            if item is None:
+                self._done = True
+            elif item is _NO_DESCRIPTOR:
+                self._blocked = True
+            else:
+                self._next.append(item)
+        return not self._done and not self._blocked and len(self._next) < want
+
+    def take(self) -> list[tuple[int, str]]:
+        """The next run, empty once no file is left; the caller closes its files."""
+        if not self._next:
+            self._blocked = False  # the last run's files are closed now
+        while self.step(RG_BATCH_FILES):
+            pass
+        if self._blocked and not self._next:
+            raise ToolFailure(E.IO_ERROR, "the search could not open a file: too many files are open in the tool service; try again")
+        batch, self._next = self._next, []
+        self._blocked = False
+        self._size *= 2
+        return batch
+
+    def close(self) -> None:
+        for fd, _ in self._next:
+            os.close(fd)
+        self._next = []
+        self._files.close()
+
+
+def _most_open() -> int:
+    """Files one ripgrep run may be handed: RG_BATCH_FILES, or a sixteenth of what this process may open."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return RG_BATCH_FILES
+    return max(1, min(RG_BATCH_FILES, soft // 16))
 
 
 class _WorkerOutput:
@@ -300,14 +477,15 @@ class _WorkerOutput:
 
 
 class _RgOutput:
-    """ripgrep's `--null --line-number` output, parsed as it streams.
+    """ripgrep's `--null --line-number` output over the files of `files` (the name ripgrep
+    was given, /proc/self/fd/N, to the file's relative path and descriptor), parsed as it streams.
 
-    Each file's lines arrive together, in path order; a file's matches count only once the
-    file is complete, since a NUL byte further on makes it binary and drops them."""
+    Each file's lines arrive together, in the order given; a file's matches count only once
+    the file is complete, since a NUL byte further on makes it binary and drops them."""
 
-    def __init__(self, base: str, file_filter: re.Pattern[str] | None, keep: int, count_limit: int, deadline: float, *, checked: bool = False) -> None:
-        self.base, self.file_filter, self.keep, self.count_limit, self.deadline = base, file_filter, keep, count_limit, deadline
-        self.checked = checked  # the one file searched is known to hold no NUL byte
+    def __init__(self, keep: int, count_limit: int, deadline: float) -> None:
+        self.keep, self.count_limit, self.deadline = keep, count_limit, deadline
+        self.files: dict[bytes, tuple[str, int]] = {}
         self.kept: list[tuple[str, int, str]] = []
         self.total = 0
         self.seen = False
@@ -315,7 +493,8 @@ class _RgOutput:
         self._partial = b""  # the start of an unfinished line, at most _RG_LINE_KEEP bytes
         self._name: bytes | None = None
         self._rel = ""
-        self._skip = False  # the current file is filtered out or binary
+        self._fd = -1
+        self._skip = False  # the current file is binary
         self._hits: list[tuple[int, str]] = []
         self._count = 0
 
@@ -343,15 +522,18 @@ class _RgOutput:
         if not sep:
             message = next((m for m in _RG_BINARY_MESSAGES if m in line), None)
             if message is None:
-                self.unparsable = True  # a file name with a newline in it
+                self.unparsable = True
                 return True
-            if _rel(line.split(message, 1)[0]) == self._rel:
+            if line.split(message, 1)[0] == self._name:
                 self._skip = True
             return False
         if name != self._name:
             self.finish()
-            self._name, self._rel = name, _rel(name)
-            self._skip = self.file_filter is not None and not self.file_filter.fullmatch(self._rel)
+            if name not in self.files:
+                self.unparsable = True
+                return True
+            self._name = name
+            self._rel, self._fd = self.files[name]
         if self._skip:
             return False
         self._count += 1
@@ -362,7 +544,7 @@ class _RgOutput:
             return False
         # Enough counted. ripgrep would say whether this file is binary only after all its
         # lines, so look for a NUL directly.
-        if not self.checked and _has_nul(os.path.join(self.base, self._rel), self.deadline):
+        if _has_nul(self._fd, self.deadline):
             self._skip = True
             return False
         self.finish()
@@ -373,7 +555,7 @@ class _RgOutput:
         if self._name is not None and not self._skip:
             self.kept += [(self._rel, number, text) for number, text in self._hits]
             self.total += self._count
-        self._name, self._rel, self._skip, self._hits, self._count = None, "", False, [], 0
+        self._name, self._rel, self._fd, self._skip, self._hits, self._count = None, "", -1, False, [], 0
 
 
 def _memory_cap(wanted: int) -> int:
@@ -382,13 +564,17 @@ def _memory_cap(wanted: int) -> int:
 
 
 def _stream(
-    cmd: list[str], *, cwd: str, stdin: bytes, deadline: float, feed: Callable[[bytes], bool], memory_bytes: int | None = None,
+    cmd: list[str], *, stdin: bytes, deadline: float, feed: Callable[[bytes], bool], memory_bytes: int | None = None,
+    pass_fds: tuple[int, ...] = (), cancelled: threading.Event | None = None, idle: Callable[[], bool] | None = None,
 ) -> tuple[int | None, bytes] | None:
-    """Run `cmd`, handing its output to `feed` as it arrives, until it exits or `feed` returns
-    True (it is then killed: return code None). Returns the return code and the start of its
-    stderr, or None when it cannot be started; raises _Expired (it is killed) at the deadline."""
+    """Run `cmd` (in /, with `pass_fds` open in it), handing its output to `feed` as it
+    arrives, until it exits or `feed` returns True (it is then killed: return code None).
+    Meanwhile `idle` is called between reads until it returns False.
+
+    Returns the return code and the start of its stderr, or None when it cannot be started;
+    raises _Expired at the deadline and _Cancelled once `cancelled` is set (it is killed)."""
     try:
-        proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(cmd, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=pass_fds)
     except OSError:
         return None
     assert proc.stdin and proc.stdout and proc.stderr
@@ -409,10 +595,14 @@ def _stream(
                 proc.stdin.close()
             selector.register(proc.stdout, selectors.EVENT_READ)
             selector.register(proc.stderr, selectors.EVENT_READ)
+            busy = idle is not None
             while selector.get_map():
+                _check_time(deadline, cancelled)
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise _Expired
+                if busy:
+                    remaining = 0
+                elif cancelled is not None:
+                    remaining = min(remaining, CANCEL_POLL_S)
                 for key, _ in selector.select(remaining):
                     pipe = key.fileobj
                     if pipe is proc.stdin:
@@ -433,10 +623,15 @@ def _stream(
                         stderr += data[: _STDERR_KEEP - len(stderr)]
                     elif feed(data):
                         return None, bytes(stderr)
-        try:
-            return proc.wait(max(deadline - time.monotonic(), 0)), bytes(stderr)
-        except subprocess.TimeoutExpired:
-            raise _Expired from None
+                if busy:
+                    assert idle is not None
+                    busy = idle()
+        while True:
+            _check_time(deadline, cancelled)
+            try:
+                return proc.wait(min(max(deadline - time.monotonic(), 0), CANCEL_POLL_S)), bytes(stderr)
+            except subprocess.TimeoutExpired:
+                pass
     finally:
         if proc.returncode is None:
             proc.kill()
@@ -448,18 +643,16 @@ def _stream(
                 pass
 
 
-def _has_nul(real: str, deadline: float) -> bool:
+def _has_nul(fd: int, deadline: float) -> bool:
+    """Whether the open file holds a NUL byte (read from its start; its offset is unchanged)."""
+    offset = 0
     try:
-        with open(real, "rb") as fh:
-            while chunk := fh.read(READ_CHUNK):
-                if b"\x00" in chunk:
-                    return True
-                if time.monotonic() > deadline:
-                    raise _Expired
+        while chunk := os.pread(fd, READ_CHUNK, offset):
+            if b"\x00" in chunk:
+                return True
+            offset += len(chunk)
+            if time.monotonic() > deadline:
+                raise _Expired
     except OSError:
         pass
     return False
-
-
-def _rel(name: bytes) -> str:
-    return os.fsdecode(name[2:] if name.startswith(b"./") else name)
