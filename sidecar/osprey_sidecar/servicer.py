@@ -68,6 +68,14 @@ def _mapped(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _cancelled(context: grpc.ServicerContext) -> threading.Event:
+    """Set when the call ends early (the client's deadline passed, or it went away), so a
+    search stops then instead of at its budget."""
+    event = threading.Event()
+    context.add_callback(event.set)
+    return event
+
+
 class _ActiveCalls:
     """How many calls are being served; stray processes are reaped only between calls."""
 
@@ -154,12 +162,12 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
 
     @_mapped
     def FindFiles(self, request: pb.FindFilesRequest, context: grpc.ServicerContext) -> pb.FindFilesResponse:
-        r = find_files(self.roots, request.pattern, request.path, request.limit, budget_s=self.search_budget_s)
+        r = find_files(self.roots, request.pattern, request.path, request.limit, budget_s=self.search_budget_s, cancelled=_cancelled(context))
         return pb.FindFilesResponse(paths=r.paths, truncated=r.truncated, total=r.total)
 
     @_mapped
     def Grep(self, request: pb.GrepRequest, context: grpc.ServicerContext) -> pb.GrepResponse:
-        r = grep(self.roots, request.pattern, request.path, request.glob, request.ignore_case, request.max_matches, budget_s=self.search_budget_s)
+        r = grep(self.roots, request.pattern, request.path, request.glob, request.ignore_case, request.max_matches, budget_s=self.search_budget_s, cancelled=_cancelled(context))
         return pb.GrepResponse(
             matches=[pb.GrepMatch(path=m.path, line=m.line, text=m.text) for m in r.matches],
             truncated=r.truncated, total=r.total, engine=r.engine,
