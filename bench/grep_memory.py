@@ -29,7 +29,8 @@ try:
 except ToolFailure as exc:
     outcome = {"failure": exc.category}
 outcome["seconds"] = time.perf_counter() - start
-outcome["self_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM, not ru_maxrss: the latter keeps the peak of whatever process forked this one.
+outcome["self_mb"] = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 1024
 outcome["child_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 print(json.dumps(outcome))
 """
