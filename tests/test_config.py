@@ -61,11 +61,13 @@ def test_dotenv_fills_but_never_overrides(workspace: Path, home: Path) -> None:
     assert s.api_key.get_secret_value() == "real" and s.model == "real-model"
 
 
-def test_home_dotenv_is_read_after_the_project_one(workspace: Path, home: Path) -> None:
+def test_the_users_dotenv_fills_variables_before_the_projects(workspace: Path, home: Path) -> None:
     (home / ".env").write_text("OPENAI_API_KEY=home\nOSPREY_MAX_TURNS=9\n")
-    (workspace / ".env").write_text("OPENAI_API_KEY=project\n")
+    (workspace / ".env").write_text("OPENAI_API_KEY=project\nANTHROPIC_API_KEY=project-only\n")
     s = load_settings(workspace, {}, {"OSPREY_HOME": str(home)})
-    assert s.api_key.get_secret_value() == "project" and s.max_turns == 9
+    assert s.api_key.get_secret_value() == "home" and s.max_turns == 9
+    s = load_settings(workspace, {"provider": "anthropic"}, {"OSPREY_HOME": str(home)})
+    assert s.api_key.get_secret_value() == "project-only"
 
 
 def test_unknown_key_names_file_and_key(workspace: Path, home: Path) -> None:
@@ -242,9 +244,9 @@ def test_project_cannot_turn_the_sandbox_off_or_open_it(workspace: Path, home: P
     s = load_settings(workspace, {}, env_for(home))
     sb = s.sandbox
     assert (sb.enabled, sb.network, sb.base_image, sb.socket, sb.token_file, sb.protect_git) == (True, False, None, None, None, True)
-    assert (sb.memory_limit, sb.cpus) == ("4g", 4.0)  # resource limits are not guarded
+    assert (sb.memory_limit, sb.cpus) == ("2g", 2.0)  # higher resource limits are guarded too
     keys = sorted(w.split(": ignored ")[1].split(":")[0] for w in s.warnings)
-    assert keys == [f"sandbox.{k}" for k in ("base_image", "enabled", "network", "protect_git", "socket", "token_file")]
+    assert keys == [f"sandbox.{k}" for k in ("base_image", "cpus", "enabled", "memory_limit", "network", "protect_git", "socket", "token_file")]
     assert all(w.startswith(str(path)) for w in s.warnings)
 
 
@@ -354,3 +356,23 @@ def test_dotenv_reads_are_bounded(workspace: Path, home: Path) -> None:
     (workspace / ".env").unlink()
     (workspace / ".env").mkdir()  # a virtualenv named .env is no .env file
     assert _load_in_child(workspace, home).stdout.strip() == "loaded"
+
+
+def test_a_project_cannot_raise_the_lanes_limits(workspace: Path, home: Path) -> None:
+    (workspace / ".git").mkdir()
+    (workspace / ".osprey").mkdir()
+    (workspace / ".osprey" / "config.toml").write_text('[sandbox]\npids_limit = 1000000\nmemory_limit = "512g"\ntmp_size = "64g"\ncpus = 1.0\n')
+    s = load_settings(workspace, {}, env_for(home))
+    assert (s.sandbox.pids_limit, s.sandbox.memory_limit, s.sandbox.tmp_size) == (512, "2g", "512m")
+    assert s.sandbox.cpus == 1.0  # lower limits are welcome
+    for key in ("pids_limit", "memory_limit", "tmp_size"):
+        assert any(f"sandbox.{key}" in w for w in s.warnings), (key, s.warnings)
+
+
+def test_a_workspace_dotenv_cannot_replace_the_users_key(workspace: Path, home: Path) -> None:
+    (home / ".env").write_text("OPENAI_API_KEY=users-own\n")
+    (workspace / ".env").write_text("OPENAI_API_KEY=from-the-repo\n")
+    env = {"OSPREY_HOME": str(home)}
+    assert load_settings(workspace, {}, env).api_key.get_secret_value() == "users-own"  # type: ignore[union-attr]
+    (home / ".env").unlink()
+    assert load_settings(workspace, {}, env).api_key.get_secret_value() == "from-the-repo"  # type: ignore[union-attr]

@@ -482,6 +482,13 @@ def _folded(items: Iterable[str]) -> frozenset[str]:
     return frozenset(i.upper() for i in items)
 
 
+def size_bytes(value: str) -> int:
+    """A size such as "512m" or "2g" (docker's units) in bytes."""
+    units = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+    value = value.lower()
+    return int(value[:-1]) * units[value[-1]] if value[-1] in units else int(value)
+
+
 def loosening(layer: Mapping[str, Any], below: FileConfig) -> list[Guarded]:
     """The guarded keys of `layer` whose values loosen `below` (the merged layers under it).
 
@@ -510,6 +517,9 @@ def loosening(layer: Mapping[str, Any], below: FileConfig) -> list[Guarded]:
     check(("sandbox", "base_image"), lambda v: v != sb.base_image, "choose the lane's base image")
     check(("sandbox", "socket"), lambda v: v != sb.socket, "attach the run to another lane")
     check(("sandbox", "token_file"), lambda v: v != sb.token_file, "attach the run to another lane")
+    # A lane's limits keep a runaway command (a fork bomb, a memory hog) from the host.
+    for key, measure in (("memory_limit", size_bytes), ("tmp_size", size_bytes), ("pids_limit", float), ("cpus", float)):
+        check(("sandbox", key), lambda v, key=key, measure=measure: measure(v) > measure(getattr(sb, key)), "raise the lane's resource limits")
     se = below.shell_environment
     check(("shell_environment", "inherit"),
           lambda v: INHERIT_STRICTNESS.index(v) < INHERIT_STRICTNESS.index(se.inherit), LOOSEN_SHELL)
@@ -570,6 +580,7 @@ def _collect(cwd: Path, environ: Mapping[str, str], *, whole_dotenv: bool = Fals
     if not _same_file(cwd / ".env", home / ".env"):
         dotenvs.insert(0, (cwd / ".env", True))
     env_layers: list[Layer] = []
+    fills: list[tuple[bool, dict[str, str]]] = []
     for path, project in dotenvs:
         try:
             raw = read_bounded(path, "a .env file")
@@ -586,10 +597,14 @@ def _collect(cwd: Path, environ: Mapping[str, str], *, whole_dotenv: bool = Fals
         if "OSPREY_HOME" in values:
             warnings.append(f"{path}: ignored OSPREY_HOME: Osprey's home comes only from the real environment")
             del values["OSPREY_HOME"]
-        env.update({k: v for k, v in values.items() if k not in env})  # the workspace .env first
+        fills.append((project, values))
         own = {k: v for k, v in values.items() if whole_dotenv or k not in real}  # the real environment wins
         env_layers.append(Layer(str(path), _env_settings(own, str(path)), path=path, project=project, dotenv=True,
                                 relpath=_relative(path, root), digest=_digest(raw)))
+    # Variables (API keys among them) come from the real environment, then the user's own .env,
+    # and only then the workspace's: a cloned repo's .env cannot swap the user's key for its own.
+    for _, values in sorted(fills, key=lambda fill: fill[0]):
+        env.update({k: v for k, v in values.items() if k not in env})
     layers.extend(reversed(env_layers))  # the home .env below the workspace one
     layers.append(Layer("environment", _env_settings(real, "environment")))
     return _Sources(home, root, layers, env, warnings)

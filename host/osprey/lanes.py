@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import SandboxSettings
+from .config import SandboxSettings, size_bytes
 from .errors import SandboxError
 from .owners import boot_id, pid_alive
 from .lane_image import Progress, _quiet, _short, docker_client, ensure_image
@@ -180,17 +180,11 @@ def planted_paths(workspace: str, options: SandboxSettings, before: list[str]) -
     return [path for path in (os.path.join(workspace, n) for n in PROTECTED) if path not in before and os.path.lexists(path)]
 
 
-def _mem_bytes(value: str) -> int:
-    units = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
-    value = value.lower()
-    return int(value[:-1]) * units[value[-1]] if value[-1] in units else int(value)
-
-
 def lane_run_options(image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path) -> dict[str, Any]:
     """The docker run options of a lane: every hardening setting is here, in one place."""
     uid, gid = workspace_owner(workspace)
     protected = {path: {"bind": path, "mode": "ro"} for path in protected_paths(workspace, options)}
-    memory = _mem_bytes(options.memory_limit)
+    memory = size_bytes(options.memory_limit)
     return {
         "command": [
             "--socket", f"{SOCKET_IN_LANE}/{SOCKET_NAME}", "--root", workspace, "--token-file", f"{SOCKET_IN_LANE}/{TOKEN_NAME}",
