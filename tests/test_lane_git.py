@@ -75,3 +75,34 @@ async def test_protect_git_false_lets_a_lane_write_them(repo: Path) -> None:
         result = await service.client.bash("git config user.name lane && echo 'x = 1' > .osprey/note")
         assert result.exit_code == 0, result.output
     assert git(repo, "config", "--get", "user.name").stdout.strip() == "lane"
+
+
+async def test_submodule_git_files_are_read_only_too(workspace: Path) -> None:
+    require_docker()
+    git(workspace, "init", "-q")
+    (workspace / ".gitmodules").write_text('[submodule "lib"]\n\tpath = lib\n\turl = ../lib\n')
+    (workspace / "lib").mkdir()
+    (workspace / "lib" / ".git").write_text("gitdir: ../.git/modules/lib\n")
+    async with open_tool_service([str(workspace)], sandbox=SandboxSettings(enabled=True), session_id=f"git-{os.getpid()}-4") as service:
+        result = await service.client.bash("mkdir evil && echo 'gitdir: ../evil' > lib/.git")
+        assert result.exit_code != 0, result.output
+        assert (await service.client.bash("echo ok > lib/code.py")).exit_code == 0
+    assert (workspace / "lib" / ".git").read_text() == "gitdir: ../.git/modules/lib\n"
+
+
+async def test_osprey_home_inside_the_workspace_is_refused(workspace: Path) -> None:
+    require_docker()
+    from osprey.errors import SandboxError
+
+    home = workspace / "my-osprey-home"
+    home.mkdir()
+    with pytest.raises(SandboxError, match="inside the workspace"):
+        async with open_tool_service([str(workspace)], sandbox=SandboxSettings(enabled=True), session_id=f"git-{os.getpid()}-5", home=home):
+            pass
+    # The workspace's own .osprey is mounted read-only, so a home there is safe once it exists.
+    with pytest.raises(SandboxError, match="inside the workspace"):
+        async with open_tool_service([str(workspace)], sandbox=SandboxSettings(enabled=True), session_id=f"git-{os.getpid()}-7", home=workspace / ".osprey"):
+            pass
+    (workspace / ".osprey").mkdir()
+    async with open_tool_service([str(workspace)], sandbox=SandboxSettings(enabled=True), session_id=f"git-{os.getpid()}-6", home=workspace / ".osprey"):
+        pass

@@ -211,12 +211,14 @@ class LaneSupervisor:
         self.lane = None
         self.generation = 0
         self.service: ToolService | None = None
+        self.protected_at_start: dict[str, str | None] = {}
         self._lock = asyncio.Lock()
 
     async def start(self) -> ToolService:
         from .lanes import provision_lane
 
         self.lane = await provision_lane(self.workspace, self.session_id, self.options, progress=self.progress, home=self.home)
+        self.protected_at_start = self.lane.protected  # a replacement lane must not hide a change
         self.service = ToolService(client=self.lane.client, home="lane", roots=[self.lane.workspace], recover=self.recover)
         return self.service
 
@@ -249,13 +251,13 @@ class LaneSupervisor:
         return f"{why}; it was removed and a new lane started with the same workspace, so the call can be retried (files written before are kept, processes and /tmp are not)"
 
     async def close(self) -> None:
-        from .lanes import destroy_lane, planted_paths
+        from .lanes import changed_paths, destroy_lane
 
         if self.lane is not None:
             lane, self.lane = self.lane, None
             await destroy_lane(lane)
-            for path in planted_paths(self.workspace, self.options, lane.protected):
-                self.progress(f"warning: the sandbox lane created {path}; git (or Osprey) run there would use what the lane wrote: look at it before you do, or remove it")
+            for path in changed_paths(self.workspace, self.options, self.protected_at_start):
+                self.progress(f"warning: the sandbox lane created or replaced {path}; git (or Osprey) run there would use what the lane wrote: look at it before you do, or remove it")
 
 
 async def _attach(options: "SandboxSettings", roots: list[str]) -> ToolService:

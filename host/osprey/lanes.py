@@ -81,7 +81,7 @@ class Lane:
     workspace: str
     image: str
     client: ToolClient
-    protected: list[str] = field(default_factory=list)  # mounted read-only at the start
+    protected: dict[str, str | None] = field(default_factory=dict)  # `protected_state` at the start
 
     @property
     def socket_path(self) -> str:
@@ -153,31 +153,97 @@ def remove_socket_dir(path: str | Path) -> None:
 PROTECTED = (".git", ".gitmodules", ".osprey")
 
 
+MAX_SUBMODULES = 256
+GITMODULES_MAX_BYTES = 256 * 1024
+
+
+def _inside(path: str, directory: str) -> bool:
+    return path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def _submodule_gitfiles(workspace: str) -> list[str]:
+    """The `.git` of each submodule `.gitmodules` names: a lane that rewrote one (`gitdir:` a
+    directory it made) would have `git status` in the superproject run that directory's config."""
+    path = os.path.join(workspace, ".gitmodules")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        text = os.read(fd, GITMODULES_MAX_BYTES).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+    out = []
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if not sep or key.strip() != "path":
+            continue
+        gitfile = os.path.normpath(os.path.join(workspace, value.strip(), ".git"))
+        if _inside(gitfile, workspace) and os.path.lexists(gitfile) and not os.path.islink(gitfile):
+            out.append(gitfile)
+        if len(out) >= MAX_SUBMODULES:
+            break
+    return out
+
+
 def protected_paths(workspace: str, options: SandboxSettings) -> list[str]:
     """The workspace paths a lane sees read-only: what would let it get code run on the host
-    (git's config and hooks, Osprey's project files). Empty with `protect_git = false`."""
+    (git's config and hooks, submodules' git files, Osprey's project files). Empty with
+    `protect_git = false`."""
     if not options.protect_git:
         return []
     out = []
     for name in PROTECTED:
         path = os.path.join(workspace, name)
         if os.path.islink(path):
-            # A link into the workspace: protect what it names; a link out of it names
-            # nothing the lane can see.
+            # A link into the workspace: protect what it names (the link itself lies in a
+            # directory the lane can write; `changed_paths` reports a replaced link).
             real = os.path.realpath(path)
-            if real.startswith(workspace.rstrip(os.sep) + os.sep) and os.path.exists(real):
+            if _inside(real, workspace) and os.path.exists(real):
                 out.append(real)
         elif os.path.lexists(path):
             out.append(path)
-    return out
+    return out + [p for p in _submodule_gitfiles(workspace) if p not in out]
 
 
-def planted_paths(workspace: str, options: SandboxSettings, before: list[str]) -> list[str]:
-    """Protected paths that did not exist when the lane started and do now: the lane made them,
-    and a git command run there would use what it wrote."""
+def protected_state(workspace: str) -> dict[str, str | None]:
+    """What each protected name is at the workspace's top: absent (None), a link (its target),
+    or present (""); compared at the end of a lane by `changed_paths`."""
+    state: dict[str, str | None] = {}
+    for name in PROTECTED:
+        path = os.path.join(workspace, name)
+        if os.path.islink(path):
+            try:
+                state[path] = "-> " + os.readlink(path)
+            except OSError:
+                state[path] = "-> ?"
+        else:
+            state[path] = "" if os.path.lexists(path) else None
+    return state
+
+
+def changed_paths(workspace: str, options: SandboxSettings, before: dict[str, str | None]) -> list[str]:
+    """Protected names a lane made or relinked (the mounts cover only what existed at its start)."""
     if not options.protect_git:
         return []
-    return [path for path in (os.path.join(workspace, n) for n in PROTECTED) if path not in before and os.path.lexists(path)]
+    now = protected_state(workspace)
+    return [path for path, was in before.items() if now.get(path) != was and now.get(path) is not None]
+
+
+def check_home_outside(workspace: str, options: SandboxSettings, home: Path | None) -> None:
+    """A lane must not be able to write Osprey's home (settings, trust): refuse a workspace that
+    holds it, unless it is in the workspace's existing `.osprey`, which lanes see read-only."""
+    if home is None:
+        return
+    real = os.path.realpath(home)
+    if real == workspace or _inside(real, workspace):
+        osprey_dir = os.path.join(workspace, ".osprey")
+        mounted = os.path.isdir(osprey_dir) and not os.path.islink(osprey_dir)
+        if options.protect_git and mounted and (real == osprey_dir or _inside(real, osprey_dir)):
+            return
+        raise SandboxError(f"Osprey's home {real} is inside the workspace {workspace}, so a lane could rewrite your settings and trust; set OSPREY_HOME elsewhere, or run in a project directory")
 
 
 def lane_run_options(image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path) -> dict[str, Any]:
@@ -314,8 +380,9 @@ async def provision_lane(workspace: str, session_id: str, options: SandboxSettin
     container = None
     lane_client = None
     try:
+        check_home_outside(workspace, options, home)
         socket_dir, token = make_socket_dir(workspace)
-        protected = protected_paths(workspace, options)
+        protected = protected_state(workspace)
         # The thread finishes even if we are cancelled meanwhile; wait for it, so that a
         # container it made is known and removed below.
         create = asyncio.ensure_future(asyncio.to_thread(_create_and_start, client, image, workspace, session_id, options, socket_dir))
