@@ -111,7 +111,7 @@ def test_sigkill_leaves_no_process_and_the_next_start_reaps_the_socket_dir(works
 
 def test_a_socket_dir_of_a_live_broker_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from osprey.dispatch import OWNER_FILE, reap_stale_dispatcher_dirs
-    from osprey.owners import boot_id
+    from osprey.owners import boot_id, pid_namespace
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
@@ -121,14 +121,19 @@ def test_a_socket_dir_of_a_live_broker_is_kept(tmp_path: Path, monkeypatch: pyte
     dead = tmp_path / "osprey-tools-dead"
     old_boot = tmp_path / "osprey-tools-oldboot"
     foreign = tmp_path / "osprey-tools-foreign"  # no owner file: not one of ours, or not set up yet
-    for d in (live, dead, old_boot, foreign):
+    elsewhere = tmp_path / "osprey-tools-elsewhere"  # a broker in another pid namespace: its pid means nothing here
+    fifo = tmp_path / "osprey-tools-fifo"  # a FIFO planted as the owner file must not block the start
+    for d in (live, dead, old_boot, foreign, elsewhere, fifo):
         d.mkdir(mode=0o700)
-    (live / OWNER_FILE).write_text(f"{os.getpid()} {boot_id()}\n")
-    (dead / OWNER_FILE).write_text(f"999999999 {boot_id()}\n")
-    (old_boot / OWNER_FILE).write_text(f"{os.getpid()} another-boot\n")
+    here = pid_namespace()
+    (live / OWNER_FILE).write_text(f"{os.getpid()} {boot_id()} {here}\n")
+    (dead / OWNER_FILE).write_text(f"999999999 {boot_id()} {here}\n")
+    (old_boot / OWNER_FILE).write_text(f"{os.getpid()} another-boot {here}\n")
+    (elsewhere / OWNER_FILE).write_text(f"999999999 {boot_id()} pid:[1]\n")
+    os.mkfifo(fifo / OWNER_FILE)
     removed = reap_stale_dispatcher_dirs()
     assert sorted(removed) == sorted([str(dead), str(old_boot)])
-    assert live.exists() and foreign.exists()
+    assert live.exists() and foreign.exists() and elsewhere.exists() and fifo.exists()
 
 
 def test_sigterm_removes_the_lane(workspace: Path, model_server: ModelServer, osprey_env: dict[str, str]) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import DispatcherError, SandboxError
-from .owners import boot_id, pid_alive
+from .owners import owner_gone, owner_record
 from .toolclient import ToolClient
 
 if TYPE_CHECKING:
@@ -64,13 +64,17 @@ class LocalDispatcher:
 
         reap_stale_dispatcher_dirs()
         self.dir = tempfile.mkdtemp(prefix=DISPATCHER_DIR_PREFIX)  # mkdtemp makes it 0700
-        Path(self.dir, OWNER_FILE).write_text(f"{os.getpid()} {boot_id()}\n")
         socket_path = os.path.join(self.dir, "tools.sock")
         token_path = os.path.join(self.dir, "token")
         token = secrets.token_hex(32)
-        fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(token + "\n")
+        try:
+            Path(self.dir, OWNER_FILE).write_text(owner_record() + "\n")
+            fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(token + "\n")
+        except OSError as exc:
+            await self.close()
+            raise DispatcherError(f"the local dispatcher's private directory could not be set up: {exc}") from None
         env = self.env if self.env is not None else tool_environment()
         log = open(os.path.join(self.dir, "dispatcher.log"), "wb")
         try:
@@ -187,12 +191,15 @@ def reap_stale_dispatcher_dirs() -> list[str]:
             st = os.lstat(path)
             if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
                 continue
-            with open(os.path.join(path, OWNER_FILE), encoding="utf-8") as fh:
-                pid_text, _, boot = fh.read(200).strip().partition(" ")
-            pid = int(pid_text)
-        except (OSError, ValueError):
+            # Never through a link, never blocking on a FIFO: commands on the host can write here.
+            fd = os.open(os.path.join(path, OWNER_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                record = os.read(fd, 200).decode("ascii", "replace") if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+            finally:
+                os.close(fd)
+        except OSError:
             continue  # not ours, or still being set up
-        if boot == boot_id() and pid_alive(pid):
+        if not owner_gone(record):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)

@@ -28,7 +28,7 @@ from typing import Any
 
 from .config import SandboxSettings, size_bytes
 from .errors import SandboxError
-from .owners import boot_id, pid_alive
+from .owners import boot_id, pid_alive, pid_namespace
 from .lane_image import Progress, _quiet, _short, docker_client, ensure_image
 from .toolclient import ToolClient
 
@@ -37,13 +37,6 @@ SOCKET_IN_LANE = "/run/osprey"
 SOCKET_NAME = "tools.sock"
 TOKEN_NAME = "token"
 LOG_LINES = 20
-
-
-def pid_namespace() -> str:
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return "unknown"
 
 
 def _owner_alive(labels: dict[str, str]) -> bool:

@@ -25,3 +25,30 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace: a pid recorded in another one names nothing here."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return "unknown"
+
+
+def owner_record() -> str:
+    """What identifies this process as an owner: pid, boot id and pid namespace."""
+    return f"{os.getpid()} {boot_id()} {pid_namespace()}"
+
+
+def owner_gone(record: str) -> bool:
+    """Whether the process an `owner_record` names is certainly gone. One from another pid
+    namespace cannot be checked from here, so it counts as alive."""
+    parts = record.split()
+    if len(parts) != 3 or not parts[0].isdigit():
+        return False  # not a record of ours
+    pid, boot, namespace = int(parts[0]), parts[1], parts[2]
+    if boot != boot_id():
+        return True
+    if namespace != pid_namespace():
+        return False
+    return not pid_alive(pid)
