@@ -72,3 +72,18 @@ def test_the_terminal_renderer_never_raises_on_unencodable_text() -> None:
     renderer(AssistantText(turn=1, text=f"x{HALF_EMOJI}"))
     out.flush()
     assert raw.getvalue().startswith(b"x?")
+
+
+def test_the_terminal_never_receives_control_sequences_from_a_model_or_a_file() -> None:
+    out = io.StringIO()
+    renderer = TerminalRenderer(out, out, color=False)
+    clipboard = "\x1b]52;c;ZWNobyBwd25lZA==\x07"
+    renderer(AssistantText(turn=1, text=f"hello\x1b[2J\rworld"))
+    renderer.text(f"hi{clipboard}")
+    renderer(ToolCallEvent(turn=1, id="c", name="bash\x1b[31m", arguments={"command": "cat x"}))
+    from osprey.events import ToolResultEvent
+
+    renderer(ToolResultEvent(turn=1, id="c", name="bash", ok=True, output=f"line{clipboard}\nnext\x9b2J"))
+    shown = out.getvalue()
+    assert "\x1b" not in shown and "\x07" not in shown and "\x9b" not in shown and "\r" not in shown, repr(shown)
+    assert "hello" in shown and "world" in shown and "next" in shown

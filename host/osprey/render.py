@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import TextIO
 
@@ -10,6 +11,13 @@ from .events import AssistantText, Event, Notice, SessionEnd, SessionStart, Tool
 from .messages import scrub
 
 PREVIEW_LINES = 8
+# Control characters from a model or a file (escape sequences among them) could move the cursor,
+# hide lines or set the clipboard (OSC 52); a terminal is shown them as U+FFFD instead.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _clean(text: str) -> str:
+    return _CONTROL.sub("\ufffd", text)
 
 
 class JsonlWriter:
@@ -48,7 +56,7 @@ class TerminalRenderer:
         return f"\x1b[{code}m{text}\x1b[0m" if self.color else text
 
     def text(self, delta: str) -> None:
-        self._write(self.out, delta)
+        self._write(self.out, _clean(delta))
         self._streaming = True
 
     @staticmethod
@@ -75,13 +83,13 @@ class TerminalRenderer:
             if self._streaming:
                 self._end_stream()
             else:
-                self._write(self.out, event.text + "\n")
+                self._write(self.out, _clean(event.text) + "\n")
         elif isinstance(event, ToolCallEvent):
             self._end_stream()
-            args = ", ".join(f"{k}={_short(v)}" for k, v in event.arguments.items())
-            self._write(self.out, self._style(f"▸ {event.name}({args})", "36") + "\n")
+            args = ", ".join(f"{_clean(k)}={_short(v)}" for k, v in event.arguments.items())
+            self._write(self.out, self._style(f"▸ {_clean(event.name)}({args})", "36") + "\n")
         elif isinstance(event, ToolResultEvent):
-            lines = event.output.splitlines() or [""]
+            lines = _clean_lines(event.output) or [""]
             shown = lines[:PREVIEW_LINES]
             if len(lines) > PREVIEW_LINES:
                 shown.append(f"… {len(lines) - PREVIEW_LINES} more lines")
@@ -89,15 +97,19 @@ class TerminalRenderer:
             self._write(self.out, "\n".join(self._style("  " + line, style) for line in shown) + "\n")
         elif isinstance(event, Notice):
             self._end_stream()
-            self._write(self.err, self._style(f"osprey: {event.message}", "33") + "\n")
+            self._write(self.err, self._style(f"osprey: {_clean(event.message)}", "33") + "\n")
         elif isinstance(event, SessionEnd):
             self._end_stream()
             u = event.usage
             summary = f"{event.outcome} · {event.turns} turns · {u.input_tokens} input / {u.output_tokens} output tokens"
             if event.error:
-                self._write(self.out, self._style(f"✘ {summary}: {event.error}", "31") + "\n")
+                self._write(self.out, self._style(f"✘ {summary}: {_clean(event.error)}", "31") + "\n")
             else:
                 self._write(self.out, self._style(f"{'✔' if event.exit_status == 0 else '✘'} {summary}", "32" if event.exit_status == 0 else "31") + "\n")
+
+
+def _clean_lines(text: str) -> list[str]:
+    return [_clean(line) for line in text.splitlines()]
 
 
 def _short(value: object, limit: int = 60) -> str:
