@@ -85,13 +85,21 @@ def test_a_signal_ends_the_session_in_order(signum: int, status: int, workspace:
 
 
 def test_a_second_ctrl_c_exits_130_at_once(workspace: Path, model_server: ModelServer, osprey_env: dict[str, str], private_tmp: Path) -> None:
+    # A background process (the `process` tool) lives in a session of its own: it must die too.
+    model_server.add(Reply.tool_call("process", {"action": "start", "command": "echo $$ > bg.tmp && mv bg.tmp bg && exec sleep 300"}))
     proc, pid = start_slow_bash(workspace, model_server, osprey_env)
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while not (workspace / "bg").exists():
+        assert time.monotonic() < deadline, "the background process never started"
+        time.sleep(0.02)
+    background = int((workspace / "bg").read_text())
     proc.send_signal(signal.SIGINT)
     proc.send_signal(signal.SIGINT)
     run = finish(proc)
     assert run.rc == 130, run
     assert "Traceback" not in run.stderr and "KeyboardInterrupt" not in run.stderr, run.stderr
     wait_dead(pid, "the model's command")
+    wait_dead(background, "the background process")
 
 
 def test_sigkill_leaves_no_process_and_the_next_start_reaps_the_socket_dir(workspace: Path, model_server: ModelServer, osprey_env: dict[str, str], private_tmp: Path) -> None:

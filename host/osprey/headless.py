@@ -102,6 +102,7 @@ async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | N
     loop = asyncio.get_running_loop()
     received: list[int] = []
     agent = None
+    processes = None
     tearing_down = False
 
     def on_signal(signum: int) -> None:
@@ -110,6 +111,8 @@ async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | N
         # the dispatcher are torn down. A second signal means "now": leave at once (the next
         # start reaps whatever is left).
         if received:
+            if processes is not None:
+                processes.kill_all()  # they live in sessions of their own: nothing else would stop them
             _flush_and_exit(128 + signum)
         received.append(signum)
         if tearing_down:

@@ -122,6 +122,11 @@ class ProcessManager:
         for pid in list(self.procs):
             await self.stop(pid)
 
+    def kill_all(self) -> None:
+        """Kill every process group at once, without waiting (for an exit that cannot wait)."""
+        for p in self.procs.values():
+            _signal_group(p.proc.pid, signal.SIGKILL)
+
 
 def _signal_group(pgid: int, sig: int) -> None:
     try:
