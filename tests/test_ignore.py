@@ -653,3 +653,9 @@ def test_walk_of_a_tree_deeper_than_the_recursion_limit(tmp_path: Path) -> None:
         assert [e.depth for e in walk(str(tmp_path), None, max_depth=3)] == [1, 2, 3]
     finally:
         subprocess.run(["rm", "-rf", str(tmp_path / "d")], check=True)
+
+
+def test_many_brace_groups_are_no_recursion() -> None:
+    from osprey_sidecar.ignore import compile_glob
+
+    assert compile_glob("{a}" * 1300).fullmatch("a" * 1300)

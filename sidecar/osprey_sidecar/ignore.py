@@ -56,8 +56,12 @@ def glob_to_regex(pattern: str, *, braces: bool = False) -> str:
 
 
 def _expand_braces(pattern: str) -> list[str]:
-    """`{a,b}` alternatives spelled out (not nested: a brace group ends at the first `}`)."""
-    i, n = 0, len(pattern)
+    """`{a,b}` alternatives spelled out (not nested: a brace group ends at the first `}`).
+
+    The number of results is checked before any is built, so no pattern can make it big."""
+    parts: list[list[str]] = []  # each a literal piece (one choice) or a brace group's alternatives
+    count = 1
+    start, i, n = 0, 0, len(pattern)
     while i < n:
         c = pattern[i]
         if c == "\\":
@@ -71,13 +75,19 @@ def _expand_braces(pattern: str) -> list[str]:
         if c == "{":
             j = pattern.find("}", i)
             if j != -1:
-                rests = _expand_braces(pattern[j + 1 :])
-                out = [pattern[:i] + alt + rest for alt in pattern[i + 1 : j].split(",") for rest in rests]
-                if len(out) > MAX_BRACE_ALTERNATIVES:
+                alternatives = pattern[i + 1 : j].split(",")
+                count *= len(alternatives)
+                if count > MAX_BRACE_ALTERNATIVES:
                     raise ToolFailure(E.INVALID_ARGUMENT, f"the glob's braces spell out over {MAX_BRACE_ALTERNATIVES} alternatives; use fewer or a broader glob")
-                return out
+                parts += [[pattern[start:i]], alternatives]
+                start = i = j + 1
+                continue
         i += 1
-    return [pattern]
+    parts.append([pattern[start:]])
+    out = [""]
+    for choices in parts:
+        out = [head + choice for head in out for choice in choices]
+    return out
 
 
 def _class_end(pattern: str, i: int) -> int | None:
