@@ -56,7 +56,6 @@ class LocalDispatcher:
         self.dir: str | None = None
         self.proc: asyncio.subprocess.Process | None = None
         self.client: ToolClient | None = None
-        self.generation = 0
         self._lock = asyncio.Lock()
 
     async def start(self) -> ToolClient:
@@ -144,7 +143,6 @@ class LocalDispatcher:
                 return None
             why = "the local dispatcher stopped answering" if self.proc is not None and self.proc.returncode is None else "the local dispatcher exited"
             await self.close()
-            self.generation += 1
             await self.start()
         return f"{why}; it was stopped (with every command it was running) and a new one started, so the call can be retried"
 

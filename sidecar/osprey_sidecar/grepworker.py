@@ -150,8 +150,7 @@ def run(request: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 class FileOpener:
     """Opens the regular files at resolved paths below `root` (ones a walk yielded) for reading,
-    as paths.open_file_under does, following no symlink; the last directory stays open for
-    the files beside it."""
+    following no symlink; the last directory stays open for the files beside it."""
 
     def __init__(self, root: str) -> None:
         self.root = root

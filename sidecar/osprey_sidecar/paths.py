@@ -231,18 +231,6 @@ def open_regular(dir_fd: int, name: str) -> tuple[int, os.stat_result]:
     return fd, opened
 
 
-def open_file_under(root: str, real: str) -> tuple[int, os.stat_result]:
-    """Open the regular file at the resolved path `real` (one a walk yielded) below `root` for
-    reading, following no symlink; raises as `open_regular` does, and ELOOP for a symlink on the way."""
-    if real == root:
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), real)
-    parent = open_under(root, os.path.dirname(real), os.O_PATH | os.O_DIRECTORY)
-    try:
-        return open_regular(parent, os.path.basename(real))
-    finally:
-        os.close(parent)
-
-
 # --- the roots ---------------------------------------------------------------------------------
 
 
@@ -366,22 +354,14 @@ class Roots:
         """A descriptor to list the directory `path` (the working directory when empty)."""
         return self.open(path, os.O_RDONLY | os.O_DIRECTORY, default_cwd=default_cwd)
 
-    def open_file(self, path: str) -> Opened:
+    def open_file(self, path: str, *, default_cwd: bool = False) -> Opened:
         """The regular file `path`, open for reading (see `open_regular` for what is refused)."""
 
         def action(parent: Parent) -> Opened:
             fd, _ = open_regular(parent.fd, parent.name)
             return Opened(fd, parent.real)
 
-        return self.in_parent(path, action)
-
-    def open_real(self, real: str) -> tuple[int, os.stat_result]:
-        """The regular file at an already resolved path inside the roots (one a walk yielded),
-        open for reading as `open_file_under` opens it."""
-        root = self.root_of(real)
-        if root is None:
-            raise ToolFailure(OUTSIDE_ROOT, f"{cut(to_wire(real))} is outside the allowed roots")
-        return open_file_under(root, real)
+        return self.in_parent(path, action, default_cwd=default_cwd)
 
     def in_parent(self, path: str, action: Callable[[Parent], T], *, create: bool = False, default_cwd: bool = False) -> T:
         """Run `action` with the directory holding `path` open (creating missing directories

@@ -34,7 +34,7 @@ from . import errors as E
 from .errors import ToolFailure, from_os_error
 from .grepworker import MAX_MATCH_CHARS, READ_CHUNK, FileOpener, line_text  # noqa: F401 - MAX_MATCH_CHARS is this module's too
 from .ignore import compile_glob, walk
-from .paths import NotARegularFile, Opened, Parent, Roots, cut, open_regular
+from .paths import NotARegularFile, Opened, Roots, cut
 
 DEFAULT_FIND_LIMIT = 1000
 DEFAULT_MAX_MATCHES = 500
@@ -191,13 +191,8 @@ class _Target:
 
 def _open_target(roots: Roots, path: str) -> _Target:
     """Open what `path` names below its root, following no symlink on the way."""
-
-    def action(parent: Parent) -> Opened:
-        fd, _ = open_regular(parent.fd, parent.name)
-        return Opened(fd, parent.real)
-
     try:
-        file = roots.in_parent(path, action, default_cwd=True)
+        file = roots.open_file(path, default_cwd=True)
     except IsADirectoryError:
         return _Target(roots.resolve(path))
     except NotARegularFile:
