@@ -4,7 +4,8 @@ A lane is one container per session, so between calls nothing but the sidecar (a
 that reaps zombies, pid 1) should be running there. A command that escaped its process group
 (`setsid`, a daemon, a fork bomb) would otherwise keep the lane's process table full and
 starve every later call. Only ever used inside a lane: on a host this would signal every
-process of the user.
+process of the user. A `docker exec` process running in the lane at that moment (a compose
+healthcheck, say) is killed too; checks that retry are not disturbed by it.
 """
 
 from __future__ import annotations
