@@ -106,3 +106,11 @@ async def test_osprey_home_inside_the_workspace_is_refused(workspace: Path) -> N
     (workspace / ".osprey").mkdir()
     async with open_tool_service([str(workspace)], sandbox=SandboxSettings(enabled=True), session_id=f"git-{os.getpid()}-6", home=workspace / ".osprey"):
         pass
+
+
+def test_the_model_is_told_that_git_is_read_only_in_a_lane() -> None:
+    from osprey.prompt import system_prompt
+
+    assert "read-only" in system_prompt("/w", "lane", git_read_only=True)
+    assert "read-only" not in system_prompt("/w", "lane", git_read_only=False)
+    assert "read-only" not in system_prompt("/w", "local", git_read_only=True)

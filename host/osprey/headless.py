@@ -164,7 +164,7 @@ async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | N
                 context.recover = recover
             agent = AgentLoop(
                 provider=provider, registry=registry, context=context,
-                system=system_prompt(str(settings.cwd), service.home), emit=out,
+                system=system_prompt(str(settings.cwd), service.home, git_read_only=settings.sandbox.protect_git), emit=out,
                 retry=settings.retry, max_turns=settings.max_turns,
                 approval=ApprovalGate(settings.approval_policy), on_text=out.text,
                 tool_service=service.home, session_id=session_id,
