@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from . import errors as E
 from .errors import ToolFailure, from_os_error
 from .ignore import walk
-from .paths import NotARegularFile, Opened, Parent, Roots, cut, open_regular, to_wire
+from .paths import NotARegularFile, Parent, Roots, cut, open_regular, to_wire
 
 DEFAULT_READ_LIMIT = 2000
 MAX_LINE_CHARS = 2000
@@ -243,23 +243,11 @@ def _kind(mode: int) -> str:
     return "other"
 
 
-def _open_listing(roots: Roots, path: str, shown: str, file_hint: str) -> Opened:
-    """The directory `path` open for listing; a file or a missing path is refused."""
-    try:
-        return roots.open_dir(path)
-    except OSError as exc:
-        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
-            raise from_os_error(exc, shown) from None
-        if exc.errno == errno.ENOTDIR and os.path.lexists(roots.resolve(path)):
-            raise ToolFailure(E.NOT_A_DIRECTORY, f"{shown} is a file, not a directory{file_hint}") from None
-        raise ToolFailure(E.NOT_FOUND, f"{shown}: no such directory") from None
-
-
 def list_directory(roots: Roots, path: str = "") -> ListResult:
     """The entries of one directory, directories first, then by name."""
     shown = cut(path) or "."
     items = []
-    with _open_listing(roots, path, shown, "; use read_file to read it") as directory:
+    with roots.open_existing_dir(path, shown, f"{shown} is a file, not a directory; use read_file to read it") as directory:
         try:
             with os.scandir(directory.fd) as it:
                 for entry in it:
@@ -282,7 +270,7 @@ def tree(roots: Roots, path: str = "", max_depth: int = 0, max_entries: int = 0)
     depth = max_depth or DEFAULT_TREE_DEPTH
     limit = max_entries or DEFAULT_TREE_ENTRIES
     shown = cut(path) or "."
-    with _open_listing(roots, path, shown, "") as directory:
+    with roots.open_existing_dir(path, shown, f"{shown} is a file, not a directory") as directory:
         real = directory.real
     lines = [roots.show(real).rstrip("/") + "/"]
     dirs = files = 0

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .errors import INVALID_ARGUMENT, IO_ERROR, OUTSIDE_ROOT, ToolFailure
+from .errors import INVALID_ARGUMENT, IO_ERROR, NOT_A_DIRECTORY, NOT_FOUND, OUTSIDE_ROOT, ToolFailure, from_os_error
 
 PATH_MAX = 4096
 # How much of an argument a message may echo.
@@ -353,6 +353,18 @@ class Roots:
     def open_dir(self, path: str = "", *, default_cwd: bool = True) -> Opened:
         """A descriptor to list the directory `path` (the working directory when empty)."""
         return self.open(path, os.O_RDONLY | os.O_DIRECTORY, default_cwd=default_cwd)
+
+    def open_existing_dir(self, path: str, shown: str, not_a_directory: str) -> Opened:
+        """`open_dir`, with a missing path or a file refused as a tool failure: `not_a_directory`
+        is the message for a file; `shown` names the path in the others."""
+        try:
+            return self.open_dir(path)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                raise from_os_error(exc, shown) from None
+            if exc.errno == errno.ENOTDIR and os.path.lexists(self.resolve(path)):
+                raise ToolFailure(NOT_A_DIRECTORY, not_a_directory) from None
+            raise ToolFailure(NOT_FOUND, f"{shown}: no such directory") from None
 
     def open_file(self, path: str, *, default_cwd: bool = False) -> Opened:
         """The regular file `path`, open for reading (see `open_regular` for what is refused)."""

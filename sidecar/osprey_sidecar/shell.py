@@ -9,7 +9,6 @@ outlives the call (background work belongs to the host's `process` tool).
 
 from __future__ import annotations
 
-import errno
 import os
 import selectors
 import signal
@@ -20,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from . import errors as E
-from .errors import ToolFailure, from_os_error
+from .errors import ToolFailure
 from .paths import Opened, Roots, cut
 
 DEFAULT_TIMEOUT_MS = 120_000
@@ -77,15 +76,8 @@ class BashRun:
         self._lock = threading.Lock()
 
     def _open_workdir(self) -> Opened:
-        shown = cut(self.workdir)
-        try:
-            return self.roots.open_dir(self.workdir)
-        except OSError as exc:
-            if exc.errno == errno.ENOTDIR and os.path.lexists(self.roots.resolve(self.workdir)):
-                raise ToolFailure(E.NOT_A_DIRECTORY, f"workdir {shown} is not a directory") from None
-            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-                raise ToolFailure(E.NOT_FOUND, f"workdir {shown}: no such directory") from None
-            raise from_os_error(exc, f"workdir {shown}") from None
+        shown = f"workdir {cut(self.workdir)}"
+        return self.roots.open_existing_dir(self.workdir, shown, f"{shown} is not a directory")
 
     def cancel(self) -> None:
         self._cancelled.set()
