@@ -324,6 +324,21 @@ def read_bounded(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> bytes | 
     return bytes(data)
 
 
+def read_no_follow(path: Path | str, limit: int) -> bytes | None:
+    """At most `limit` bytes of the regular file at `path`, or None for anything else: never
+    through a symlink, never blocking on a FIFO. For small files that anyone may have written."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, limit) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def parse_dotenv(text: str) -> dict[str, str]:
     """KEY=VALUE lines; `export`, quotes and `#` comments as shells write them."""
     values: dict[str, str] = {}

@@ -56,9 +56,18 @@ class LocalDispatcher:
         self.dir: str | None = None
         self.proc: asyncio.subprocess.Process | None = None
         self.client: ToolClient | None = None
+        self.service: ToolService | None = None
         self._lock = asyncio.Lock()
 
-    async def start(self) -> ToolClient:
+    async def start(self) -> ToolService:
+        """Start the dispatcher; the ToolService it serves (kept up to date by `recover`)."""
+        client = await self._start()
+        if self.service is None:
+            self.service = ToolService(client=client, home="local", roots=self.roots, recover=self.recover)
+        self.service.client = client
+        return self.service
+
+    async def _start(self) -> ToolClient:
         from .config import tool_environment
 
         reap_stale_dispatcher_dirs()
@@ -118,10 +127,8 @@ class LocalDispatcher:
             exited.cancel()
             if not ready.done():
                 ready.cancel()
-        if ready.done() and not ready.cancelled() and ready.exception() is None:
+        if ready.done() and ready.exception() is None:  # a failure's own exception: the log says more
             return
-        if ready.done() and not ready.cancelled():
-            ready.exception()  # retrieved; the log says more
         raise DispatcherError(f"the local dispatcher did not start serving on {socket_path}; its last output:\n{self.log_tail() or '(none)'}")
 
     def log_tail(self, lines: int = 20) -> str:
@@ -177,6 +184,8 @@ async def _stop_process(proc: asyncio.subprocess.Process) -> None:
 
 def reap_stale_dispatcher_dirs() -> list[str]:
     """Remove socket dirs of local dispatchers whose broker is gone (killed without teardown)."""
+    from .config import read_no_follow
+
     removed = []
     base = tempfile.gettempdir()
     try:
@@ -187,18 +196,14 @@ def reap_stale_dispatcher_dirs() -> list[str]:
         path = os.path.join(base, name)
         try:
             st = os.lstat(path)
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-                continue
-            # Never through a link, never blocking on a FIFO: commands on the host can write here.
-            fd = os.open(os.path.join(path, OWNER_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-            try:
-                record = os.read(fd, 200).decode("ascii", "replace") if stat.S_ISREG(os.fstat(fd).st_mode) else ""
-            finally:
-                os.close(fd)
         except OSError:
-            continue  # not ours, or still being set up
-        if not owner_gone(record):
             continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            continue
+        # Commands on the host can write here: never read through a link or block on a FIFO.
+        record = read_no_follow(os.path.join(path, OWNER_FILE), 200)
+        if record is None or not owner_gone(record.decode("ascii", "replace")):
+            continue  # not ours, still being set up, or its owner lives
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
@@ -313,16 +318,6 @@ async def open_tool_service(
     else:
         dispatcher = LocalDispatcher(real_roots, env)
         try:
-            client = await dispatcher.start()
-            service = ToolService(client=client, home="local", roots=dispatcher.roots)
-
-            async def recover() -> str | None:
-                note = await dispatcher.recover()
-                if dispatcher.client is not None:
-                    service.client = dispatcher.client
-                return note
-
-            service.recover = recover
-            yield service
+            yield await dispatcher.start()
         finally:
             await dispatcher.close()

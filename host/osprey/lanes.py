@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import SandboxSettings, size_bytes
+from .config import SandboxSettings, read_no_follow, size_bytes
 from .errors import SandboxError
 from .owners import boot_id, pid_alive, pid_namespace
 from .lane_image import Progress, _quiet, _short, docker_client, ensure_image
@@ -157,19 +157,9 @@ def _inside(path: str, directory: str) -> bool:
 def _submodule_gitfiles(workspace: str) -> list[str]:
     """The `.git` of each submodule `.gitmodules` names: a lane that rewrote one (`gitdir:` a
     directory it made) would have `git status` in the superproject run that directory's config."""
-    path = os.path.join(workspace, ".gitmodules")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return []
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return []
-        text = os.read(fd, GITMODULES_MAX_BYTES).decode("utf-8", "replace")
-    finally:
-        os.close(fd)
-    out = []
-    for line in text.splitlines():
+    raw = read_no_follow(os.path.join(workspace, ".gitmodules"), GITMODULES_MAX_BYTES)
+    out: list[str] = []
+    for line in (raw or b"").decode("utf-8", "replace").splitlines():
         key, sep, value = line.strip().partition("=")
         if not sep or key.strip() != "path":
             continue

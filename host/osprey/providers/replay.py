@@ -15,8 +15,8 @@ from typing import IO, Any
 from pydantic import ValidationError
 
 from ..errors import ConfigError, ProviderError
-from ..messages import ModelRequest, ModelTurn, scrub
-from .base import Provider, TextSink
+from ..messages import ModelRequest, ModelTurn
+from .base import Provider, TextSink, loads
 
 FORMAT = "osprey-recording"
 VERSION = 1
@@ -34,7 +34,7 @@ def load_recording(path: Path) -> tuple[dict[str, Any], list[ModelTurn]]:
         if not line.strip():
             continue
         try:
-            record = scrub(json.loads(line))
+            record = loads(line)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}:{number}: not JSON ({exc.msg})") from None
         kind = record.get("type") if isinstance(record, dict) else None
