@@ -12,6 +12,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ._proto import tools_pb2_grpc as pb_grpc
 from .paths import Roots
+from .search import SEARCH_BUDGET_S
 from .servicer import CATEGORY_KEY, MAX_MESSAGE_BYTES, ToolServicer
 
 TOKEN_KEY = "x-osprey-token"
@@ -44,12 +45,12 @@ def socket_target(path: str) -> str:
     return f"unix:{path}"
 
 
-def build_server(roots: Sequence[str], socket_path: str, token: str | None = None, env: dict[str, str] | None = None, *, reap_strays: bool = False, search_budget_s: float | None = None) -> grpc.Server:
+def build_server(roots: Sequence[str], socket_path: str, token: str | None = None, env: dict[str, str] | None = None, *, reap_strays: bool = False, search_budget_s: float = SEARCH_BUDGET_S) -> grpc.Server:
     """A started server for `roots` listening on `socket_path` (made 0600).
 
     `env` is the environment `bash` commands get (default: this process's); `reap_strays`
     (lanes only) kills what a command left running outside its process group; `search_budget_s`
-    bounds each grep and find_files call (default: search.SEARCH_BUDGET_S)."""
+    bounds each grep and find_files call."""
     interceptors = [_TokenInterceptor(token)] if token else []
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="osprey-tool"),
@@ -59,7 +60,7 @@ def build_server(roots: Sequence[str], socket_path: str, token: str | None = Non
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ],
     )
-    pb_grpc.add_ToolServiceServicer_to_server(ToolServicer(Roots(roots), env, reap_strays=reap_strays, **({} if search_budget_s is None else {'search_budget_s': search_budget_s})), server)
+    pb_grpc.add_ToolServiceServicer_to_server(ToolServicer(Roots(roots), env, reap_strays=reap_strays, search_budget_s=search_budget_s), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if os.path.exists(socket_path):

@@ -15,7 +15,7 @@ from ._proto import tools_pb2 as pb
 from ._proto import tools_pb2_grpc as pb_grpc
 from .errors import ToolFailure
 from .files import edit_file, list_directory, read_file, tree, write_file
-from .paths import Roots
+from .paths import Roots, cut
 from .search import SEARCH_BUDGET_S, find_files, grep
 from .shell import BashRun, Exit
 from .strays import reap_strays
@@ -61,7 +61,7 @@ def _mapped(method: F) -> F:
         except Exception as exc:  # noqa: BLE001 - reported to the caller, not swallowed
             log.exception("tool crashed")
             context.set_trailing_metadata(((CATEGORY_KEY, "internal"),))
-            context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {str(exc)[:200]}")
+            context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {cut(str(exc))}")
         finally:
             self.calls.leave()
 
