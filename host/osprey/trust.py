@@ -79,6 +79,17 @@ class TrustStore:
         return "trusted" if hmac.compare_digest(record.files[relpath], file_digest) else "changed"
 
 
+def file_state(store: TrustStore, root: str, relpath: str) -> str:
+    """How a trusted project file stands now: unchanged, changed since trusted, missing or unreadable."""
+    try:
+        raw = read_bounded(Path(root) / relpath, "a project file")
+    except ConfigError:
+        return "unreadable"
+    if raw is None:
+        return "missing"
+    return "unchanged" if store.status(root, relpath, digest(raw)) == "trusted" else "changed since trusted"
+
+
 def trust_path(home: Path) -> Path:
     return home / TRUST_FILE
 

@@ -91,9 +91,7 @@ def _trust(home: Path, directory: str | None, yes: bool) -> None:
 
 
 def _list(home: Path) -> None:
-    from ..config import read_bounded
-    from ..errors import ConfigError
-    from ..trust import digest, load_trust
+    from ..trust import file_state, load_trust
 
     store = load_trust(home)
     if store.problem:
@@ -103,13 +101,8 @@ def _list(home: Path) -> None:
         return
     for root, record in sorted(store.data.projects.items()):
         click.echo(f"{root}  (trusted {record.trusted_at.isoformat(timespec='seconds')})")
-        for relpath, recorded in sorted(record.files.items()):
-            try:
-                raw = read_bounded(Path(root) / relpath, "a project file")
-                state = "missing" if raw is None else ("unchanged" if digest(raw) == recorded else "changed since trusted")
-            except ConfigError:
-                state = "unreadable"
-            click.echo(f"  {relpath}  {state}")
+        for relpath in sorted(record.files):
+            click.echo(f"  {relpath}  {file_state(store, root, relpath)}")
 
 
 def _revoke(home: Path, directory: str | None) -> None:
