@@ -6,6 +6,9 @@ from __future__ import annotations
 class OspreyError(Exception):
     """An error a user can act on: the message says what was wrong and what to do."""
 
+    # What recovering the ToolService's home did after this error (set by the home's client), or "".
+    recovery: str = ""
+
 
 class ConfigError(OspreyError):
     """A configuration file, variable or flag is invalid."""
