@@ -1,0 +1,1 @@
+"""Policy: approvals, saved rules and the hardline floor."""
