@@ -11,6 +11,7 @@ from .. import __version__
 # name -> (module, attribute, one-line help); modules load lazily so --help stays fast.
 SUBCOMMANDS = {
     "agent": ("osprey.cli.agent", "agent", "Run the agent loop headless on one prompt."),
+    "approvals": ("osprey.cli.approvals", "approvals", "List, add, revoke and check saved approval rules."),
     "sandbox": ("osprey.cli.sandbox", "sandbox", "Build the lane image; list and prune sandbox lanes."),
     "trust": ("osprey.cli.trust", "trust", "Review a project's settings and trust them; list or revoke trust."),
 }

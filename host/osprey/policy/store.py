@@ -141,6 +141,10 @@ class ApprovalStore:
             self._cache = (signature, usable)
         return list(usable)
 
+    def problem(self) -> str | None:
+        """Why the file, as it is now, cannot be read (None when it is fine or missing)."""
+        return self._read().problem
+
     def covering(self, tool: str, arguments: Mapping[str, Any], *, cwd: str, workspace: str) -> SavedRule | None:
         """The first saved rule for this workspace that pre-approves the call, or None."""
         for entry in self.load():
