@@ -177,9 +177,9 @@ def _covers_command(pattern: str, arguments: Mapping[str, Any]) -> bool:
     command = arguments.get("command")
     if not isinstance(command, str) or not command.strip() or len(command) > MAX_COMMAND:
         return False
+    words, rest = _command_parts(pattern)
     from .shell import ShellParseError, simple_commands
 
-    words, rest = _command_parts(pattern)
     try:
         commands = simple_commands(command)
     except (ShellParseError, RecursionError, ValueError):
