@@ -1,4 +1,4 @@
-"""AgentLoop with a small fake provider and a real local ToolService.
+"""The session core and its loop with a small fake provider and a real local ToolService.
 
 The provider is scripted in process (no HTTP); the tools run for real through the local dispatcher
 against a temporary workspace, so approvals, argument checks and truncation are seen end to end.
@@ -8,139 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from osprey.approvals import ApprovalGate
 from osprey.config import RetrySettings
-from osprey.dispatch import open_tool_service
 from osprey.errors import ProviderError
-from osprey.events import AssistantText, Event, Notice, SessionEnd, SessionStart, ToolCallEvent, ToolResultEvent, UsageEvent
-from osprey.loop import EMPTY_CORRECTION, AgentLoop
-from osprey.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
-from osprey.tools import ToolContext, ToolRegistry, base_tools
+from osprey.events import AssistantText, Notice, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent
+from osprey.loop import EMPTY_CORRECTION
+from osprey.messages import AssistantMessage, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
 
-FAST_RETRY = RetrySettings(max_retries=3, delays=[0.0], turn_timeout=30)
-
-
-# ------------------------------------------------------------------ the fake provider
-
-Step = ModelTurn | BaseException | Callable[[ModelRequest], Awaitable[ModelTurn]]
-
-
-@dataclass
-class FakeProvider:
-    """Plays a script of turns (or exceptions, or coroutines) and records every request."""
-
-    script: list[Step]
-    name: str = "fake"
-    model: str = "fake-1"
-    requests: list[ModelRequest] = field(default_factory=list)
-
-    async def complete(self, request: ModelRequest, on_text: Any = None) -> ModelTurn:
-        self.requests.append(request.model_copy(deep=True))
-        if not self.script:
-            raise AssertionError(f"the loop asked for turn {len(self.requests)} but the script is exhausted")
-        step = self.script.pop(0)
-        if isinstance(step, BaseException):
-            raise step
-        if callable(step):
-            return await step(request)
-        if on_text and step.message.text:
-            on_text(step.message.text)
-        return step
-
-
-_ids = iter(range(1, 1_000_000))
-
-
-def text(t: str, usage: tuple[int, int] = (10, 5)) -> ModelTurn:
-    return ModelTurn(message=AssistantMessage(text=t), usage=Usage(input_tokens=usage[0], output_tokens=usage[1]), stop_reason="stop")
-
-
-def calls(*specs: tuple[str, dict[str, Any]] | ToolCall, say: str = "", usage: tuple[int, int] = (10, 5)) -> ModelTurn:
-    tool_calls = [s if isinstance(s, ToolCall) else ToolCall(id=f"call_{next(_ids)}", name=s[0], arguments=s[1]) for s in specs]
-    return ModelTurn(message=AssistantMessage(text=say, tool_calls=tool_calls), usage=Usage(input_tokens=usage[0], output_tokens=usage[1]), stop_reason="tool_calls")
-
-
-def empty() -> ModelTurn:
-    return ModelTurn(message=AssistantMessage(text=""), usage=Usage(input_tokens=3, output_tokens=0))
-
-
-async def hang(request: ModelRequest) -> ModelTurn:
-    await asyncio.Event().wait()
-    raise AssertionError("unreachable")
-
-
-# ------------------------------------------------------------------ fixtures
-
-
-@dataclass
-class Harness:
-    workspace: Path
-    registry: ToolRegistry
-    context: ToolContext
-    events: list[Event] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-
-    def loop(self, provider: FakeProvider, **kw: Any) -> AgentLoop:
-        kw.setdefault("retry", FAST_RETRY)
-        kw.setdefault("approval", ApprovalGate("never"))
-        return AgentLoop(provider=provider, registry=self.registry, context=self.context, system="SYSTEM PROMPT",
-                         emit=self.events.append, on_text=self.texts.append, **kw)
-
-    async def run(self, script: list[Step], prompt: str = "Do the task.", **kw: Any) -> tuple[SessionEnd, FakeProvider]:
-        provider = FakeProvider(script)
-        end = await asyncio.wait_for(self.loop(provider, **kw).run(prompt), 60)
-        return end, provider
-
-    def of(self, kind: type[Event]) -> list[Any]:
-        return [e for e in self.events if isinstance(e, kind)]
-
-    def result(self, call_id: str) -> ToolResultEvent:
-        [r] = [e for e in self.of(ToolResultEvent) if e.id == call_id]
-        return r
-
-
-async def make_harness(workspace: Path, max_result_chars: int = 50_000) -> AsyncIterator[Harness]:
-    async with open_tool_service([str(workspace)]) as service:
-        registry = ToolRegistry(max_result_chars=max_result_chars)
-        for tool in base_tools(host_processes=False):
-            registry.add(tool)
-        context = ToolContext(client=service.client, cwd=str(workspace), roots=service.roots, bash_max_output_bytes=1 << 20)
-        yield Harness(workspace, registry, context)
+from session_harness import Harness, calls, check_stream, empty, hang, text
 
 
 @pytest.fixture
-async def h(workspace: Path) -> AsyncIterator[Harness]:
+def h(workspace: Path, tmp_path: Path) -> Harness:
     (workspace / "notes.txt").write_text("alpha\nbeta\ngamma\n")
-    async for harness in make_harness(workspace):
-        yield harness
-
-
-def check_stream(events: list[Event]) -> None:
-    """The invariants every session's event stream keeps."""
-    assert isinstance(events[0], SessionStart)
-    assert isinstance(events[-1], SessionEnd)
-    assert sum(isinstance(e, (SessionStart, SessionEnd)) for e in events) == 2
-    total = Usage()
-    for e in events:
-        if isinstance(e, UsageEvent):
-            total = total + e.usage
-            assert e.total == total
-    assert events[-1].usage == total
-    pending: dict[str, str] = {}
-    for e in events:
-        if isinstance(e, ToolCallEvent):
-            assert e.id not in pending
-            pending[e.id] = e.name
-        elif isinstance(e, ToolResultEvent):
-            assert pending.pop(e.id) == e.name
-            assert (e.error_category is None) == e.ok
+    return Harness(workspace, tmp_path / "osprey-home")
 
 
 # ------------------------------------------------------------------ completion
@@ -151,16 +36,17 @@ async def test_a_reply_without_tool_calls_completes_the_session(h: Harness) -> N
     assert (end.outcome, end.exit_status, end.turns, end.error) == ("Completed", 0, 1, None)
     assert end.final_text == "Nothing to do: the task is already done."
     assert end.usage == Usage(input_tokens=120, output_tokens=30)
-    assert [type(e) for e in h.events] == [SessionStart, UsageEvent, AssistantText, SessionEnd]
+    assert [type(e) for e in h.events] == [SessionStart, UserMessageEvent, UsageEvent, AssistantText, TaskEnd, SessionEnd]
     assert h.texts == ["Nothing to do: the task is already done."]
     start = h.events[0]
     assert isinstance(start, SessionStart)
     assert (start.provider, start.model, start.approval_policy, start.max_turns) == ("fake", "fake-1", "never", 150)
-    assert start.tools == h.registry.names() and "read_file" in start.tools
+    assert h.session is not None and start.tools == h.session.tool_names() and "read_file" in start.tools
+    assert h.events[1] == UserMessageEvent(text="Do the task.", ts=h.events[1].ts)
     [request] = provider.requests
-    assert request.system == "SYSTEM PROMPT"
+    assert request.system.startswith("You are Osprey") and str(h.workspace) in request.system
     assert request.messages == [UserMessage(content="Do the task.")]
-    assert [t.name for t in request.tools] == h.registry.names()
+    assert [t.name for t in request.tools] == start.tools
 
 
 async def test_text_with_tool_calls_does_not_complete(h: Harness) -> None:
@@ -249,7 +135,7 @@ async def test_policy_never_runs_every_tool(h: Harness) -> None:
     end, _ = await h.run([
         calls(("edit_file", {"path": "notes.txt", "old_string": "beta", "new_string": "BETA"}), ("bash", {"command": "touch ran"})),
         text("done"),
-    ], approval=ApprovalGate("never"))
+    ], policy="never")
     assert end.outcome == "Completed"
     assert "BETA" in (h.workspace / "notes.txt").read_text()
     assert (h.workspace / "ran").exists()
@@ -265,7 +151,7 @@ async def test_untrusted_tools_are_denied_without_a_prompt(policy: str, h: Harne
               ("write_file", {"path": "new.txt", "content": "x"}),
               ("bash", {"command": "touch ran"})),
         text("I could only read."),
-    ], approval=ApprovalGate(policy))
+    ], policy=policy)
     assert end.outcome == "Completed"  # a denial is a tool result, not the end of the session
     assert (h.workspace / "notes.txt").read_text() == before
     assert not (h.workspace / "new.txt").exists() and not (h.workspace / "ran").exists()
@@ -273,8 +159,7 @@ async def test_untrusted_tools_are_denied_without_a_prompt(policy: str, h: Harne
     for name in ("edit_file", "write_file", "bash"):
         assert not results[name].ok and results[name].error_category == "denied"
         assert "--yolo" in results[name].output  # says what the user can do
-    if policy != "on-request":
-        assert results["read_file"].ok and "beta" in results["read_file"].output
+    assert results["read_file"].ok and "beta" in results["read_file"].output  # read-only: it requests nothing
     # The model is told about each denial as an error result.
     sent = {m.name: m for m in provider.requests[1].messages if isinstance(m, ToolResultMessage)}
     assert sent["bash"].is_error and "denied" in sent["bash"].content
@@ -282,7 +167,7 @@ async def test_untrusted_tools_are_denied_without_a_prompt(policy: str, h: Harne
 
 
 async def test_deny_untrusted_names_the_policy_and_the_trusted_tools(h: Harness) -> None:
-    await h.run([calls(("bash", {"command": "true"})), text("ok")], approval=ApprovalGate("deny-untrusted"))
+    await h.run([calls(("bash", {"command": "true"})), text("ok")], policy="deny-untrusted")
     [result] = h.of(ToolResultEvent)
     assert "deny-untrusted" in result.output
     for tool in ("read_file", "find_files", "grep", "list_directory", "tree"):
@@ -294,20 +179,19 @@ async def test_deny_untrusted_names_the_policy_and_the_trusted_tools(h: Harness)
     ("list_directory", {}), ("tree", {}),
 ])
 async def test_deny_untrusted_runs_every_trusted_read_only_tool(tool: str, args: dict[str, Any], h: Harness) -> None:
-    await h.run([calls((tool, args)), text("ok")], approval=ApprovalGate("deny-untrusted"))
+    await h.run([calls((tool, args)), text("ok")], policy="deny-untrusted")
     [result] = h.of(ToolResultEvent)
     assert result.ok, result.output
 
 
 async def test_on_failure_latches_after_a_failure_for_the_next_batch(h: Harness) -> None:
-    gate = ApprovalGate("on-failure")
     end, _ = await h.run([
         calls(("bash", {"command": "touch first"})),                         # runs: nothing has failed yet
         calls(("read_file", {"path": "missing.txt"}),                         # fails and arms the latch...
               ("bash", {"command": "touch same_batch"})),                     # ...but this batch was already approved
         calls(("bash", {"command": "touch next_batch"})),                     # the next batch needs approval: denied
         text("stopping"),
-    ], approval=gate)
+    ], policy="on-failure")
     assert end.outcome == "Completed"
     results = h.of(ToolResultEvent)
     assert [(r.name, r.ok, r.error_category) for r in results] == [
@@ -317,39 +201,8 @@ async def test_on_failure_latches_after_a_failure_for_the_next_batch(h: Harness)
     assert "on-failure" in results[3].output
 
 
-def test_on_failure_latch_is_cleared_by_a_later_success() -> None:
-    gate = ApprovalGate("on-failure")
-    gate.begin_batch()
-    assert gate.decide("bash").allowed
-    gate.record(False)
-    assert gate.decide("bash").allowed  # the rest of the same batch was already approved
-    gate.record(True)  # a success in the failing batch itself does not clear the latch
-    gate.begin_batch()
-    assert not gate.decide("bash").allowed and not gate.decide("read_file").allowed
-    gate.record(True)  # an approved call in a later batch succeeded
-    gate.begin_batch()
-    assert gate.decide("bash").allowed and gate.decide("edit_file").allowed
-    gate.record(False)
-    gate.begin_batch()
-    assert not gate.decide("edit_file").allowed
-
-
-def test_gate_decisions_per_policy() -> None:
-    def allowed(policy: str, tool: str) -> bool:
-        gate = ApprovalGate(policy)
-        gate.begin_batch()
-        return gate.decide(tool).allowed
-
-    for tool in ("read_file", "grep", "bash", "edit_file", "write_file", "process"):
-        assert allowed("never", tool)
-        assert allowed("on-failure", tool)
-        assert allowed("deny-untrusted", tool) == (tool in ("read_file", "grep"))
-        assert allowed("unless-trusted", tool) == (tool in ("read_file", "grep"))
-        assert not allowed("on-request", tool)
-
-
 async def test_unknown_tool_is_reported_to_the_model_not_denied(h: Harness) -> None:
-    end, provider = await h.run([calls(("frobnicate", {"x": 1})), text("ok, no such tool")], approval=ApprovalGate("deny-untrusted"))
+    end, provider = await h.run([calls(("frobnicate", {"x": 1})), text("ok, no such tool")], policy="deny-untrusted")
     assert end.outcome == "Completed"
     [result] = h.of(ToolResultEvent)
     assert (result.ok, result.error_category) == (False, "unknown_tool")
@@ -402,24 +255,24 @@ async def test_tool_errors_carry_their_category(h: Harness) -> None:
 # ------------------------------------------------------------------ tool-result truncation
 
 
-async def test_long_tool_results_are_cut_and_say_how_much_was_dropped(workspace: Path) -> None:
+async def test_long_tool_results_are_cut_and_say_how_much_was_dropped(workspace: Path, tmp_path: Path) -> None:
     lines = [f"line {i:04d} " + "x" * 40 for i in range(200)]
     (workspace / "big.txt").write_text("\n".join(lines) + "\n")
-    async for full in make_harness(workspace, max_result_chars=10_000_000):
-        await full.run([calls(ToolCall(id="c1", name="read_file", arguments={"path": "big.txt"})), text("ok")])
-        whole = full.result("c1").output
+    full = Harness(workspace, tmp_path / "home", max_result_chars=10_000_000)
+    await full.run([calls(ToolCall(id="c1", name="read_file", arguments={"path": "big.txt"})), text("ok")])
+    whole = full.result("c1").output
     assert full.result("c1").truncated_chars == 0 and len(whole) > 5000
 
-    async for h in make_harness(workspace, max_result_chars=1000):
-        _, provider = await h.run([calls(ToolCall(id="c1", name="read_file", arguments={"path": "big.txt"})), text("ok")])
-        result = h.result("c1")
-        assert result.ok
-        assert result.truncated_chars == len(whole) - 1000
-        assert f"{len(whole) - 1000} characters dropped" in result.output
-        assert result.output.startswith(whole[:500]) and result.output.endswith(whole[-300:])
-        assert "line 0199" in result.output and "line 0100" not in result.output
-        [sent] = [m for m in provider.requests[1].messages if isinstance(m, ToolResultMessage)]
-        assert sent.content == result.output  # the model sees the cut text, not the whole
+    h = Harness(workspace, tmp_path / "home", max_result_chars=1000)
+    _, provider = await h.run([calls(ToolCall(id="c1", name="read_file", arguments={"path": "big.txt"})), text("ok")])
+    result = h.result("c1")
+    assert result.ok
+    assert result.truncated_chars == len(whole) - 1000
+    assert f"{len(whole) - 1000} characters dropped" in result.output
+    assert result.output.startswith(whole[:500]) and result.output.endswith(whole[-300:])
+    assert "line 0199" in result.output and "line 0100" not in result.output
+    [sent] = [m for m in provider.requests[1].messages if isinstance(m, ToolResultMessage)]
+    assert sent.content == result.output  # the model sees the cut text, not the whole
 
 
 async def test_short_results_are_not_marked(h: Harness) -> None:
@@ -470,18 +323,20 @@ async def test_a_timeout_followed_by_progress_resets_the_timeout_streak(h: Harne
 # ------------------------------------------------------------------ cancellation
 
 
-@pytest.mark.parametrize("status", [130, 0])
-async def test_cancellation_ends_with_cancelled_and_the_configured_status(status: int, h: Harness) -> None:
-    provider = FakeProvider([calls(("tree", {}), usage=(100, 20)), hang])
-    loop = h.loop(provider, cancel_exit_status=status)
-    task = asyncio.create_task(loop.run("go"))
+@pytest.mark.parametrize("signal,outcome,status", [(2, "Cancelled", 130), (15, "Cancelled", 143), (None, "Stopped", 0)])
+async def test_cancellation_ends_the_task_with_the_outcome_of_who_cancelled(signal: int | None, outcome: str, status: int, h: Harness) -> None:
+    session, provider = await h.start([calls(("tree", {}), usage=(100, 20)), hang])
+    task = asyncio.create_task(session.submit("go"))
     deadline = time.monotonic() + 30
     while len(provider.requests) < 2:
         assert time.monotonic() < deadline, "the second model call never started"
         await asyncio.sleep(0.01)
-    task.cancel()
-    end = await asyncio.wait_for(task, 30)
-    assert (end.outcome, end.exit_status, end.error) == ("Cancelled", status, None)
+    assert session.cancel(signal=signal)
+    task_end = await asyncio.wait_for(task, 30)
+    end = await session.close()
+    assert end is not None
+    assert (task_end.outcome, task_end.exit_status, task_end.error) == (outcome, status, None)
+    assert (end.outcome, end.exit_status, end.error) == (outcome, status, None)
     assert end.turns == 2
     assert end.usage == Usage(input_tokens=100, output_tokens=20)  # recorded usage is preserved
     assert h.events[-1] == end
@@ -490,16 +345,21 @@ async def test_cancellation_ends_with_cancelled_and_the_configured_status(status
 
 async def test_cancelling_during_bash_kills_the_command(h: Harness) -> None:
     pid_file = h.workspace / "pid"
-    provider = FakeProvider([calls(("bash", {"command": "echo $$ > pid.tmp && mv pid.tmp pid && exec sleep 120"})), text("never")])
-    task = asyncio.create_task(h.loop(provider).run("go"))
+    session, _ = await h.start([calls(("bash", {"command": "echo $$ > pid.tmp && mv pid.tmp pid && exec sleep 120"})), text("never")])
+    task = asyncio.create_task(session.submit("go"))
     deadline = time.monotonic() + 30
     while not pid_file.exists():
         assert time.monotonic() < deadline, "the command never started"
         await asyncio.sleep(0.01)
     pid = int(pid_file.read_text())
-    task.cancel()
+    session.cancel(signal=2)
     end = await asyncio.wait_for(task, 30)
     assert end.outcome == "Cancelled"
+    # The interrupted call still has a result, so the conversation can go on.
+    [result] = h.of(ToolResultEvent)
+    assert (result.ok, result.error_category) == (False, "cancelled")
+    assert isinstance(session.messages[-1], ToolResultMessage) and session.messages[-1].is_error
+    await session.close()
 
     def alive() -> bool:
         try:
@@ -521,6 +381,7 @@ async def test_an_unexpected_exception_still_ends_the_event_stream(h: Harness) -
     end = h.events[-1]
     assert isinstance(end, SessionEnd)
     assert (end.outcome, end.exit_status, end.turns) == ("Error", 1, 2)
+    assert isinstance(h.events[-2], TaskEnd) and "RuntimeError: boom" in (h.events[-2].error or "")
     assert "RuntimeError: boom" in (end.error or "")
     check_stream(h.events)
 
@@ -554,11 +415,15 @@ async def test_an_unreachable_tool_service_is_an_error_result_not_a_crash(h: Har
     from osprey.toolclient import ToolClient
 
     dead = ToolClient.for_socket(str(tmp_path / "nobody-listens.sock"), token="x")
+    session, _ = await h.start([calls(ToolCall(id="c1", name="read_file", arguments={"path": "notes.txt"})), text("the tools are down")])
     try:
-        h.context.client = dead
-        end, _ = await h.run([calls(ToolCall(id="c1", name="read_file", arguments={"path": "notes.txt"})), text("the tools are down")])
+        assert session.loop is not None
+        session.loop.calls.context.client = dead
+        await session.submit("go")
+        end = await session.close()
     finally:
         await dead.close()
+    assert end is not None
     assert end.outcome == "Completed"
     result = h.result("c1")
     assert (result.ok, result.error_category) == (False, "tool_service_unavailable")

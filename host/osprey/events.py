@@ -31,6 +31,14 @@ class SessionStart(Event):
     max_turns: int
 
 
+class UserMessageEvent(Event):
+    """A message added to the conversation as the user's: the prompt, or a correction the loop sent."""
+
+    type: Literal["user_message"] = "user_message"
+    text: str
+    origin: Literal["user", "loop"] = "user"
+
+
 class AssistantText(Event):
     type: Literal["assistant_text"] = "assistant_text"
     turn: int
@@ -70,6 +78,19 @@ class Notice(Event):
     type: Literal["notice"] = "notice"
     level: Literal["info", "warning"] = "info"
     message: str
+
+
+class TaskEnd(Event):
+    """One submitted prompt has been worked to an outcome; the session may take another."""
+
+    type: Literal["task_end"] = "task_end"
+    session_id: str
+    outcome: str
+    exit_status: int
+    turns: int
+    usage: Usage
+    final_text: str = ""
+    error: str | None = None
 
 
 class SessionEnd(Event):

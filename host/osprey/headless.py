@@ -1,4 +1,4 @@
-"""`osprey agent`: wire settings, provider, ToolService and loop together for one run."""
+"""`osprey agent`: a headless front end of the session core, for one prompt."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import os
 import signal
 import sys
-from contextlib import AsyncExitStack
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +36,20 @@ def run_headless(
     sandbox_network: bool | None = None,
     sandbox_socket: str | None = None,
     sandbox_token_file: str | None = None,
+    allow: Sequence[str] | None = None,
 ) -> int:
     """Run one session and return its exit status (0, 1, or 130 on Ctrl-C)."""
     from .config import load_settings
+    from .policy.approvals import preset_policy
+    from .session.core import parse_allow_rules
 
     if sum(bool(x) for x in (yolo, read_only, approval_policy)) > 1:
         _error("choose one of --yolo, --read-only and --approval-policy")
         return 2
     if yolo:
-        approval_policy = "never"
+        approval_policy = preset_policy("yolo", interactive=False)
     elif read_only:
-        approval_policy = "deny-untrusted"
+        approval_policy = preset_policy("read-only", interactive=False)
     if replay_file:
         replay_file = os.path.abspath(replay_file)  # a flag's path is relative to where the user is, not to -C
     lane: dict[str, Any] = {
@@ -69,11 +72,14 @@ def run_headless(
     if settings.sandbox.network and not settings.sandbox.enabled:
         _error("--sandbox-network needs --sandbox")
         return 2
-    if settings.approval_policy == "never" and not settings.sandbox.enabled:
-        _warn("tool calls run on the host without approval (--yolo without --sandbox); only isolation outside Osprey protects this machine")
+    try:
+        parse_allow_rules(allow or [])
+    except OspreyError as exc:
+        _error(str(exc))
+        return 2
     jsonl = events_jsonl or not sys.stdout.isatty()
     try:
-        return asyncio.run(_session(settings, prompt, jsonl, record_file))
+        return asyncio.run(_session(settings, prompt, jsonl, record_file, list(allow or [])))
     except OspreyError as exc:
         _error(str(exc))
         return 1
@@ -83,100 +89,45 @@ def _error(message: str) -> None:
     sys.stderr.write(f"osprey: error: {message}\n")
 
 
-async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | None) -> int:
-    import httpx
-
-    from .approvals import ApprovalGate
-    from .config import settings_tool_environment
-    from .dispatch import open_tool_service
-    from .loop import AgentLoop
-    from .prompt import system_prompt
-    from .providers import effort_supported, make_provider
+async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | None, allow: list[str]) -> int:
     from .render import JsonlWriter, TerminalRenderer
-    from .tools import ToolContext, ToolRegistry, base_tools
-    from .tools.process import ProcessManager
-    import uuid
+    from .session.core import Session, SessionOptions
 
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
     received: list[int] = []
-    agent = None
-    processes = None
-    tearing_down = False
+    session: Session | None = None
 
     def on_signal(signum: int) -> None:
         # Ctrl-C, SIGTERM (timeout, CI cancellation) and SIGHUP (a closed terminal) all end the
-        # session in order: the running turn is cancelled, session_end is written, the lane and
+        # session in order: the running task is cancelled, session_end is written, the lane and
         # the dispatcher are torn down. A second signal means "now": leave at once (the next
         # start reaps whatever is left).
         if received:
-            if processes is not None:
-                processes.kill_all()  # they live in sessions of their own: nothing else would stop them
+            if session is not None and session.processes is not None:
+                session.processes.kill_all()  # they live in sessions of their own: nothing else would stop them
             _flush_and_exit(128 + signum)
         received.append(signum)
-        if tearing_down:
-            return  # the run is over; let the teardown finish rather than cut it short
-        if agent is not None:
-            agent.cancel_exit_status = 128 + signum
-        task.cancel()
+        if session is not None and session.cancel(signal=signum):
+            return  # the task ends Cancelled; the teardown follows in order
+        if session is None or not session.started:
+            task.cancel()  # still starting: stop that
+        # otherwise the run is over; let the teardown finish rather than cut it short
 
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, on_signal, signum)
     out = JsonlWriter() if jsonl else TerminalRenderer()
-    timeout = httpx.Timeout(settings.retry.turn_timeout, connect=settings.retry.connect_timeout)
+    options = SessionOptions(settings=settings, allow=allow, record_file=Path(record_file) if record_file else None)
     try:
-        async with AsyncExitStack() as stack:
-            http = await stack.enter_async_context(httpx.AsyncClient(timeout=timeout))
-            provider = make_provider(settings, http)
-            if settings.effort and not effort_supported(settings):
-                _warn(f"--effort {settings.effort} has no effect: {settings.model} takes no reasoning setting")
-            if record_file:
-                from .providers.replay import RecordingProvider
-
-                sink = stack.enter_context(Path(record_file).open("w", encoding="utf-8"))
-                provider = RecordingProvider(provider, sink)
-            session_id = uuid.uuid4().hex[:12]
-            host_env = settings_tool_environment(settings)
-            service = await stack.enter_async_context(open_tool_service(
-                [str(settings.cwd)], sandbox=settings.sandbox, session_id=session_id,
-                progress=lambda line: sys.stderr.write(f"osprey: {line}\n"), home=settings.home, env=host_env,
-            ))
-            host_processes = service.home == "local"
-            processes = ProcessManager(service.roots, env=host_env) if host_processes else None
-            if processes is not None:
-                stack.push_async_callback(processes.close)
-            registry = ToolRegistry(max_result_chars=settings.tool_results.max_chars)
-            for tool in base_tools(host_processes=host_processes):
-                registry.add(tool)
-            context = ToolContext(
-                client=service.client, cwd=str(settings.cwd), roots=service.roots,
-                bash_max_output_bytes=settings.tool_results.bash_max_output_bytes, processes=processes,
-            )
-            if service.recover is not None:
-                recover_lane = service.recover
-
-                async def recover() -> str | None:
-                    note = await recover_lane()
-                    context.client = service.client
-                    return note
-
-                context.recover = recover
-            agent = AgentLoop(
-                provider=provider, registry=registry, context=context,
-                system=system_prompt(str(settings.cwd), service.home, git_read_only=settings.sandbox.protect_git), emit=out,
-                retry=settings.retry, max_turns=settings.max_turns,
-                approval=ApprovalGate(settings.approval_policy), on_text=out.text,
-                tool_service=service.home, session_id=session_id,
-                cancel_exit_status=128 + received[0] if received else 130,
-            )
-            end = await agent.run(prompt)
-            tearing_down = True
-            if jsonl and end.error:
-                _error(f"{end.outcome}: {end.error}")  # JSONL consumers see it in session_end too
-            return end.exit_status
+        session = Session(options, emit=out, on_text=out.text, progress=lambda line: sys.stderr.write(f"osprey: {line}\n"), warn=_warn)
+        async with session:
+            end = await session.submit(prompt)
+        if jsonl and end.error:
+            _error(f"{end.outcome}: {end.error}")  # JSONL consumers see it in session_end too
+        return end.exit_status
     except asyncio.CancelledError:
-        # Cancelled before the loop started (or during teardown).
+        # Cancelled before the task started (or during teardown).
         return 128 + received[0] if received else 1
     finally:
         for signum in STOP_SIGNALS:

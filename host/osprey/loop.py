@@ -1,27 +1,20 @@
-"""The headless agent loop: model turn, tool calls, results, until the model answers without tools."""
+"""The agent loop: model turn, tool calls, results, until the model answers without tools."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .approvals import ApprovalGate
 from .config import RetrySettings
 from .errors import ProviderError
-from .events import AssistantText, Event, Notice, SessionEnd, SessionStart, ToolCallEvent, ToolResultEvent, UsageEvent
-from .messages import AssistantMessage, Message, ModelRequest, ModelTurn, ToolResultMessage, Usage, UserMessage
+from .events import AssistantText, Event, Notice, UsageEvent, UserMessageEvent
+from .messages import Message, ModelRequest, ModelTurn, ToolSpec, Usage, UserMessage
 from .providers.base import Provider, TextSink
-from .tools.base import ToolContext, ToolRegistry
-
-# Outcomes and their headless exit statuses.
-COMPLETED = "Completed"
-MAX_CONTINUATIONS = "MaxContinuations"
-ACTIONLESS_TIMEOUT = "ActionlessTimeout"
-CANCELLED = "Cancelled"
-ERROR = "Error"
+from .session.calls import CallPath
+from .session.interception import CompletionCandidate, Continuation, Interceptor
+from .session.outcomes import Outcome
 
 EMPTY_COMPLETIONS_TOLERATED = 2
 ACTIONLESS_TIMEOUTS = 2
@@ -57,72 +50,68 @@ async def run_turn(provider: Provider, request: ModelRequest, retry: RetrySettin
 
 
 @dataclass
+class TaskResult:
+    outcome: Outcome
+    turns: int
+    final_text: str = ""
+    error: str | None = None
+
+
+@dataclass
 class AgentLoop:
-    """Drives one headless session; every observable step is emitted as an Event."""
+    """Drives a conversation: each `run_task(prompt)` works one prompt to an outcome.
+
+    The system prompt and tool specs are asked for at every turn boundary, so the session can
+    change them between turns. Cancelling `run_task` leaves the conversation valid for the next
+    prompt: every tool call the model made has a result."""
 
     provider: Provider
-    registry: ToolRegistry
-    context: ToolContext
-    system: str
+    calls: CallPath
+    system: Callable[[], str]
+    specs: Callable[[], list[ToolSpec]]
     emit: Callable[[Event], None]
     retry: RetrySettings = field(default_factory=RetrySettings)
     max_turns: int = 150
-    approval: ApprovalGate = field(default_factory=lambda: ApprovalGate("deny-untrusted"))
     on_text: TextSink | None = None
-    tool_service: str = "local"
-    session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    # Exit status reported when the run is cancelled: 130 for an external Ctrl-C.
-    cancel_exit_status: int = 130
+    session_id: str = ""
+    # Interceptors asked at each completion candidate (they may ask for another turn).
+    interceptors: list[Interceptor] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
-    _turns: int = field(default=0, init=False)
-    _final_text: str = field(default="", init=False)
+    turns: int = 0
 
-    async def run(self, prompt: str) -> SessionEnd:
-        self.emit(SessionStart(
-            session_id=self.session_id, provider=self.provider.name, model=self.provider.model,
-            cwd=self.context.cwd, tool_service=self.tool_service, tools=self.registry.names(),
-            approval_policy=self.approval.policy, max_turns=self.max_turns,
-        ))
-        self.messages.append(UserMessage(content=prompt))
-        try:
-            outcome, status, error = await self._drive()
-        except asyncio.CancelledError:
-            outcome, status, error = CANCELLED, self.cancel_exit_status, None
-        except Exception as exc:
-            # A bug, not a model or tool problem: still end the event stream, then let it surface.
-            self.emit(self._end(ERROR, 1, f"internal error: {type(exc).__name__}: {exc}"))
-            raise
-        end = self._end(outcome, status, error)
-        self.emit(end)
-        return end
+    def add_user_message(self, text: str, origin: str = "user") -> None:
+        self.messages.append(UserMessage(content=text))
+        self.emit(UserMessageEvent(text=text, origin=origin))  # type: ignore[arg-type]
 
-    def _end(self, outcome: str, status: int, error: str | None) -> SessionEnd:
-        return SessionEnd(
-            session_id=self.session_id, outcome=outcome, exit_status=status, turns=self._turns,
-            usage=self.usage, final_text=self._final_text, error=error,
-        )
+    async def run_task(self, prompt: str) -> TaskResult:
+        """Work one prompt until an outcome; CancelledError propagates after the conversation is made whole."""
+        self.add_user_message(prompt)
+        first = self.turns
+        outcome, final, error = await self._drive()
+        return TaskResult(outcome, self.turns - first, final, error)
 
-    async def _drive(self) -> tuple[str, int, str | None]:
+    async def _drive(self) -> tuple[Outcome, str, str | None]:
         empty_streak = 0
         timeout_streak = 0
-        specs = self.registry.specs()
+        task_turns = 0
         while True:
-            if self._turns >= self.max_turns:
-                return MAX_CONTINUATIONS, 1, f"the model was still working after {self.max_turns} turns (--max-turns)"
-            self._turns += 1
-            turn_no = self._turns
-            request = ModelRequest(system=self.system, messages=list(self.messages), tools=specs)
+            if task_turns >= self.max_turns:
+                return Outcome.MAX_CONTINUATIONS, "", f"the model was still working after {self.max_turns} turns (--max-turns)"
+            task_turns += 1
+            self.turns += 1
+            turn_no = self.turns
+            request = ModelRequest(system=self.system(), messages=list(self.messages), tools=self.specs())
             try:
                 turn = await run_turn(self.provider, request, self.retry, self.on_text, self._notice)
             except TurnTimeout as exc:
                 timeout_streak += 1
                 if timeout_streak >= ACTIONLESS_TIMEOUTS:
-                    return ACTIONLESS_TIMEOUT, 1, f"{exc}, {timeout_streak} turns in a row"
+                    return Outcome.ACTIONLESS_TIMEOUT, "", f"{exc}, {timeout_streak} turns in a row"
                 self._notice(f"{exc}; asking again")
                 continue
             except ProviderError as exc:
-                return ERROR, 1, str(exc)
+                return Outcome.ERROR, "", str(exc)
             timeout_streak = 0
             self.usage = self.usage + turn.usage
             self.emit(UsageEvent(turn=turn_no, usage=turn.usage, total=self.usage))
@@ -132,42 +121,28 @@ class AgentLoop:
             if not message.text.strip() and not message.tool_calls:
                 empty_streak += 1
                 if empty_streak > EMPTY_COMPLETIONS_TOLERATED:
-                    return ERROR, 1, f"the model returned {empty_streak} empty replies in a row"
+                    return Outcome.ERROR, "", f"the model returned {empty_streak} empty replies in a row"
                 self._notice("the model returned an empty reply; asking it to continue")
-                self.messages.append(UserMessage(content=EMPTY_CORRECTION))
+                self.add_user_message(EMPTY_CORRECTION, origin="loop")
                 continue
             empty_streak = 0
             self.messages.append(message)
-            if not message.tool_calls:
-                self._final_text = message.text
-                return COMPLETED, 0, None
-            await self._run_tools(turn_no, message)
+            if message.tool_calls:
+                await self.calls.run_batch(turn_no, message.tool_calls, self.messages)
+                continue
+            continuation = await self._completion(turn_no, message.text)
+            if continuation is None:
+                return Outcome.COMPLETED, message.text, None
+            self._notice(f"{continuation.source or 'an interceptor'} asked for another turn: {continuation.reason}")
+            self.add_user_message(continuation.reason, origin="loop")
 
-    async def _run_tools(self, turn_no: int, message: AssistantMessage) -> None:
-        self.approval.begin_batch()
-        for call in message.tool_calls:
-            self.emit(ToolCallEvent(turn=turn_no, id=call.id, name=call.name, arguments=call.arguments))
-            started = time.monotonic()
-            if call.arguments_error:
-                if call.name:
-                    text = f"Error: the call to {call.name} could not be run: {call.arguments_error}. Send the arguments as a JSON object."
-                else:
-                    text = f"Error: {call.arguments_error}; call one of the tools by its name: {', '.join(self.registry.names())}."
-                ok, category, dropped = False, "invalid_arguments", 0
-            else:
-                decision = self.approval.decide(call.name) if call.name in self.registry.tools else None
-                if decision is not None and not decision.allowed:
-                    ok, category, text, dropped = False, "denied", f"Error (denied): {decision.reason}", 0
-                else:
-                    self.context.call_id = call.id
-                    outcome = await self.registry.call(call.name, call.arguments, self.context)
-                    ok, category, text, dropped = not outcome.is_error, outcome.category, outcome.text, outcome.truncated_chars
-                    self.approval.record(ok)
-            self.emit(ToolResultEvent(
-                turn=turn_no, id=call.id, name=call.name, ok=ok, error_category=None if ok else category,
-                output=text, truncated_chars=dropped, duration_ms=int((time.monotonic() - started) * 1000),
-            ))
-            self.messages.append(ToolResultMessage(tool_call_id=call.id, name=call.name, content=text, is_error=not ok))
+    async def _completion(self, turn: int, text: str) -> Continuation | None:
+        candidate = CompletionCandidate(turn=turn, text=text, session_id=self.session_id)
+        for interceptor in self.interceptors:
+            said = await interceptor.completion_candidate(candidate)
+            if said is not None:
+                return said
+        return None
 
     def _notice(self, message: str, level: str = "info") -> None:
         self.emit(Notice(message=message, level=level))  # type: ignore[arg-type]

@@ -6,9 +6,10 @@ import sys
 
 import click
 
+from ..policy import POLICIES
+
 PROVIDERS = ["openai", "anthropic", "replay"]
 EFFORTS = ["minimal", "low", "medium", "high"]
-POLICIES = ["on-request", "on-failure", "unless-trusted", "deny-untrusted", "never"]
 
 
 @click.command()
@@ -25,6 +26,7 @@ POLICIES = ["on-request", "on-failure", "unless-trusted", "deny-untrusted", "nev
 @click.option("--approval-policy", type=click.Choice(POLICIES), help="Which tool calls run without approval (headless default: deny-untrusted).")
 @click.option("--yolo", is_flag=True, help="Run every tool call without approval (policy never).")
 @click.option("--read-only", is_flag=True, help="Only the trusted read-only tools run (policy deny-untrusted).")
+@click.option("--allow", "allow", multiple=True, metavar="RULE", help="Pre-approve calls matching RULE for this run, e.g. 'bash(git diff *)', 'write_file(src/**)', 'read_file' (repeatable; see `osprey approvals`).")
 @click.option("--sandbox", is_flag=True, default=None, help="Run the tools in a fresh sandbox lane (a Docker container that sees only the workspace).")
 @click.option("--sandbox-network", is_flag=True, default=None, help="With --sandbox: allow network egress from the lane (off by default).")
 @click.option("--sandbox-socket", type=click.Path(), help="With --sandbox: use a lane already serving on this unix socket (compose, CI fixtures).")

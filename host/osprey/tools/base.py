@@ -1,17 +1,18 @@
-"""Tool definitions and the registry that validates arguments, runs tools and limits results."""
+"""Tools are schema-first: a name, a description, a JSON Schema, a read-only flag and a run function
+that receives its own call. Built-in tools keep a pydantic model that produces their schema;
+schema-only tools (manifests, MCP servers, personas) are validated with jsonschema."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..errors import DispatcherError, OspreyError, ToolError, ToolTimeout
+from ..errors import DispatcherError, ToolError, ToolTimeout
 from ..messages import ToolSpec
 from ..toolclient import ToolClient
-
 
 class ToolInput(BaseModel):
     """Base for tool inputs: unknown arguments are refused, so typos surface."""
@@ -27,57 +28,95 @@ class ToolOutcome:
     truncated_chars: int = 0
 
 
+@dataclass(frozen=True)
+class Invocation:
+    """One call as its tool sees it: its own id, the arguments, and (for tools with an input model)
+    the validated input."""
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any]
+    input: Any = None
+    # Live output of this call (bash streams its output here while it runs).
+    on_output: Callable[[bytes], None] | None = None
+
+
 @dataclass
 class ToolContext:
+    """What every call of a session shares: the ToolService client and where tools run."""
+
     client: ToolClient
     cwd: str
     roots: list[str]
     bash_max_output_bytes: int
     processes: Any = None  # ProcessManager in plain host runs; None in a lane
-    on_output: Callable[[str, bytes], None] | None = None  # (call id, chunk) for live bash output
-    call_id: str = ""
-    # Called when the ToolService is unreachable: replaces a dead lane (updating `client`)
-    # and says what happened, or returns None when there was nothing to recover.
-    recover: Callable[[], Awaitable[str | None]] | None = None
+
+
+RunFunction = Callable[[Invocation, ToolContext], Awaitable["str | ToolOutcome"]]
 
 
 @dataclass
-class ToolDef:
+class Tool:
+    """A tool the model can call."""
+
     name: str
     description: str
-    input_model: type[ToolInput]
-    run: Callable[[Any, ToolContext], Awaitable["str | ToolOutcome"]]
+    parameters: dict[str, Any]  # JSON Schema of the arguments object
+    run: RunFunction
     read_only: bool = False
+    # One of the built-in read-only tools the approval policies trust by name.
+    trusted: bool = False
+    input_model: type[BaseModel] | None = None
+    _validator: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.input_model is None:
+            from jsonschema import Draft202012Validator
+            from jsonschema.exceptions import SchemaError
+
+            try:
+                Draft202012Validator.check_schema(self.parameters)
+            except SchemaError as exc:
+                raise ValueError(f"the tool {self.name!r} has an invalid JSON Schema: {exc.message}") from None
+            self._validator = Draft202012Validator(self.parameters)
+
+    @classmethod
+    def from_model(cls, name: str, description: str, input_model: type[BaseModel], run: RunFunction, *, read_only: bool = False, trusted: bool = False) -> "Tool":
+        """A tool whose schema comes from a pydantic model; its run function gets the model in `call.input`."""
+        return cls(name, description, clean_schema(input_model.model_json_schema()), run, read_only=read_only, trusted=trusted, input_model=input_model)
 
     def spec(self) -> ToolSpec:
-        schema = self.input_model.model_json_schema()
-        return ToolSpec(name=self.name, description=self.description, parameters=_clean_schema(schema))
+        return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
+
+    def validate(self, arguments: Mapping[str, Any]) -> tuple[Any, str | None]:
+        """The validated input (a model instance, or the arguments themselves), or a problem."""
+        if self.input_model is not None:
+            try:
+                return self.input_model.model_validate(dict(arguments)), None
+            except ValidationError as exc:
+                return None, "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors())
+        problems = []
+        for error in self._validator.iter_errors(dict(arguments)):
+            where = ".".join(str(p) for p in error.absolute_path) or "arguments"
+            problems.append(f"{where}: {error.message[:300]}")
+            if len(problems) >= 10:
+                break
+        return (arguments, None) if not problems else (None, "; ".join(problems))
 
 
-def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """The JSON schema without pydantic's titles, which only cost tokens."""
     out: dict[str, Any] = {}
     for key, value in schema.items():
         if key == "title":
             continue
         if isinstance(value, dict):
-            value = {k: _clean_schema(v) if isinstance(v, dict) else v for k, v in value.items()} if key == "properties" else _clean_schema(value)
+            value = {k: clean_schema(v) if isinstance(v, dict) else v for k, v in value.items()} if key == "properties" else clean_schema(value)
         out[key] = value
     out.setdefault("type", "object")
     if out.get("type") == "object":
         out.setdefault("properties", {})
     return out
-
-
-async def _recovery_note(ctx: ToolContext) -> str:
-    """What recovering the ToolService's home did, as lines to append to a failed call's result."""
-    if ctx.recover is None:
-        return ""
-    try:
-        note = await ctx.recover()
-    except OspreyError as failure:
-        note = f"starting a new ToolService failed too: {failure}"
-    return f"\n{note}" if note else ""
 
 
 def limit_text(text: str, max_chars: int) -> tuple[str, int]:
@@ -91,15 +130,26 @@ def limit_text(text: str, max_chars: int) -> tuple[str, int]:
     return text[:head] + marker + text[len(text) - tail :], dropped
 
 
+def _with_recovery(text: str, exc: Exception) -> str:
+    note = getattr(exc, "recovery", "")
+    return f"{text}\n{note}" if note else text
+
+
 @dataclass
 class ToolRegistry:
-    """The tools of one session, by name."""
+    """The tool catalogue of one session, by name; validates, runs, and limits results."""
 
-    tools: dict[str, ToolDef] = field(default_factory=dict)
+    tools: dict[str, Tool] = field(default_factory=dict)
     max_result_chars: int = 50_000
 
-    def add(self, tool: ToolDef) -> None:
+    def add(self, tool: Tool) -> None:
         self.tools[tool.name] = tool
+
+    def remove(self, name: str) -> None:
+        self.tools.pop(name, None)
+
+    def get(self, name: str) -> Tool | None:
+        return self.tools.get(name)
 
     def specs(self) -> list[ToolSpec]:
         return [t.spec() for t in self.tools.values()]
@@ -107,25 +157,23 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return list(self.tools)
 
-    async def call(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+    async def call(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext, *, call_id: str = "", on_output: Callable[[bytes], None] | None = None) -> ToolOutcome:
         tool = self.tools.get(name)
         if tool is None:
             return ToolOutcome(f"Error: there is no tool named {name!r}. Available tools: {', '.join(self.tools)}.", True, "unknown_tool")
+        value, problem = tool.validate(arguments)
+        if problem is not None:
+            return ToolOutcome(f"Error: invalid arguments for {name}: {problem}.", True, "invalid_arguments")
+        call = Invocation(id=call_id, name=name, arguments=arguments, input=value, on_output=on_output)
         try:
-            args = tool.input_model.model_validate(arguments)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors())
-            return ToolOutcome(f"Error: invalid arguments for {name}: {problems}.", True, "invalid_arguments")
-        try:
-            result = await tool.run(args, ctx)
+            result = await tool.run(call, ctx)
         except ToolTimeout as exc:
-            # The home may be stuck (a runaway call, a full process table): probe it, and
-            # replace it when it no longer answers.
-            return ToolOutcome(f"Error (timeout): {exc.message}" + await _recovery_note(ctx), True, "timeout")
+            # The home has been probed (and replaced when it no longer answered): say what happened.
+            return ToolOutcome(_with_recovery(f"Error (timeout): {exc.message}", exc), True, "timeout")
         except ToolError as exc:
-            return ToolOutcome(f"Error ({exc.category}): {exc.message}", True, exc.category)
+            return ToolOutcome(_with_recovery(f"Error ({exc.category}): {exc.message}", exc), True, exc.category)
         except DispatcherError as exc:
-            return ToolOutcome(f"Error (tool_service_unavailable): {exc}" + await _recovery_note(ctx), True, "tool_service_unavailable")
+            return ToolOutcome(_with_recovery(f"Error (tool_service_unavailable): {exc}", exc), True, "tool_service_unavailable")
         outcome = result if isinstance(result, ToolOutcome) else ToolOutcome(result)
         outcome.text, outcome.truncated_chars = limit_text(outcome.text, self.max_result_chars)
         return outcome

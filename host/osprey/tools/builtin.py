@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .base import ToolContext, ToolDef, ToolInput, ToolOutcome
+from .base import RunFunction, Tool, Invocation, ToolContext, ToolInput, ToolOutcome
 
+# The read-only built-ins the approval policies trust by name.
 TRUSTED_READ_ONLY = ("read_file", "find_files", "grep", "list_directory", "tree")
 
 
@@ -15,7 +16,8 @@ class ReadFileInput(ToolInput):
     limit: int = Field(0, ge=0, description="Most lines to return (default 2000).")
 
 
-async def _read_file(a: ReadFileInput, ctx: ToolContext) -> str:
+async def _read_file(call: Invocation, ctx: ToolContext) -> str:
+    a: ReadFileInput = call.input
     r = await ctx.client.read_file(a.path, a.offset, a.limit)
     if r.total_lines == 0:
         return f"{a.path} is empty."
@@ -32,7 +34,8 @@ class WriteFileInput(ToolInput):
     content: str = Field(description="The complete new content of the file.")
 
 
-async def _write_file(a: WriteFileInput, ctx: ToolContext) -> str:
+async def _write_file(call: Invocation, ctx: ToolContext) -> str:
+    a: WriteFileInput = call.input
     r = await ctx.client.write_file(a.path, a.content)
     return f"{'Created' if r.created else 'Overwrote'} {a.path} ({r.bytes_written} bytes)."
 
@@ -44,7 +47,8 @@ class EditFileInput(ToolInput):
     replace_all: bool = Field(False, description="Replace every occurrence instead of exactly one.")
 
 
-async def _edit_file(a: EditFileInput, ctx: ToolContext) -> str:
+async def _edit_file(call: Invocation, ctx: ToolContext) -> str:
+    a: EditFileInput = call.input
     r = await ctx.client.edit_file(a.path, a.old_string, a.new_string, a.replace_all)
     what = "1 occurrence" if r.replacements == 1 else f"{r.replacements} occurrences"
     return f"Edited {a.path}: replaced {what} (first at line {r.first_line})."
@@ -56,10 +60,9 @@ class BashInput(ToolInput):
     workdir: str = Field("", description="Directory to run in (default: the working directory).")
 
 
-async def _bash(a: BashInput, ctx: ToolContext) -> ToolOutcome:
-    call_id = ctx.call_id
-    sink = (lambda chunk: ctx.on_output(call_id, chunk)) if ctx.on_output else None
-    r = await ctx.client.bash(a.command, timeout_ms=a.timeout_ms, workdir=a.workdir, max_output_bytes=ctx.bash_max_output_bytes, on_output=sink)
+async def _bash(call: Invocation, ctx: ToolContext) -> ToolOutcome:
+    a: BashInput = call.input
+    r = await ctx.client.bash(a.command, timeout_ms=a.timeout_ms, workdir=a.workdir, max_output_bytes=ctx.bash_max_output_bytes, on_output=call.on_output)
     text = r.output.rstrip("\n")
     if r.timed_out:
         status = f"[timed out after {(a.timeout_ms or 120_000) / 1000:g} s; the command's process group was killed]"
@@ -82,7 +85,8 @@ class FindFilesInput(ToolInput):
     limit: int = Field(0, ge=0, description="Most paths to return (default 1000).")
 
 
-async def _find_files(a: FindFilesInput, ctx: ToolContext) -> str:
+async def _find_files(call: Invocation, ctx: ToolContext) -> str:
+    a: FindFilesInput = call.input
     r = await ctx.client.find_files(a.pattern, a.path, a.limit)
     if not r.paths:
         return f"No files match {a.pattern!r}."
@@ -100,7 +104,8 @@ class GrepInput(ToolInput):
     max_matches: int = Field(0, ge=0, description="Most matching lines to return (default 500).")
 
 
-async def _grep(a: GrepInput, ctx: ToolContext) -> str:
+async def _grep(call: Invocation, ctx: ToolContext) -> str:
+    a: GrepInput = call.input
     r = await ctx.client.grep(a.pattern, a.path, a.glob, a.ignore_case, a.max_matches)
     if not r.matches:
         return f"No matches for {a.pattern!r}."
@@ -114,7 +119,8 @@ class ListDirectoryInput(ToolInput):
     path: str = Field("", description="Directory to list (default: the working directory).")
 
 
-async def _list_directory(a: ListDirectoryInput, ctx: ToolContext) -> str:
+async def _list_directory(call: Invocation, ctx: ToolContext) -> str:
+    a: ListDirectoryInput = call.input
     r = await ctx.client.list_directory(a.path)
     if not r.entries:
         return f"{a.path or '.'} is empty."
@@ -134,26 +140,32 @@ class TreeInput(ToolInput):
     max_depth: int = Field(0, ge=0, le=20, description="Levels to descend (default 3).")
 
 
-async def _tree(a: TreeInput, ctx: ToolContext) -> str:
+async def _tree(call: Invocation, ctx: ToolContext) -> str:
+    a: TreeInput = call.input
     r = await ctx.client.tree(a.path, a.max_depth)
     return r.rendered + f"\n[{r.directories} directories, {r.files} files]"
 
 
-def sandboxed_tools() -> list[ToolDef]:
+def _trusted(name: str, description: str, model: type[ToolInput], run: RunFunction) -> Tool:
+    assert name in TRUSTED_READ_ONLY
+    return Tool.from_model(name, description, model, run, read_only=True, trusted=True)
+
+
+def sandboxed_tools() -> list[Tool]:
     """The eight tools the ToolService serves, in both homes."""
     return [
-        ToolDef("read_file", "Read a text file with line numbers. Use offset and limit for long files.", ReadFileInput, _read_file, read_only=True),
-        ToolDef("write_file", "Create or overwrite a file with the given content (atomic).", WriteFileInput, _write_file),
-        ToolDef("edit_file", "Replace an exact string in a file. Read the file first and copy the text exactly.", EditFileInput, _edit_file),
-        ToolDef("bash", "Run a bash command in the working directory and return its output and exit code.", BashInput, _bash),
-        ToolDef("find_files", "Find files by glob, honouring .gitignore.", FindFilesInput, _find_files, read_only=True),
-        ToolDef("grep", "Search file contents by regular expression, honouring .gitignore. Returns path:line:text.", GrepInput, _grep, read_only=True),
-        ToolDef("list_directory", "List one directory's entries with their sizes.", ListDirectoryInput, _list_directory, read_only=True),
-        ToolDef("tree", "Show a directory tree to a depth, honouring .gitignore.", TreeInput, _tree, read_only=True),
+        _trusted("read_file", "Read a text file with line numbers. Use offset and limit for long files.", ReadFileInput, _read_file),
+        Tool.from_model("write_file", "Create or overwrite a file with the given content (atomic).", WriteFileInput, _write_file),
+        Tool.from_model("edit_file", "Replace an exact string in a file. Read the file first and copy the text exactly.", EditFileInput, _edit_file),
+        Tool.from_model("bash", "Run a bash command in the working directory and return its output and exit code.", BashInput, _bash),
+        _trusted("find_files", "Find files by glob, honouring .gitignore.", FindFilesInput, _find_files),
+        _trusted("grep", "Search file contents by regular expression, honouring .gitignore. Returns path:line:text.", GrepInput, _grep),
+        _trusted("list_directory", "List one directory's entries with their sizes.", ListDirectoryInput, _list_directory),
+        _trusted("tree", "Show a directory tree to a depth, honouring .gitignore.", TreeInput, _tree),
     ]
 
 
-def base_tools(*, host_processes: bool) -> list[ToolDef]:
+def base_tools(*, host_processes: bool) -> list[Tool]:
     """The base tool surface; `process` exists only where tools run on the host."""
     tools = sandboxed_tools()
     if host_processes:

@@ -17,7 +17,7 @@ from osprey_sidecar.paths import Roots
 
 from ..config import tool_environment
 from ..errors import ToolError
-from .base import ToolContext, ToolDef, ToolInput
+from .base import Tool, Invocation, ToolContext, ToolInput
 
 BUFFER_BYTES = 1024 * 1024
 MAX_PROCESSES = 16
@@ -143,7 +143,8 @@ class ProcessInput(ToolInput):
     since_last_read: bool = Field(True, description="With output: only output not returned before (false: all that is kept).")
 
 
-async def _process(a: ProcessInput, ctx: ToolContext) -> str:
+async def _process(call: Invocation, ctx: ToolContext) -> str:
+    a: ProcessInput = call.input
     manager: ProcessManager = ctx.processes
     if a.action == "start":
         p = await manager.start(a.command, a.workdir)
@@ -165,8 +166,8 @@ async def _process(a: ProcessInput, ctx: ToolContext) -> str:
     return f"Stopped {p.id}: {p.status}."
 
 
-def process_tool() -> ToolDef:
-    return ToolDef(
+def process_tool() -> Tool:
+    return Tool.from_model(
         "process",
         "Manage background processes on the host (servers, watchers, long builds): start, list, output, stop.",
         ProcessInput,

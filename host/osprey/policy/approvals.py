@@ -1,0 +1,177 @@
+"""Approval policies: whether a tool call may run, must be asked about, or is denied.
+
+The policy is an interceptor of the tool-call path. It answers allow, deny or ask; an `Approver`
+(the front end) answers an ask: the TUI asks a person, a headless run denies deterministically.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from ..session.interception import Interceptor, PendingCall, Verdict
+
+if TYPE_CHECKING:
+    from ..tools.base import ToolOutcome
+    from .rules import Rule
+    from .store import ApprovalStore
+
+from . import POLICIES
+
+
+def preset_policy(preset: Literal["yolo", "read-only"], *, interactive: bool) -> str:
+    """The policy a preset flag stands for: --yolo is never; --read-only is unless-trusted in the
+    TUI (a person can still approve) and deny-untrusted headless (nobody can)."""
+    if preset == "yolo":
+        return "never"
+    return "unless-trusted" if interactive else "deny-untrusted"
+
+
+class ApprovalRequest(BaseModel):
+    """What a front end shows a person who must approve a call."""
+
+    model_config = ConfigDict(frozen=True)
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    policy: str
+    reason: str
+    # A rule that "allow always" would save, e.g. `bash(git diff *)`.
+    suggested_rule: str
+
+
+class ApprovalAnswer(BaseModel):
+    decision: Literal["allow_once", "allow_always", "deny"]
+    scope: Literal["project", "global"] = "project"
+    # The rule to save with allow_always (default: the request's suggested rule).
+    rule: str | None = None
+    # With deny: a reason the model sees.
+    reason: str = ""
+
+
+class Approver(Protocol):
+    async def ask(self, request: ApprovalRequest) -> ApprovalAnswer: ...
+
+
+class HeadlessApprover:
+    """No person to ask: every ask is denied, with a message that says how to allow it."""
+
+    async def ask(self, request: ApprovalRequest) -> ApprovalAnswer:
+        return ApprovalAnswer(decision="deny", reason=(
+            f"{request.tool} needs approval under the policy {request.policy}, and this headless run has no way to ask. "
+            f"The user can pre-approve it with --allow '{request.suggested_rule}', or rerun with --yolo."
+        ))
+
+
+def suggested_rule(tool: str, arguments: Mapping[str, Any]) -> str:
+    """The narrowest useful rule for "allow always": the command's first words, or the exact path."""
+    if tool in ("bash", "process"):
+        from .shell import ShellParseError, simple_commands
+
+        command = arguments.get("command")
+        if isinstance(command, str):
+            try:
+                commands = simple_commands(command)
+            except ShellParseError:
+                commands = []
+            if len(commands) == 1 and commands[0]:
+                argv = commands[0]
+                words = argv[:2] if len(argv) > 1 and not argv[1].startswith("-") else argv[:1]
+                return f"{tool}({shlex.join(words)} *)"
+        return tool
+    path = arguments.get("path")
+    if isinstance(path, str) and path and tool in ("read_file", "write_file", "edit_file"):
+        return f"{tool}({path})"
+    return tool
+
+
+class ApprovalPolicy(Interceptor):
+    """One policy across a session, with saved rules and rules given for this run (`--allow`).
+
+    - never: every call runs (the hardline floor still applies; it is not part of this policy);
+    - on-request: read-only tools run; others run when a rule covers them, else ask;
+    - on-failure: calls run until one fails; the next batch's requesting calls need a rule or an ask,
+      and a later success clears the latch;
+    - unless-trusted: the trusted read-only built-ins run; others need a rule, else ask;
+    - deny-untrusted: the trusted read-only built-ins run; others are denied without asking and
+      without reading saved approvals (rules given for this run still apply: the user gave them).
+    """
+
+    name = "approvals"
+
+    def __init__(self, policy: str, *, store: "ApprovalStore | None" = None, allow: Sequence["Rule"] = (), workspace: str = "") -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown approval policy {policy!r}; one of {', '.join(POLICIES)}")
+        self.policy = policy
+        self.store = store
+        self.allow = list(allow)
+        self.workspace = workspace
+        self.failure_latched = False
+        self._batch_latched = False
+
+    def begin_batch(self, turn: int = 0) -> None:
+        """Start deciding the calls of one model turn (the on-failure latch is read per batch)."""
+        self._batch_latched = self.failure_latched
+
+    def _requests(self, call: PendingCall) -> bool:
+        tool = call.tool
+        trusted = tool is not None and tool.trusted and tool.read_only
+        if self.policy == "never":
+            return False
+        if self.policy in ("unless-trusted", "deny-untrusted"):
+            return not trusted
+        read_only = tool is not None and tool.read_only
+        if self.policy == "on-failure":
+            return self._batch_latched and not read_only
+        return not read_only  # on-request
+
+    def covering_rule(self, call: PendingCall, *, saved: bool = True) -> str | None:
+        """The rule (text) that pre-approves this call, or None."""
+        for rule in self.allow:
+            if rule.covers(call.name, call.arguments, cwd=call.cwd, workspace=self.workspace or call.workspace):
+                return str(rule)
+        if saved and self.store is not None:
+            found = self.store.covering(call.name, call.arguments, cwd=call.cwd, workspace=self.workspace or call.workspace)
+            if found is not None:
+                return found.rule
+        return None
+
+    async def before_call(self, call: PendingCall) -> Verdict:
+        if not self._requests(call):
+            return Verdict.allow(self.name)
+        if self.policy == "deny-untrusted":
+            rule = self.covering_rule(call, saved=False)
+            if rule is not None:
+                return Verdict.allow(self.name, f"allowed by --allow {rule}")
+            from ..tools.builtin import TRUSTED_READ_ONLY
+
+            return Verdict.deny(self.name, (
+                f"denied by the approval policy deny-untrusted: only the trusted read-only tools ({', '.join(TRUSTED_READ_ONLY)}) "
+                "run without approval. Work with those tools; the user can pre-approve calls with --allow RULE, or rerun with --yolo."
+            ))
+        rule = self.covering_rule(call)
+        if rule is not None:
+            return Verdict.allow(self.name, f"allowed by the saved rule {rule}")
+        return Verdict.ask(self.name, f"{call.name} needs approval under the policy {self.policy}")
+
+    async def after_call(self, call: PendingCall, outcome: "ToolOutcome") -> None:
+        # on-failure: a failure arms the latch for the next batch; a success in a batch that ran
+        # under the latch (so was approved) clears it.
+        if self.policy == "on-failure":
+            if outcome.is_error:
+                self.failure_latched = True
+            elif self._batch_latched:
+                self.failure_latched = False
+        return None
+
+    def remember(self, rule: "Rule", scope: Literal["project", "global"]) -> str:
+        """An "allow always" answer: the rule applies for the rest of the session, and is saved."""
+        self.allow.append(rule)
+        if self.store is None:
+            return f"allowed {rule} for this session (no approvals file to save it in)"
+        saved = self.store.add(rule, project=self.workspace if scope == "project" else None)
+        return f"saved {saved.rule} ({'this project' if saved.project else 'everywhere'}, id {saved.id})"

@@ -1,0 +1,1 @@
+"""The session core: one session for every front end (headless, TUI, subagents, workflows)."""

@@ -1,0 +1,173 @@
+"""The tool-call path: interceptors, approvals and the hardline floor, then the tool, then results.
+
+Read-only calls of one model turn run concurrently; every other call runs alone, in the model's
+order. Results are reported and returned in the model's order whatever finished first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..events import Event, ToolCallEvent, ToolResultEvent
+from ..messages import Message, ToolCall, ToolResultMessage
+from ..policy.approvals import ApprovalAnswer, ApprovalPolicy, ApprovalRequest, Approver, HeadlessApprover, suggested_rule
+from ..policy.floor import HardlineFloor
+from ..tools.base import ToolContext, ToolRegistry
+from .interception import Interceptor, PendingCall, Verdict
+
+CANCELLED_TEXT = "Error (cancelled): the user interrupted this call before it finished."
+
+
+@dataclass
+class CallResult:
+    ok: bool
+    category: str | None
+    text: str
+    truncated_chars: int = 0
+    duration_ms: int = 0
+
+
+@dataclass
+class CallPath:
+    """Runs the tool calls of model turns through the session's interception points."""
+
+    registry: ToolRegistry
+    context: ToolContext
+    policy: ApprovalPolicy
+    emit: Callable[[Event], None]
+    approver: Approver = field(default_factory=HeadlessApprover)
+    # Interceptors that run before the approval policy (lifecycle hooks plug in here).
+    interceptors: list[Interceptor] = field(default_factory=list)
+    workspace: str = ""
+    # (call id, chunk) for live output of the calls that stream it (bash).
+    on_output: Callable[[str, bytes], None] | None = None
+    floor: HardlineFloor = field(default_factory=HardlineFloor)
+
+    def chain(self) -> list[Interceptor]:
+        """The ordered interception points: the floor, then the session's interceptors, then approvals."""
+        return [self.floor, *self.interceptors, self.policy]
+
+    async def run_batch(self, turn: int, calls: Sequence[ToolCall], into: list[Message]) -> None:
+        """Run one model turn's calls; each result is appended to `into` in the model's order (on
+        cancellation too: calls that did not finish get a cancelled result, then it propagates)."""
+        for interceptor in self.chain():
+            interceptor.begin_batch(turn)
+        done: set[str] = set()
+        try:
+            for group in self._groups(calls):
+                for call in group:
+                    self.emit(ToolCallEvent(turn=turn, id=call.id, name=call.name, arguments=call.arguments))
+                if len(group) == 1:
+                    outcomes = [await self._one(turn, group[0])]
+                else:
+                    async with asyncio.TaskGroup() as tasks:
+                        running = [tasks.create_task(self._one(turn, call)) for call in group]
+                    outcomes = [task.result() for task in running]
+                for call, result in zip(group, outcomes):
+                    into.append(self._report(turn, call, result))
+                    done.add(call.id)
+        except asyncio.CancelledError:
+            for call in calls:
+                if call.id not in done:
+                    into.append(self._report(turn, call, CallResult(False, "cancelled", CANCELLED_TEXT)))
+            raise
+
+    def _read_only(self, call: ToolCall) -> bool:
+        tool = self.registry.get(call.name)
+        return tool is not None and tool.read_only and not call.arguments_error
+
+    def _groups(self, calls: Sequence[ToolCall]) -> list[list[ToolCall]]:
+        """Consecutive read-only calls form one concurrent group; any other call is a group of its own."""
+        groups: list[list[ToolCall]] = []
+        for call in calls:
+            if self._read_only(call) and groups and self._read_only(groups[-1][0]):
+                groups[-1].append(call)
+            else:
+                groups.append([call])
+        return groups
+
+    def _report(self, turn: int, call: ToolCall, result: CallResult) -> ToolResultMessage:
+        self.emit(ToolResultEvent(
+            turn=turn, id=call.id, name=call.name, ok=result.ok, error_category=None if result.ok else result.category,
+            output=result.text, truncated_chars=result.truncated_chars, duration_ms=result.duration_ms,
+        ))
+        return ToolResultMessage(tool_call_id=call.id, name=call.name, content=result.text, is_error=not result.ok)
+
+    async def _one(self, turn: int, call: ToolCall) -> CallResult:
+        started = time.monotonic()
+        result = await self._decide_and_run(turn, call)
+        result.duration_ms = int((time.monotonic() - started) * 1000)
+        return result
+
+    async def _decide_and_run(self, turn: int, call: ToolCall) -> CallResult:
+        if call.arguments_error:
+            if call.name:
+                text = f"Error: the call to {call.name} could not be run: {call.arguments_error}. Send the arguments as a JSON object."
+            else:
+                text = f"Error: {call.arguments_error}; call one of the tools by its name: {', '.join(self.registry.names())}."
+            return CallResult(False, "invalid_arguments", text)
+        tool = self.registry.get(call.name)
+        pending = PendingCall(id=call.id, name=call.name, arguments=dict(call.arguments), tool=tool, turn=turn, cwd=self.context.cwd, workspace=self.workspace or self.context.cwd)
+        if tool is not None:
+            verdict = await self._before(pending)
+            if verdict.action == "deny":
+                category = verdict.category or "denied"
+                return CallResult(False, category, f"Error ({category}): {verdict.reason}")
+        sink = self.on_output
+        outcome = await self.registry.call(
+            pending.name, pending.arguments, self.context, call_id=call.id,
+            on_output=(lambda chunk: sink(call.id, chunk)) if sink else None,
+        )
+        if tool is not None:
+            for interceptor in self.chain():
+                replaced = await interceptor.after_call(pending, outcome)
+                if replaced is not None:
+                    outcome = replaced
+        return CallResult(not outcome.is_error, outcome.category, outcome.text, outcome.truncated_chars)
+
+    async def _before(self, call: PendingCall) -> Verdict:
+        original = call.arguments
+        verdict = Verdict.allow("default")
+        for interceptor in self.chain():
+            said = await interceptor.before_call(call)
+            if said is None or said.action == "continue":
+                if said is not None and said.arguments is not None:
+                    call.arguments = dict(said.arguments)
+                continue
+            verdict = said
+            break
+        if verdict.action != "deny" and call.arguments != original:
+            # An interceptor replaced the input: the floor judges what will actually run.
+            floor = await self.floor.before_call(call)
+            if floor is not None:
+                return floor
+        if verdict.action == "ask":
+            return await self._ask(call, verdict)
+        return verdict
+
+    async def _ask(self, call: PendingCall, verdict: Verdict) -> Verdict:
+        request = ApprovalRequest(
+            call_id=call.id, tool=call.name, arguments=dict(call.arguments), policy=self.policy.policy,
+            reason=verdict.reason, suggested_rule=suggested_rule(call.name, call.arguments),
+        )
+        answer: ApprovalAnswer = await self.approver.ask(request)
+        if answer.decision == "deny":
+            return Verdict.deny("approver", answer.reason or f"the user denied this {call.name} call")
+        if answer.decision == "allow_always":
+            from ..policy.rules import Rule, RuleError
+
+            try:
+                rule = Rule.parse(answer.rule or request.suggested_rule)
+                self.policy.remember(rule, answer.scope)
+            except (RuleError, OSError) as exc:
+                # The call was approved; only saving the rule failed.
+                self.emit_notice(f"the approval rule could not be saved: {exc}")
+        return Verdict.allow("approver")
+
+    def emit_notice(self, message: str) -> None:
+        from ..events import Notice
+
+        self.emit(Notice(message=message, level="warning"))

@@ -1,0 +1,321 @@
+"""The session core: the one place that builds provider, ToolService home, tool catalogue,
+approvals and loop from typed options, and runs a conversation of many prompts.
+
+Front ends (`osprey agent`, the TUI, subagents, workflows) drive it through `start`, `submit`,
+`cancel` and `close`, and see everything through its events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..config import Settings
+from ..errors import ConfigError
+from ..events import Event, SessionEnd, SessionStart, TaskEnd
+from ..messages import Message, ToolSpec, Usage
+from ..policy.approvals import ApprovalPolicy, Approver, HeadlessApprover
+from .interception import Interceptor
+from .outcomes import Outcome, exit_status
+
+if TYPE_CHECKING:
+    import httpx
+
+    from ..loop import AgentLoop
+    from ..providers.base import Provider, TextSink
+    from ..tools.base import ToolRegistry
+
+
+def new_session_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+class SessionOptions(BaseModel):
+    """Everything a front end decides about a session, besides the settings files."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    settings: Settings
+    session_id: str = Field(default_factory=new_session_id)
+    # Rules given for this run (`--allow`), in the `Tool(pattern)` syntax.
+    allow: list[str] = Field(default_factory=list)
+    # Write the model's turns to this file for `--replay`.
+    record_file: Path | None = None
+    # Whether a person can answer approval prompts (the TUI); headless runs cannot.
+    interactive: bool = False
+
+
+def parse_allow_rules(texts: Sequence[str]) -> list[Any]:
+    """`--allow` rules, or a ConfigError naming the bad one."""
+    from ..policy.rules import Rule, RuleError
+
+    rules = []
+    for text in texts:
+        try:
+            rules.append(Rule.parse(text))
+        except RuleError as exc:
+            raise ConfigError(f"--allow {text!r}: {exc}") from None
+    return rules
+
+
+class Session:
+    """One conversation with the model, its tools and its ToolService home.
+
+    `provider`, `http` and `interceptors` may be passed in (tests pass fakes or loopback clients);
+    by default the session builds them from its settings. Use as an async context manager, or call
+    `start()` and `close()`."""
+
+    def __init__(
+        self,
+        options: SessionOptions,
+        *,
+        emit: Callable[[Event], None],
+        approver: Approver | None = None,
+        on_text: "TextSink | None" = None,
+        on_tool_output: Callable[[str, bytes], None] | None = None,
+        progress: Callable[[str], None] = lambda _: None,
+        warn: Callable[[str], None] = lambda _: None,
+        provider: "Provider | None" = None,
+        http: "httpx.AsyncClient | None" = None,
+        interceptors: Sequence[Interceptor] = (),
+    ) -> None:
+        self.options = options
+        self.settings = options.settings
+        self.session_id = options.session_id
+        self.emit = emit
+        self.approver = approver or HeadlessApprover()
+        self.on_text = on_text
+        self.on_tool_output = on_tool_output
+        self.progress = progress
+        self.warn = warn
+        self.provider = provider
+        self._http = http
+        self.interceptors = list(interceptors)
+        self.allow_rules = parse_allow_rules(options.allow)
+        self._stack = AsyncExitStack()
+        self.home: Any = None
+        self.processes: Any = None  # the process tool's ProcessManager in plain host runs
+        self.registry: "ToolRegistry | None" = None
+        self.policy: ApprovalPolicy | None = None
+        self.loop: "AgentLoop | None" = None
+        self._task: asyncio.Task[Any] | None = None
+        self._cancel_signal: int | None = None
+        self._last: TaskEnd | None = None
+        self._started = False
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> "Session":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> SessionStart:
+        """Build everything inside one exit stack; emits `session_start`."""
+        try:
+            await self._build()
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        self._started = True
+        assert self.loop is not None and self.policy is not None
+        event = SessionStart(
+            session_id=self.session_id, provider=self.loop.provider.name, model=self.loop.provider.model,
+            cwd=str(self.settings.cwd), tool_service=self.tool_service_kind, tools=self.tool_names(),
+            approval_policy=self.policy.policy, max_turns=self.loop.max_turns,
+        )
+        self.emit(event)
+        for interceptor in self.interceptors:
+            await interceptor.session_start(event)
+        return event
+
+    async def _build(self) -> None:
+        from ..config import settings_tool_environment
+        from ..dispatch import open_tool_service
+        from ..loop import AgentLoop
+        from ..policy.store import ApprovalStore
+        from ..tools import ToolContext, ToolRegistry, base_tools
+        from .calls import CallPath
+
+        settings = self.settings
+        if self.provider is None:
+            self.provider = await self._make_provider()
+        if settings.approval_policy == "never" and not settings.sandbox.enabled:
+            self.warn("tool calls run on the host without approval (--yolo without --sandbox); only isolation outside Osprey and the hardline floor protect this machine")
+        host_env = settings_tool_environment(settings)
+        self.home = await self._stack.enter_async_context(open_tool_service(
+            [str(settings.cwd)], sandbox=settings.sandbox, session_id=self.session_id,
+            progress=self.progress, home=settings.home, env=host_env,
+        ))
+        processes = None
+        if self.tool_service_kind == "local":
+            from ..tools.process import ProcessManager
+
+            processes = ProcessManager(list(self.home.roots), env=host_env)
+            self._stack.push_async_callback(processes.close)
+        self.processes = processes
+        self.registry = ToolRegistry(max_result_chars=settings.tool_results.max_chars)
+        for tool in base_tools(host_processes=processes is not None):
+            self.registry.add(tool)
+        context = ToolContext(
+            client=self.home.client, cwd=str(settings.cwd), roots=list(self.home.roots),
+            bash_max_output_bytes=settings.tool_results.bash_max_output_bytes, processes=processes,
+        )
+        workspace = str(settings.workspace_root)
+        store = ApprovalStore(settings.home / "approvals.toml", warn=self.warn)
+        self.policy = ApprovalPolicy(settings.approval_policy, store=store, allow=self.allow_rules, workspace=workspace)
+        calls = CallPath(
+            registry=self.registry, context=context, policy=self.policy, emit=self.emit, approver=self.approver,
+            interceptors=self.interceptors, workspace=workspace, on_output=self.on_tool_output,
+        )
+        self.loop = AgentLoop(
+            provider=self.provider, calls=calls, system=lambda: self.system_prompt(), specs=lambda: self.tool_specs(), emit=self.emit,
+            retry=settings.retry, max_turns=settings.max_turns, on_text=self.on_text, session_id=self.session_id,
+            interceptors=self.interceptors,
+        )
+
+    async def _make_provider(self) -> "Provider":
+        import httpx
+
+        from ..providers import effort_supported, make_provider
+
+        settings = self.settings
+        if self._http is None:
+            timeout = httpx.Timeout(settings.retry.turn_timeout, connect=settings.retry.connect_timeout)
+            self._http = await self._stack.enter_async_context(httpx.AsyncClient(timeout=timeout))
+        provider = make_provider(settings, self._http)
+        if settings.effort and not effort_supported(settings):
+            self.warn(f"--effort {settings.effort} has no effect: {settings.model} takes no reasoning setting")
+        if self.options.record_file is not None:
+            from ..providers.replay import RecordingProvider
+
+            sink = self._stack.enter_context(self.options.record_file.open("w", encoding="utf-8"))
+            provider = RecordingProvider(provider, sink)
+        return provider
+
+    # ------------------------------------------------------------------ what the model sees
+
+    @property
+    def tool_service_kind(self) -> str:
+        """`local` or `lane` (an attached lane is a lane to the model and to events)."""
+        kind = getattr(self.home, "kind", None) or getattr(self.home, "home", "local")
+        return "local" if kind == "local" else "lane"
+
+    def tool_names(self) -> list[str]:
+        return self.registry.names() if self.registry is not None else []
+
+    def tool_specs(self) -> list[ToolSpec]:
+        """The tool specs of the next turn (recomputed at every turn boundary)."""
+        assert self.registry is not None
+        return self.registry.specs()
+
+    def system_prompt(self) -> str:
+        """The system prompt of the next turn (recomputed at every turn boundary)."""
+        from ..prompt import system_prompt
+
+        return system_prompt(str(self.settings.cwd), self.tool_service_kind, git_read_only=self.settings.sandbox.protect_git)
+
+    @property
+    def messages(self) -> list[Message]:
+        return self.loop.messages if self.loop is not None else []
+
+    @property
+    def usage(self) -> Usage:
+        return self.loop.usage if self.loop is not None else Usage()
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    @property
+    def busy(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    # ------------------------------------------------------------------ driving it
+
+    async def submit(self, prompt: str) -> TaskEnd:
+        """Work one prompt to an outcome (emits `user_message` ... `task_end`). One at a time."""
+        if not self._started or self._closed:
+            raise RuntimeError("the session is not running: start() it first")
+        if self.busy:
+            raise RuntimeError("a prompt is still being worked on: cancel() it or wait for it")
+        assert self.loop is not None
+        self._cancel_signal = None
+        turns_before = self.loop.turns
+        self._task = asyncio.ensure_future(self.loop.run_task(prompt))
+        error: str | None = None
+        final = ""
+        try:
+            result = await self._task
+            outcome, final, error = result.outcome, result.final_text, result.error
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the caller itself is being cancelled, not just this task
+            outcome = Outcome.CANCELLED if self._cancel_signal is not None else Outcome.STOPPED
+        except Exception as exc:
+            # A bug, not a model or tool problem: end the task in the event stream, then let it surface.
+            self._last = self._task_end(Outcome.ERROR, self.loop.turns - turns_before, "", f"internal error: {type(exc).__name__}: {exc}")
+            self.emit(self._last)
+            raise
+        finally:
+            self._task = None
+        self._last = self._task_end(outcome, self.loop.turns - turns_before, final, error)
+        self.emit(self._last)
+        return self._last
+
+    def cancel(self, signal: int | None = None) -> bool:
+        """Stop the running task, if any. `signal` says it came from outside (Ctrl-C, SIGTERM):
+        the task then ends Cancelled with exit status 128 + signal; otherwise it ends Stopped."""
+        if not self.busy:
+            return False
+        assert self._task is not None
+        self._cancel_signal = signal
+        self._task.cancel()
+        return True
+
+    def _task_end(self, outcome: Outcome, turns: int, final: str, error: str | None) -> TaskEnd:
+        return TaskEnd(
+            session_id=self.session_id, outcome=outcome.value, exit_status=exit_status(outcome, self._cancel_signal),
+            turns=turns, usage=self.usage, final_text=final, error=error,
+        )
+
+    async def close(self) -> SessionEnd | None:
+        """Stop any running task, emit `session_end` (the last task's outcome, the session's totals),
+        and tear everything down (lane, dispatcher, processes, HTTP client)."""
+        if self._closed:
+            return None
+        self._closed = True
+        end = None
+        try:
+            if self.busy:
+                assert self._task is not None
+                self._task.cancel()
+                try:
+                    await self._task
+                except BaseException:  # noqa: BLE001 - it was cancelled on purpose
+                    pass
+            if self._started:
+                last = self._last
+                end = SessionEnd(
+                    session_id=self.session_id,
+                    outcome=last.outcome if last else Outcome.COMPLETED.value,
+                    exit_status=last.exit_status if last else 0,
+                    turns=self.loop.turns if self.loop else 0, usage=self.usage,
+                    final_text=last.final_text if last else "", error=last.error if last else None,
+                )
+                self.emit(end)
+                for interceptor in self.interceptors:
+                    await interceptor.session_end(end)
+        finally:
+            await self._stack.aclose()
+        return end

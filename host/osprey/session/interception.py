@@ -1,0 +1,98 @@
+"""Interception points of the tool-call path, and the verdicts they give.
+
+Every call passes the session's interceptors in order before it runs (each may allow, deny, ask a
+person, or replace the input) and after it ran (each may replace the result). A model answer that
+would end the task is a completion candidate (an interceptor may ask for another turn with a
+reason). Session start and end are announced to all of them. Approvals are an interceptor;
+lifecycle hooks plug in the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from ..events import SessionEnd, SessionStart
+    from ..tools.base import Tool, ToolOutcome
+
+
+@dataclass
+class PendingCall:
+    """A tool call on its way to its tool: what interceptors see and may change."""
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any]
+    tool: Tool | None  # None for a name the catalogue does not have
+    turn: int
+    cwd: str
+    workspace: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What an interceptor says about a call before it runs. `arguments` replaces the input."""
+
+    action: Literal["allow", "deny", "ask", "continue"] = "continue"
+    reason: str = ""
+    source: str = ""
+    arguments: Mapping[str, Any] | None = None
+    # The error category a denial reports (e.g. "hardline"); "denied" when empty.
+    category: str = ""
+
+    @classmethod
+    def allow(cls, source: str, reason: str = "") -> "Verdict":
+        return cls("allow", reason, source)
+
+    @classmethod
+    def deny(cls, source: str, reason: str, category: str = "denied") -> "Verdict":
+        return cls("deny", reason, source, category=category)
+
+    @classmethod
+    def ask(cls, source: str, reason: str) -> "Verdict":
+        return cls("ask", reason, source)
+
+    @classmethod
+    def replace(cls, source: str, arguments: Mapping[str, Any]) -> "Verdict":
+        return cls("continue", "", source, arguments=arguments)
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """Ask the model for another turn instead of ending the task; the reason is sent as a user message."""
+
+    reason: str
+    source: str = ""
+
+
+@dataclass
+class CompletionCandidate:
+    turn: int
+    text: str
+    session_id: str
+
+
+class Interceptor:
+    """Base class: every point is a no-op, so an interceptor overrides only what it uses."""
+
+    name = "interceptor"
+
+    def begin_batch(self, turn: int) -> None:
+        """The calls of one model turn are about to be decided."""
+
+    async def before_call(self, call: PendingCall) -> Verdict | None:
+        return None
+
+    async def after_call(self, call: PendingCall, outcome: ToolOutcome) -> ToolOutcome | None:
+        return None
+
+    async def completion_candidate(self, candidate: CompletionCandidate) -> Continuation | None:
+        return None
+
+    async def session_start(self, event: SessionStart) -> None:
+        return None
+
+    async def session_end(self, event: SessionEnd) -> None:
+        return None
