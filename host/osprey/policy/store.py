@@ -19,6 +19,7 @@ written, never overwritten.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import re
 import secrets
@@ -30,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError, OspreyError
 from .rules import Rule, RuleError
@@ -62,17 +63,19 @@ class SavedRule(BaseModel):
     rule: str = Field(max_length=2048)
     project: str | None = Field(None, description="the workspace root it applies in; None: everywhere")
     created: datetime
-    _parsed: Rule | None = PrivateAttr(None)
 
     def parsed(self) -> Rule:
         """The rule, parsed (raises RuleError when its text is no longer a valid rule)."""
-        if self._parsed is None:
-            self._parsed = Rule.parse(self.rule)
-        return self._parsed
+        return _parse(self.rule)
 
     def applies_to(self, workspace: str) -> bool:
         """Global rules apply everywhere; a project rule in its own workspace (paths compared resolved)."""
         return self.project is None or _same_place(self.project, workspace)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse(text: str) -> Rule:
+    return Rule.parse(text)
 
 
 def _same_place(a: str, b: str) -> bool:
