@@ -97,12 +97,13 @@ class Rule:
     def check_workspace(self, workspace: str) -> None:
         """Raise RuleError when an absolute path pattern lies outside `workspace` (so it could never
         cover anything there)."""
-        if self.tool in PATH_TOOLS and self.pattern is not None and self.pattern.startswith("/"):
-            if _relative_segments(_path_parts(self.pattern)[1], _norm_abs(workspace)) is None:
-                raise RuleError(
-                    f"invalid rule {str(self)!r}: the absolute path {self.pattern} is outside the workspace "
-                    f"{workspace}; give a path relative to the workspace root, such as `{self.tool}(src/**)`"
-                )
+        if self.tool not in PATH_TOOLS or self.pattern is None or not self.pattern.startswith("/"):
+            return
+        if _relative_segments(_path_parts(self.pattern)[1], _norm_abs(workspace)) is None:
+            raise RuleError(
+                f"invalid rule {str(self)!r}: the absolute path {self.pattern} is outside the workspace "
+                f"{workspace}; give a path relative to the workspace root, such as `{self.tool}(src/**)`"
+            )
 
     def covers(self, tool: str, arguments: Mapping[str, Any], *, cwd: str, workspace: str) -> bool:
         """Whether this rule pre-approves calling `tool` with `arguments` from `cwd` in `workspace`."""
