@@ -78,13 +78,15 @@ def _parse(text: str) -> Rule:
     return Rule.parse(text)
 
 
-def _same_place(a: str, b: str) -> bool:
-    if a == b:
-        return True
+def _realpath(path: str) -> str:
     try:
-        return os.path.realpath(a) == os.path.realpath(b)
+        return os.path.realpath(path)
     except (OSError, ValueError):
-        return False
+        return "\x00" + path  # matches nothing resolved
+
+
+def _same_place(a: str, b: str) -> bool:
+    return a == b or _realpath(a) == _realpath(b)
 
 
 class _File(BaseModel):
@@ -140,7 +142,7 @@ class ApprovalStore:
                                 f"Remove it with `osprey approvals revoke {entry.id}`")
                 continue
             usable.append(entry)
-        if signature is not None and not read.problem:
+        if signature is not None:
             self._cache = (signature, usable)
         return list(usable)
 
@@ -150,8 +152,14 @@ class ApprovalStore:
 
     def covering(self, tool: str, arguments: Mapping[str, Any], *, cwd: str, workspace: str) -> SavedRule | None:
         """The first saved rule for this workspace that pre-approves the call, or None."""
+        real: list[str] = []  # the workspace resolved, once, when a project rule needs it
         for entry in self.load():
-            if entry.applies_to(workspace) and entry.parsed().covers(tool, arguments, cwd=cwd, workspace=workspace):
+            if entry.project is not None and entry.project != workspace:
+                if not real:
+                    real.append(_realpath(workspace))
+                if _realpath(entry.project) != real[0]:
+                    continue
+            if entry.parsed().covers(tool, arguments, cwd=cwd, workspace=workspace):
                 return entry
         return None
 
