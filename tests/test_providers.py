@@ -23,6 +23,7 @@ from osprey.errors import ConfigError, ProviderError
 from osprey.loop import TurnTimeout, run_turn
 from osprey.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
 from osprey.providers.anthropic import AnthropicProvider
+from osprey.providers.base import MAX_EVENT_BYTES, event_stream
 from osprey.providers.openai import OpenAIProvider, _usage
 from osprey.providers.replay import RecordingProvider, ReplayProvider
 from osprey.testing.model_server import ModelServer, Reply, check_anthropic_request, check_openai_request
@@ -617,6 +618,139 @@ async def test_an_http_read_timeout_is_a_retryable_provider_error(model_server: 
         with pytest.raises(ProviderError) as info:
             await make_provider("anthropic", client, model_server.base_url).complete(simple_request())
     assert info.value.retryable and "did not answer in time" in str(info.value)
+
+
+# ------------------------------------------------------------------ bounds, content types and connection reuse
+
+
+class EndlessServer:
+    """Answers each POST with `status` and `content_type`, then `prefix` and `filler` over and over
+    until the client hangs up (or `cap` bytes went out); records how much it sent."""
+
+    def __init__(self, status: int, content_type: str, prefix: bytes, filler: bytes, cap: int = 96 * 1024 * 1024) -> None:
+        self.sent = 0
+        self.hung_up = threading.Event()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                try:
+                    self.wfile.write(prefix)
+                    while owner.sent < cap:
+                        self.wfile.write(filler)
+                        owner.sent += len(filler)
+                except OSError:
+                    owner.hung_up.set()
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> EndlessServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_an_endless_event_is_refused_at_the_event_bound(dialect: str, http: httpx.AsyncClient) -> None:
+    with EndlessServer(200, "text/event-stream", b"data: ", b"a" * 65536) as server:
+        with pytest.raises(ProviderError) as info:
+            await make_provider(dialect, http, server.base_url).complete(simple_request())
+        assert server.hung_up.wait(10)
+    assert "longer than 8 MiB" in str(info.value) and not info.value.retryable
+    assert server.sent < MAX_EVENT_BYTES + 8 * 1024 * 1024  # the bound plus what socket buffers hold
+
+
+async def test_an_endless_error_body_is_cut_short(http: httpx.AsyncClient) -> None:
+    with EndlessServer(500, "text/html", b"<html>upstream exploded", b"x" * 65536) as server:
+        with pytest.raises(ProviderError) as info:
+            await make_provider("openai", http, server.base_url).complete(simple_request())
+        assert server.hung_up.wait(10)
+    assert info.value.status == 500 and info.value.retryable and "upstream exploded" in str(info.value)
+    assert server.sent < 16 * 1024 * 1024
+
+
+async def test_a_whole_answer_is_refused_past_the_stream_bound(http: httpx.AsyncClient) -> None:
+    with EndlessServer(200, "text/event-stream", b"", b": keep-alive\n\n" + b'data: {"choices": []}\n\n' * 1000) as server:
+        with pytest.raises(ProviderError, match="more than 1 MiB in one answer"):
+            async with event_stream(http, "the server", f"{server.base_url}/chat/completions", {}, {}, max_total=1024 * 1024) as events:
+                count = 0
+                async for event in events:
+                    assert event.data == '{"choices": []}'
+                    count += 1
+        assert server.hung_up.wait(10)
+    assert 30_000 < count < 50_000
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+async def test_the_event_bound_counts_from_where_the_last_event_ended(newline: str, http: httpx.AsyncClient) -> None:
+    """What the bound limits is what the parser must hold: the stream since the last complete event."""
+    small = "".join(f"id: {n}{newline}event: e{newline}data: {n:04d}{newline}{newline}" for n in range(5000)).encode()
+    big = f"data: {'b' * 100}{newline}data: more".encode()
+    with CannedServer([(200, "text/event-stream", small), (200, "text/event-stream", small + big)]) as server:
+        url = f"{server.base_url}/chat/completions"
+        async with event_stream(http, "the server", url, {}, {}, max_event=64) as events:
+            got = [(e.event, e.data) async for e in events]
+        assert got == [("e", f"{n:04d}") for n in range(5000)]
+        with pytest.raises(ProviderError, match="longer than"):
+            async with event_stream(http, "the server", url, {}, {}, max_event=64) as events:
+                async for _ in events:
+                    pass
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_a_json_error_with_status_200_is_reported(dialect: str, http: httpx.AsyncClient) -> None:
+    body = b'{"error": {"message": "quota used up", "type": "insufficient_quota"}}'
+    with CannedServer([(200, "application/json; charset=utf-8", body)]) as server:
+        with pytest.raises(ProviderError) as info:
+            await make_provider(dialect, http, server.base_url).complete(simple_request())
+    assert "quota used up" in str(info.value) and info.value.retryable
+
+
+async def test_a_server_that_does_not_stream_is_told_apart(http: httpx.AsyncClient) -> None:
+    body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}).encode()
+    with CannedServer([(200, "application/json", body)]) as server:
+        with pytest.raises(ProviderError) as info:
+            await make_provider("openai", http, server.base_url).complete(simple_request())
+    assert "instead of an event stream" in str(info.value) and "streaming" in str(info.value)
+    assert not info.value.retryable
+
+
+async def test_a_stream_with_a_loose_content_type_is_still_read(http: httpx.AsyncClient) -> None:
+    chunk = {"choices": [{"index": 0, "delta": {"content": "plain"}, "finish_reason": "stop"}]}
+    with CannedServer([(200, "text/plain", f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())]) as server:
+        turn = await make_provider("openai", http, server.base_url).complete(simple_request())
+    assert turn.message.text == "plain"
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_turns_reuse_one_connection(dialect: str, model_server: ModelServer, http: httpx.AsyncClient) -> None:
+    """The stream is read to its end (past OpenAI's `[DONE]`), so the connection goes back to the pool."""
+    model_server.add(Reply.text("one"), Reply.tool_call("tree", {}), Reply.text("three"))
+    provider = make_provider(dialect, http, model_server.base_url)
+    for _ in range(3):
+        await provider.complete(simple_request())
+    assert model_server.request_count == 3
+    assert model_server.accepted_connections == 1
 
 
 # ------------------------------------------------------------------ replay recordings

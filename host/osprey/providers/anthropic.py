@@ -11,7 +11,7 @@ import httpx
 
 from ..errors import ProviderError
 from ..messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
-from .base import TextSink, iter_sse, loads, name_problem, parse_json, streamed_post, wire_tool_name
+from .base import TextSink, event_stream, loads, name_problem, parse_json, wire_tool_name
 
 API_VERSION = "2023-06-01"
 # Models with extended thinking.
@@ -85,8 +85,8 @@ class AnthropicProvider:
         stop_reason = ""
         finished = False
         url = f"{self.base_url}/messages"
-        async with streamed_post(self.client, "the Anthropic API", url, headers, self.body(request)) as response:
-            async for event in iter_sse(response):
+        async with event_stream(self.client, "the Anthropic API", url, headers, self.body(request)) as events:
+            async for event in events:
                 payload = parse_json(event.data, "a stream event")
                 shown = ""
                 try:

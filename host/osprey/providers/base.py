@@ -1,15 +1,15 @@
-"""The provider interface, server-sent-event parsing and the httpx error boundary."""
+"""The provider interface, the bounded server-sent-event stream (httpx-sse) and the httpx error boundary."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
+from httpx_sse import EventSource, ServerSentEvent, aconnect_sse
 
 from ..errors import ProviderError
 from ..messages import ModelRequest, ModelTurn, scrub
@@ -17,6 +17,12 @@ from ..messages import ModelRequest, ModelTurn, scrub
 TextSink = Callable[[str], None]
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
+
+# Bounds on what a model server's answer may make the broker hold. A real event is a few hundred
+# bytes (a whole tool call sent at once, a few hundred KiB); a whole answer, tens of MiB at most.
+MAX_EVENT_BYTES = 8 * 1024 * 1024
+MAX_STREAM_BYTES = 256 * 1024 * 1024
+MAX_ERROR_BODY_BYTES = 64 * 1024
 
 
 class Provider(Protocol):
@@ -26,33 +32,6 @@ class Provider(Protocol):
     model: str
 
     async def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelTurn: ...
-
-
-@dataclass
-class SSEvent:
-    event: str
-    data: str
-
-
-async def iter_sse(response: httpx.Response) -> AsyncIterator[SSEvent]:
-    """Server-sent events from a streaming response, one per blank-line-terminated block."""
-    event, data = "", []
-    async for line in response.aiter_lines():
-        if line == "":
-            if data:
-                yield SSEvent(event or "message", "\n".join(data))
-            event, data = "", []
-        elif line.startswith(":"):
-            continue
-        else:
-            field, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if field == "event":
-                event = value
-            elif field == "data":
-                data.append(value)
-    if data:
-        yield SSEvent(event or "message", "\n".join(data))
 
 
 # What tool names look like to the APIs that will see them again in the conversation.
@@ -104,13 +83,97 @@ def _error_detail(body: bytes) -> str:
     return json.dumps(payload)[:300]
 
 
-@asynccontextmanager
-async def streamed_post(client: httpx.AsyncClient, label: str, url: str, headers: dict[str, str], body: dict[str, Any]) -> AsyncIterator[httpx.Response]:
-    """POST and yield the streaming response; httpx failures and HTTP errors become ProviderError."""
+async def _head(response: httpx.Response, limit: int = MAX_ERROR_BODY_BYTES) -> bytes:
+    """At most `limit` bytes of a response body; the rest is left unread (the connection is dropped)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        parts.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            break
+    return b"".join(parts)[:limit]
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1024 * 1024):g} MiB"
+
+
+class _BoundedBody(httpx.AsyncByteStream):
+    """A response's decoded body that refuses, with a ProviderError, an event longer than
+    `max_event` bytes or a stream longer than `max_total` bytes, so a server cannot make the
+    event parser buffer without end."""
+
+    # Two line terminators in a row end an event: "\n\n", "\r\r", or "\n\r" (which "\r\n\r\n" holds).
+    _EVENT_ENDS = (b"\n\n", b"\n\r", b"\r\r")
+
+    def __init__(self, response: httpx.Response, label: str, max_event: int, max_total: int) -> None:
+        self.response = response
+        self.label = label
+        self.max_event = max_event
+        self.max_total = max_total
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        pending = total = 0  # bytes since the last event ended; bytes in all
+        tail = b""
+        async for chunk in self.response.aiter_bytes():
+            total += len(chunk)
+            window = tail + chunk
+            end = max(window.rfind(mark) for mark in self._EVENT_ENDS)
+            pending = pending + len(chunk) if end < 0 else len(window) - end - 2
+            tail = window[-1:]
+            if pending > self.max_event:
+                raise ProviderError(
+                    f"{self.label} sent a stream event longer than {_mib(self.max_event)}; it was not read. "
+                    "Check that --base-url points at an API of the chosen --provider."
+                )
+            if total > self.max_total:
+                raise ProviderError(
+                    f"{self.label} sent more than {_mib(self.max_total)} in one answer; the rest was not read."
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.response.aclose()
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.partition(";")[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
+async def _refuse_json(response: httpx.Response, label: str) -> None:
+    """A 2xx JSON answer where a stream was asked for: an error object, or a server that does not stream."""
+    raw = await _head(response)
     try:
-        async with client.stream("POST", url, headers=headers, json=body) as response:
+        payload = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        payload = None
+    if isinstance(payload, dict) and "error" in payload:
+        raise ProviderError(f"{label} answered with an error instead of a stream: {_error_detail(raw)}", retryable=True)
+    raise ProviderError(
+        f"{label} answered with a JSON document instead of an event stream: {raw[:200].decode('utf-8', 'replace')!r}. "
+        "Check that --base-url points at an API of the chosen --provider and that the server supports streaming."
+    )
+
+
+@asynccontextmanager
+async def event_stream(
+    client: httpx.AsyncClient, label: str, url: str, headers: dict[str, str], body: dict[str, Any],
+    *, max_event: int = MAX_EVENT_BYTES, max_total: int = MAX_STREAM_BYTES,
+) -> AsyncIterator[AsyncIterator[ServerSentEvent]]:
+    """POST `body` and yield the answer's server-sent events that carry data.
+
+    httpx failures and HTTP errors become ProviderError; so does an event or a whole answer past
+    the size bounds. A body that is not `text/event-stream` (and not JSON) is read as events all
+    the same, as some servers label their streams loosely.
+    """
+    try:
+        # No compression: it only delays a stream, and a small compressed chunk can inflate a lot.
+        async with aconnect_sse(client, "POST", url, headers={**headers, "Accept-Encoding": "identity"}, json=body) as source:
+            response = source.response
             if response.status_code >= 400:
-                raw = await response.aread()
+                raw = await _head(response)
                 status = response.status_code
                 hint = ""
                 if status in (401, 403):
@@ -122,8 +185,32 @@ async def streamed_post(client: httpx.AsyncClient, label: str, url: str, headers
                     retryable=status in RETRYABLE_STATUS,
                     status=status,
                 )
-            yield response
+            content_type = response.headers.get("content-type", "")
+            if _is_json(content_type):
+                await _refuse_json(response, label)
+            stream_headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in ("content-encoding", "content-type")]
+            bounded = httpx.Response(
+                response.status_code,
+                headers=[*stream_headers, ("content-type", "text/event-stream; charset=utf-8")],
+                stream=_BoundedBody(response, label, max_event, max_total),
+                request=response.request,
+            )
+            events = _with_data(EventSource(bounded).aiter_sse())
+            try:
+                yield events
+            finally:
+                await events.aclose()
     except httpx.TimeoutException as exc:
         raise ProviderError(f"{label} did not answer in time ({type(exc).__name__} at {url})", retryable=True) from None
     except httpx.HTTPError as exc:
         raise ProviderError(f"{label} could not be reached at {url}: {exc or type(exc).__name__}", retryable=True) from None
+
+
+async def _with_data(events: AsyncGenerator[ServerSentEvent, None]) -> AsyncGenerator[ServerSentEvent, None]:
+    """The events that carry data (a block of only `id:`, `retry:` or `event:` lines dispatches nothing)."""
+    try:
+        async for event in events:
+            if event.data:
+                yield event
+    finally:
+        await events.aclose()

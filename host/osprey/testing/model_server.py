@@ -697,6 +697,7 @@ class ModelServer:
         self._generation = 0
         self._held = 0
         self._sockets: set[socket.socket] = set()
+        self._accepted = 0
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -794,6 +795,12 @@ class ModelServer:
             return len(self._sockets)
 
     @property
+    def accepted_connections(self) -> int:
+        """Number of client connections accepted since the start (reused connections count once)."""
+        with self._lock:
+            return self._accepted
+
+    @property
     def held(self) -> int:
         """Number of streams currently blocked in a ``Reply.hold``."""
         with self._lock:
@@ -825,7 +832,11 @@ class ModelServer:
 
     def _track(self, sock: socket.socket, add: bool) -> None:
         with self._lock:
-            (self._sockets.add if add else self._sockets.discard)(sock)
+            if add:
+                self._sockets.add(sock)
+                self._accepted += 1
+            else:
+                self._sockets.discard(sock)
 
     def _violate(self, message: str) -> None:
         with self._lock:
