@@ -179,15 +179,45 @@ def _covers_command(pattern: str, arguments: Mapping[str, Any]) -> bool:
     if not isinstance(command, str) or not command.strip() or len(command) > MAX_COMMAND:
         return False
     words, rest = _command_parts(pattern)
-    from .shell import ShellParseError, simple_commands
+    commands = _simple_commands(command)
+    if not commands:
+        return False  # unparseable, empty, or writing a file through a redirection
+    return all(_argv_matches(words, rest, argv) for argv in commands)
+
+
+@functools.lru_cache(maxsize=64)
+def _simple_commands(command: str) -> tuple[list[str], ...]:
+    """The line's simple commands, or () when no command pattern may cover it: it cannot be
+    parsed, or it writes a file through a redirection (`git status > ~/.bashrc` is not `git status`)."""
+    from .shell import ShellParseError, parse, simple_commands
 
     try:
         commands = simple_commands(command)
+        if _writes_through_redirection(parse(command)):
+            return ()
     except (ShellParseError, RecursionError, ValueError):
-        return False  # what cannot be parsed is never covered
-    if not commands:
-        return False
-    return all(_argv_matches(words, rest, argv) for argv in commands)
+        return ()
+    return tuple(commands)
+
+
+_FD = re.compile(r"[0-9]+-?|-")
+
+
+def _writes_through_redirection(parsed: Any) -> bool:
+    """Whether any redirection in the line may write a file: every one except input (`<`),
+    duplicating or closing a descriptor (`2>&1`, `>&-`) and /dev/null."""
+    for cmd in parsed.commands:
+        if cmd.kind != "redirect":
+            continue
+        operator = next((parsed.text(c) for c in cmd.node.children if not c.is_named), "")
+        targets = [parsed.text(c) for c in cmd.node.children if c.is_named and c.type != "file_descriptor"]
+        target = targets[-1] if targets else ""
+        if operator in ("<", ">&-", "<&-") or target == "/dev/null":
+            continue
+        if operator in (">&", "<&") and _FD.fullmatch(target):
+            continue
+        return True
+    return False
 
 
 # ---------------------------------------------------------------------------------------------
