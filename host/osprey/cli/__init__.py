@@ -12,6 +12,7 @@ from .. import __version__
 SUBCOMMANDS = {
     "agent": ("osprey.cli.agent", "agent", "Run the agent loop headless on one prompt."),
     "approvals": ("osprey.cli.approvals", "approvals", "List, add, revoke and check saved approval rules."),
+    "docs": ("osprey.cli.docs", "docs", "Show the documentation: the topics, or one page."),
     "sandbox": ("osprey.cli.sandbox", "sandbox", "Build the lane image; list and prune sandbox lanes."),
     "trust": ("osprey.cli.trust", "trust", "Review a project's settings and trust them; list or revoke trust."),
 }
@@ -40,5 +41,5 @@ def main() -> None:
 
     \b
     Run `osprey agent "PROMPT"` for a headless session (JSON Lines when stdout is not a terminal).
-    Configuration: docs/configuration.md. Event schema: docs/events.md.
+    Configuration: `osprey docs configuration`. Event schema: `osprey docs events`.
     """
