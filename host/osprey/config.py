@@ -385,7 +385,7 @@ def _describe(exc: ValidationError, where: str) -> str:
             problems.append(f"unknown key '{key}'")
         else:
             problems.append(f"key '{key}': {err['msg']} (got {err.get('input')!r})")
-    return f"{where}: " + "; ".join(problems) + ". See docs/configuration.md for the keys and their values."
+    return f"{where}: " + "; ".join(problems) + ". Run `osprey docs configuration` for the keys and their values."
 
 
 def _env_settings(values: Mapping[str, str], where: str) -> dict[str, Any]:
