@@ -97,6 +97,6 @@ def docs(topic: str | None) -> None:
         click.echo(f"osprey docs: {page} cannot be read: {exc.strerror or exc}", err=True)
         sys.exit(1)
     if sys.stdout.isatty():
-        click.echo_via_pager(text)
+        click.echo_via_pager(text.removesuffix("\n"))  # the pager ends the text with a newline itself
     else:
         click.echo(text, nl=not text.endswith("\n"))
