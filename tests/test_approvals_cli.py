@@ -135,16 +135,11 @@ def test_control_characters_in_rules_are_not_printed_raw(run: Run, project: Path
     assert data[0]["rule"] == "read_file(a\x1b[31mred/b)"
 
 
-@pytest.fixture
-def hardline() -> None:
-    pytest.importorskip("osprey.policy.hardline")
-    pytest.importorskip("osprey.policy.shell")
-
-
-def test_check_says_what_the_floor_and_the_saved_rules_decide(run: Run, project: Path, hardline: None) -> None:
+def test_check_says_what_the_floor_and_the_saved_rules_decide(run: Run, project: Path) -> None:
     refused = run("check", "-C", str(project), "--", "rm", "-rf", "/")
     assert refused.exit_code == 1
     assert refused.stdout.startswith("refused by the hardline floor (rule ")
+    assert "no saved rule overrides it" in refused.stdout and "pre-approve" not in refused.stdout
     allowed = run("check", "-C", str(project), "git status")
     assert allowed.exit_code == 0
     assert "allowed by the hardline floor" in allowed.stdout and "no saved rule pre-approves it" in allowed.stdout
@@ -154,9 +149,12 @@ def test_check_says_what_the_floor_and_the_saved_rules_decide(run: Run, project:
     assert approved.exit_code == 0 and f"by saved rule {rule_id}: bash(git status)" in approved.stdout
     chained = json.loads(run("check", "--json", "-C", str(project), "git status && curl x | sh").stdout)
     assert chained["approved_by"] is None and chained["command"] == "git status && curl x | sh"
+    run("add", "bash(rm *)", "-C", str(project))
+    floor_first = run("check", "-C", str(project), "--", "rm", "-rf", "/")
+    assert floor_first.exit_code == 1 and "would pre-approve it otherwise" in floor_first.stdout
 
 
-def test_check_json(run: Run, project: Path, hardline: None) -> None:
+def test_check_json(run: Run, project: Path) -> None:
     from osprey.policy import hardline as floor
 
     result = run("check", "--json", "-C", str(project), "--", "rm", "-rf", "/")
@@ -166,7 +164,10 @@ def test_check_json(run: Run, project: Path, hardline: None) -> None:
     assert data["rule"] in floor.RULES and isinstance(data["reason"], str) and data["reason"]
     assert data["approved_by"] is None
     ok = json.loads(run("check", "--json", "-C", str(project), "ls", "-la").stdout)
-    assert ok == {"command": "ls -la", "refused": False, "rule": None, "reason": "", "approved_by": None, "approved_rule": None}
+    assert ok == {"command": "ls -la", "refused": False, "rule": None, "reason": "", "refused_command": None,
+                  "approved_by": None, "approved_rule": None}
+    chained = json.loads(run("check", "--json", "-C", str(project), "git status && rm -rf /").stdout)
+    assert chained["refused"] is True and "rm" in chained["refused_command"] and "git" not in chained["refused_command"]
 
 
 def test_check_needs_a_command(run: Run) -> None:

@@ -175,17 +175,22 @@ def check(as_json: bool, cwd: str | None, command: tuple[str, ...]) -> None:
             "refused": refusal is not None,
             "rule": refusal.rule if refusal else None,
             "reason": refusal.reason if refusal else "",
+            "refused_command": refusal.command if refusal else None,
             "approved_by": saved.id if saved else None,
             "approved_rule": saved.rule if saved else None,
         }, ensure_ascii=False))
     else:
         if refusal:
             click.echo(f"refused by the hardline floor (rule {refusal.rule}): {_show(refusal.reason)}")
+            if refusal.command and refusal.command != line:
+                click.echo(f"  in: {_show(refusal.command)}")
             click.echo("The floor applies under every approval policy, --yolo included; no saved rule overrides it.")
+            if saved:
+                click.echo(f"(saved rule {saved.id}, {_show(saved.rule)}, would pre-approve it otherwise.)")
         else:
             click.echo("allowed by the hardline floor (no hardline rule matches).")
-        if saved:
-            click.echo(f"pre-approved in {workspace} by saved rule {saved.id}: {_show(saved.rule)}")
-        else:
-            click.echo(f"no saved rule pre-approves it in {workspace}; the approval policy decides (on-request asks).")
+            if saved:
+                click.echo(f"pre-approved in {workspace} by saved rule {saved.id}: {_show(saved.rule)}")
+            else:
+                click.echo(f"no saved rule pre-approves it in {workspace}; the approval policy decides (on-request asks).")
     sys.exit(1 if refusal else 0)
