@@ -46,7 +46,7 @@ def approvals() -> None:
     """List, add, revoke and check saved approval rules.
 
     \b
-    Rules (docs/approvals.md):
+    Rules (`osprey docs approvals` has the details):
       read_file               every call of a tool
       bash(git diff *)        commands starting with these words
       bash(git status)        exactly this command
