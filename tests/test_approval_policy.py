@@ -130,11 +130,14 @@ def test_presets_resolve_as_the_spec_says() -> None:
     ("bash", {"command": "git diff --stat"}, "bash(git diff *)"),
     ("bash", {"command": "pytest -q tests"}, "bash(pytest *)"),
     ("bash", {"command": "make && make install"}, "bash"),
-    ("write_file", {"path": "src/a.py", "content": ""}, "write_file(src/a.py)"),
+    ("write_file", {"path": "src/a.py", "content": ""}, "write_file(lib/src/a.py)"),
+    ("write_file", {"path": "/work/project/b.py", "content": ""}, "write_file(b.py)"),
+    ("write_file", {"path": "../../x.py", "content": ""}, "write_file"),  # outside the workspace
+    ("read_file", {"path": "/etc/passwd"}, "read_file"),
     ("grep", {"pattern": "x"}, "grep"),
 ])
 def test_the_suggested_rule_for_allow_always_is_narrow(tool: str, arguments: dict[str, Any], rule: str) -> None:
-    assert suggested_rule(tool, arguments) == rule
+    assert suggested_rule(tool, arguments, cwd=WORKSPACE + "/lib", workspace=WORKSPACE) == rule
     Rule.parse(rule)
 
 
@@ -160,18 +163,18 @@ def h(workspace: Path, tmp_path: Path) -> Harness:
 
 async def test_allow_always_saves_a_rule_that_later_sessions_use(h: Harness) -> None:
     approver = Scripted(ApprovalAnswer(decision="allow_always", scope="project"))
-    await h.run([calls(ToolCall(id="c1", name="bash", arguments={"command": "git status --short"})),
-                 calls(ToolCall(id="c2", name="bash", arguments={"command": "git status"})), text("ok")],
+    await h.run([calls(ToolCall(id="c1", name="bash", arguments={"command": "ls -a ."})),
+                 calls(ToolCall(id="c2", name="bash", arguments={"command": "ls"})), text("ok")],
                 policy="on-request", approver=approver)
-    assert [r.suggested_rule for r in approver.asked] == ["bash(git status *)"]  # the second call was covered
+    assert [r.suggested_rule for r in approver.asked] == ["bash(ls *)"]  # the second call was covered
     assert h.result("c1").ok and h.result("c2").ok
     saved = ApprovalStore(h.home / "approvals.toml").load()
-    assert [(s.rule, s.project) for s in saved] == [("bash(git status *)", str(h.workspace))]
+    assert [(s.rule, s.project) for s in saved] == [("bash(ls *)", str(h.workspace))]
     # A new session in the same project asks nothing for a covered call, and still asks for others.
     later = Harness(h.workspace, h.home)
     second = Scripted(ApprovalAnswer(decision="deny", reason="no"))
-    await later.run([calls(ToolCall(id="c3", name="bash", arguments={"command": "git status"}),
-                           ToolCall(id="c4", name="bash", arguments={"command": "git status && touch x"})), text("ok")],
+    await later.run([calls(ToolCall(id="c3", name="bash", arguments={"command": "ls -l"}),
+                           ToolCall(id="c4", name="bash", arguments={"command": "ls && touch x"})), text("ok")],
                     policy="on-request", approver=second)
     assert later.result("c3").ok
     assert [r.call_id for r in second.asked] == ["c4"]

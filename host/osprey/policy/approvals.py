@@ -6,6 +6,7 @@ The policy is an interceptor of the tool-call path. It answers allow, deny or as
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -67,8 +68,9 @@ class HeadlessApprover:
         ))
 
 
-def suggested_rule(tool: str, arguments: Mapping[str, Any]) -> str:
-    """The narrowest useful rule for "allow always": the command's first words, or the exact path."""
+def suggested_rule(tool: str, arguments: Mapping[str, Any], *, cwd: str = "", workspace: str = "") -> str:
+    """The narrowest useful rule for "allow always": the command's first words, or the exact path
+    (relative to the workspace, as rules are); the bare tool name when nothing narrower fits."""
     if tool in ("bash", "process"):
         from .shell import ShellParseError, simple_commands
 
@@ -85,7 +87,12 @@ def suggested_rule(tool: str, arguments: Mapping[str, Any]) -> str:
         return tool
     path = arguments.get("path")
     if isinstance(path, str) and path and tool in ("read_file", "write_file", "edit_file"):
-        return f"{tool}({path})"
+        full = os.path.normpath(os.path.join(cwd or workspace or "/", path))
+        base = workspace or cwd
+        if base and (full == base or full.startswith(base.rstrip("/") + "/")):
+            relative = os.path.relpath(full, base)
+            if relative != "." and not any(c in relative for c in "*?()[]\n"):
+                return f"{tool}({relative})"
     return tool
 
 
@@ -173,5 +180,11 @@ class ApprovalPolicy(Interceptor):
         self.allow.append(rule)
         if self.store is None:
             return f"allowed {rule} for this session (no approvals file to save it in)"
-        saved = self.store.add(rule, project=self.workspace if scope == "project" else None)
+        from ..errors import OspreyError
+        from .rules import RuleError
+
+        try:
+            saved = self.store.add(rule, project=self.workspace if scope == "project" else None)
+        except (RuleError, OspreyError, OSError) as exc:
+            return f"allowed {rule} for this session; saving it failed: {exc}"
         return f"saved {saved.rule} ({'this project' if saved.project else 'everywhere'}, id {saved.id})"

@@ -151,7 +151,7 @@ class CallPath:
     async def _ask(self, call: PendingCall, verdict: Verdict) -> Verdict:
         request = ApprovalRequest(
             call_id=call.id, tool=call.name, arguments=dict(call.arguments), policy=self.policy.policy,
-            reason=verdict.reason, suggested_rule=suggested_rule(call.name, call.arguments),
+            reason=verdict.reason, suggested_rule=suggested_rule(call.name, call.arguments, cwd=call.cwd, workspace=call.workspace),
         )
         answer: ApprovalAnswer = await self.approver.ask(request)
         if answer.decision == "deny":
@@ -161,13 +161,14 @@ class CallPath:
 
             try:
                 rule = Rule.parse(answer.rule or request.suggested_rule)
-                self.policy.remember(rule, answer.scope)
-            except (RuleError, OSError) as exc:
-                # The call was approved; only saving the rule failed.
-                self.emit_notice(f"the approval rule could not be saved: {exc}")
+            except RuleError as exc:
+                # The call was approved; only the rule to remember was unusable.
+                self.emit_notice(f"the approval rule {answer.rule!r} is not valid, so it was not saved: {exc}")
+            else:
+                self.emit_notice(self.policy.remember(rule, answer.scope), level="info")
         return Verdict.allow("approver")
 
-    def emit_notice(self, message: str) -> None:
+    def emit_notice(self, message: str, level: str = "warning") -> None:
         from ..events import Notice
 
-        self.emit(Notice(message=message, level="warning"))
+        self.emit(Notice(message=message, level=level))  # type: ignore[arg-type]
