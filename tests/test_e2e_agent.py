@@ -40,12 +40,15 @@ USAGE_KEYS = {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "session_start": {"session_id": (str,), "provider": (str,), "model": (str,), "cwd": (str,), "tool_service": (str,),
                       "tools": (list,), "approval_policy": (str,), "max_turns": (int,)},
+    "user_message": {"text": (str,), "origin": (str,)},
     "assistant_text": {"turn": (int,), "text": (str,)},
     "tool_call": {"turn": (int,), "id": (str,), "name": (str,), "arguments": (dict,)},
     "tool_result": {"turn": (int,), "id": (str,), "name": (str,), "ok": (bool,), "error_category": (str, type(None)),
                     "output": (str,), "truncated_chars": (int,), "duration_ms": (int,)},
     "usage": {"turn": (int,), "usage": (dict,), "total": (dict,)},
     "notice": {"level": (str,), "message": (str,)},
+    "task_end": {"session_id": (str,), "outcome": (str,), "exit_status": (int,), "turns": (int,), "usage": (dict,),
+                 "final_text": (str,), "error": (str, type(None))},
     "session_end": {"session_id": (str,), "outcome": (str,), "exit_status": (int,), "turns": (int,), "usage": (dict,),
                     "final_text": (str,), "error": (str, type(None))},
 }
@@ -145,6 +148,11 @@ def check_stream(run: Run) -> list[dict[str, Any]]:
     assert end["outcome"] in OUTCOMES
     assert end["exit_status"] == run.rc, "session_end.exit_status must be the process's exit status"
     assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
+    # One prompt: the user's message right after session_start, its task_end right before session_end.
+    assert events[1]["type"] == "user_message" and events[1]["origin"] == "user"
+    task_end = events[-2]
+    assert task_end["type"] == "task_end"
+    assert {k: task_end[k] for k in ("outcome", "exit_status", "final_text", "error")} == {k: end[k] for k in ("outcome", "exit_status", "final_text", "error")}
 
     total = dict.fromkeys(USAGE_KEYS, 0)
     turns_with_usage = []
@@ -287,6 +295,50 @@ def test_policy_flags_are_exclusive(project: Path, model_server: ModelServer, os
     run = agent(osprey_env, project, model_server, "openai", "--read-only", "--yolo")
     assert run.rc == 2 and "--yolo" in run.stderr and "--read-only" in run.stderr
     assert model_server.request_count == 0
+
+
+def test_allow_rules_pre_approve_what_ci_needs_without_yolo(dialect: str, project: Path, model_server: ModelServer, osprey_env: dict[str, str]) -> None:
+    model_server.add(
+        Reply.tool_calls([
+            Call("edit_file", {"path": "calc.py", "old_string": "return a - b", "new_string": "return a + b"}),
+            Call("bash", {"command": "touch allowed_ran"}),
+            Call("bash", {"command": "touch allowed_ran && touch not_allowed"}),
+            Call("write_file", {"path": "elsewhere.txt", "content": "x"}),
+        ]),
+        Reply.text("Fixed what I was allowed to."),
+    )
+    run = agent(osprey_env, project, model_server, dialect, "--allow", "edit_file(calc.py)", "--allow", "bash(touch allowed_ran)")
+    assert run.rc == 0, run
+    events = check_stream(run)
+    assert events[0]["approval_policy"] == "deny-untrusted"
+    edit, bash, chained, write = run.of("tool_result")
+    assert edit["ok"] and bash["ok"], run
+    assert (project / "calc.py").read_text() != CALC and (project / "allowed_ran").exists()
+    for result in (chained, write):
+        assert (result["ok"], result["error_category"]) == (False, "denied")
+    assert not (project / "not_allowed").exists() and not (project / "elsewhere.txt").exists()
+
+
+def test_a_malformed_allow_rule_is_a_usage_error(project: Path, model_server: ModelServer, osprey_env: dict[str, str]) -> None:
+    run = agent(osprey_env, project, model_server, "openai", "--allow", "bash(git diff")
+    assert run.rc == 2 and "--allow" in run.stderr and "bash(git diff" in run.stderr, run
+    assert model_server.request_count == 0
+
+
+def test_the_hardline_floor_holds_under_yolo(dialect: str, project: Path, model_server: ModelServer, osprey_env: dict[str, str]) -> None:
+    model_server.add(
+        Reply.tool_calls([Call("bash", {"command": "cd /tmp && H=$HOME; rm -rf \"$H\""}), Call("bash", {"command": "rm -rf ./build && touch harmless_ran"})]),
+        Reply.text("The floor refused the first command."),
+    )
+    run = agent(osprey_env, project, model_server, dialect, "--yolo")
+    assert run.rc == 0, run
+    check_stream(run)
+    refused, harmless = run.of("tool_result")
+    assert (refused["ok"], refused["error_category"]) == (False, "hardline")
+    assert "rule" in refused["output"]
+    assert harmless["ok"] and (project / "harmless_ran").exists()
+    # The model was told why, as an error result.
+    assert "hardline" in json.dumps(model_server.requests[1].body["messages"])
 
 
 def test_an_untrusted_project_cannot_take_over_the_run(project: Path, model_server: ModelServer, osprey_env: dict[str, str], tmp_path: Path) -> None:
