@@ -1,0 +1,707 @@
+"""Shell command lines parsed with tree-sitter-bash: the simple commands a line would run, and words.
+
+Two views of one parse:
+
+- `simple_commands`: every simple command as literal argv words after quote removal, the view saved
+  approval rules are matched against;
+- `commands` plus `Expander`: the same commands with their syntax nodes, pipeline positions and
+  redirections, and words expanded the way the hardline floor needs them (variables assigned earlier
+  in the line, `~` and `$HOME`, brace expansion, `$(echo ...)`), with unknowable parts marked.
+
+Everything is bounded: the line's size, the syntax tree's nesting, the words expanded and the
+alternatives a word may stand for. Past a bound the caller gets `ShellParseError`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import tree_sitter_bash
+from tree_sitter import Language, Node, Parser
+
+MAX_COMMAND_BYTES = 64 * 1024
+MAX_NESTING = 256  # syntax-tree depth; deeper lines are refused as too complex
+MAX_WORDS = 20_000  # words expanded per Budget (one floor check, nested strings included)
+MAX_ALTERNATIVES = 64  # values one word or variable may stand for
+MAX_FIELD = 64 * 1024  # characters in one expanded word
+MAX_EXPANSION_DEPTH = 12  # $( "$( ... )" ) resolution depth
+
+# Markers inside expanded words. They are private-use characters, so they never clash with text.
+HOME = "\ue001"  # a home directory (`~`, `~user`, `$HOME`), only ever at the start of a word
+UNKNOWN = "\ue000"  # text the parser cannot know (an unset variable, `$(make_path)`, `$RANDOM`)
+
+_LANGUAGE = Language(tree_sitter_bash.language())
+_EXPANSIONS = frozenset({"simple_expansion", "expansion", "command_substitution", "process_substitution", "arithmetic_expansion"})
+_REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
+_GLOB_SPECIAL = frozenset("\\{},*?[]")
+_CONTINUATION = re.compile(r"(?<!\\)((?:\\\\)*)\\\n")
+
+
+class ShellParseError(Exception):
+    """The line has a syntax error, or is too large or too complex to analyse within the bounds."""
+
+
+@dataclass
+class Budget:
+    """Words expanded so far by one analysis (nested shell strings share it)."""
+
+    words: int = 0
+    limit: int = MAX_WORDS
+
+    def spend(self, n: int = 1) -> None:
+        self.words += n
+        if self.words > self.limit:
+            raise ShellParseError(f"the command line has more than {self.limit} words to examine")
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing and the command walk
+
+
+@dataclass(eq=False)
+class Command:
+    """One thing the line does, in source order.
+
+    kind: "command" (a simple command, a declaration such as `export A=1`, or `unset`), "assign"
+    (a bare `a=1 b=2`), "for" (a for loop: `variable` takes each of `values`), "function" (a
+    definition: `variable` is its name, `body` its body), "redirect" (a file redirection anywhere,
+    in `node`).
+    """
+
+    kind: str
+    node: Node
+    words: list[Node] = field(default_factory=list)  # argv: name first
+    prefix: list[Node] = field(default_factory=list)  # `A=1 cmd` assignments, shown before argv
+    assigns: list[Node] = field(default_factory=list)  # assignments this command makes (prefix, bare, export)
+    redirects: list[Node] = field(default_factory=list)  # this command's redirections, heredocs included
+    pipes: tuple[tuple[int, int], ...] = ()  # (pipeline id, stage) from the outermost pipeline inwards
+    variable: str = ""
+    values: list[Node] = field(default_factory=list)
+    body: Node | None = None
+
+    def feeds(self, other: Command) -> bool:
+        """Whether this command sits in an earlier stage of a pipeline `other` is in (its output may
+        reach `other`'s standard input)."""
+        stages = dict(other.pipes)
+        return any(pid in stages and stage < stages[pid] for pid, stage in self.pipes)
+
+    def within(self, node: Node) -> bool:
+        return node.start_byte <= self.node.start_byte and self.node.end_byte <= node.end_byte
+
+
+@dataclass
+class Parsed:
+    """A parsed line: its source bytes, root node and the commands in source order."""
+
+    source: bytes
+    root: Node
+    commands: list[Command]
+
+    def text(self, node: Node) -> str:
+        return self.source[node.start_byte:node.end_byte].decode("utf-8", "replace")
+
+
+def parse(command: str) -> Parsed:
+    """Parse a command line; ShellParseError when it has a syntax error or exceeds the bounds."""
+    if len(command) > MAX_COMMAND_BYTES:
+        raise ShellParseError(f"the command line is longer than {MAX_COMMAND_BYTES // 1024} KiB")
+    # bash removes backslash-newline before it splits words (`r\<newline>m` is `rm`); the grammar
+    # treats it as a space, so it is removed first.
+    source = _CONTINUATION.sub(r"\1", command).encode("utf-8", "surrogatepass")
+    if len(source) > MAX_COMMAND_BYTES:
+        raise ShellParseError(f"the command line is longer than {MAX_COMMAND_BYTES // 1024} KiB")
+    tree = Parser(_LANGUAGE).parse(source)
+    root = tree.root_node
+    if root.has_error:
+        raise ShellParseError(f"the command line has a syntax error near {_error_excerpt(source, root)!r}")
+    return Parsed(source, root, list(_walk(root)))
+
+
+def _error_excerpt(source: bytes, root: Node) -> str:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.is_error or node.is_missing:
+            start = max(0, node.start_byte - 10)
+            return source[start:node.end_byte + 10].decode("utf-8", "replace")[:60]
+        stack.extend(reversed([c for c in node.children if c.has_error or c.is_missing]))
+    return ""
+
+
+def _walk(root: Node) -> Iterator[Command]:
+    """Pre-order walk yielding commands with the pipeline stages they sit in."""
+    # The grammar puts what follows a heredoc start (`cat <<EOF | sh`) inside the heredoc redirect;
+    # the pipeline found there continues the statement's pipeline at stage 1.
+    stack: list[tuple[Node, tuple[tuple[int, int], ...], int]] = [(root, (), 0)]
+    while stack:
+        node, pipes, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise ShellParseError(f"the command line is nested more than {MAX_NESTING} levels deep")
+        kind = node.type
+        children = node.children
+        child_pipes: list[tuple[tuple[int, int], ...]] | None = None
+        if kind == "command":
+            yield _simple(node, pipes)
+        elif kind in ("declaration_command", "unset_command"):
+            words = [children[0]] + [c for c in children[1:] if c.is_named and c.type != "comment"]
+            yield Command("command", node, words=words, assigns=[c for c in children if c.type == "variable_assignment"], pipes=pipes)
+        elif kind == "variable_assignment" and node.parent is not None and node.parent.type not in ("command", "declaration_command", "variable_assignments"):
+            yield Command("assign", node, prefix=[node], assigns=[node], pipes=pipes)
+        elif kind == "variable_assignments":
+            assigns = [c for c in children if c.type == "variable_assignment"]
+            yield Command("assign", node, prefix=assigns, assigns=assigns, pipes=pipes)
+        elif kind == "for_statement":
+            var = node.child_by_field_name("variable")
+            yield Command("for", node, variable=_node_text(var), values=node.children_by_field_name("value"), pipes=pipes)
+        elif kind == "function_definition":
+            name = node.child_by_field_name("name")
+            yield Command("function", node, variable=_node_text(name), body=node.child_by_field_name("body"), pipes=pipes)
+        elif kind == "file_redirect":
+            yield Command("redirect", node, pipes=pipes)
+        elif kind == "pipeline":
+            offset = 1 if node.parent is not None and node.parent.type == "heredoc_redirect" else 0
+            child_pipes = []
+            stage = offset
+            for child in children:
+                child_pipes.append(pipes + ((node.id, stage),))
+                if child.is_named:
+                    stage += 1
+        elif kind == "redirected_statement":
+            inner = _heredoc_pipeline(node)
+            if inner is not None:
+                body = node.child_by_field_name("body")
+                child_pipes = [pipes + ((inner.id, 0),) if c == body else pipes for c in children]
+        for i in range(len(children) - 1, -1, -1):
+            stack.append((children[i], child_pipes[i] if child_pipes is not None else pipes, depth + 1))
+
+
+def _heredoc_pipeline(statement: Node) -> Node | None:
+    for child in statement.children:
+        if child.type == "heredoc_redirect":
+            for sub in child.children:
+                if sub.type == "pipeline":
+                    return sub
+    return None
+
+
+def _simple(node: Node, pipes: tuple[tuple[int, int], ...]) -> Command:
+    words: list[Node] = []
+    assigns: list[Node] = []
+    redirects: list[Node] = []
+    for child in node.children:
+        if child.type == "variable_assignment":
+            assigns.append(child)
+        elif child.type in _REDIRECTS:
+            redirects.append(child)
+        elif child.type == "command_name":
+            words.append(child.named_children[0] if child.named_child_count == 1 else child)
+        elif child.is_named and child.type != "comment":
+            words.append(child)
+    parent = node.parent
+    if parent is not None and parent.type == "redirected_statement" and parent.child_by_field_name("body") == node:
+        redirects.extend(c for c in parent.children if c.type in _REDIRECTS)
+    return Command("command", node, words=words, prefix=assigns, assigns=assigns, redirects=redirects, pipes=pipes)
+
+
+def _node_text(node: Node | None) -> str:
+    if node is None or node.text is None:
+        return ""
+    return node.text.decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------------------------------------
+# Literal words (quote removal only): the approvals view
+
+
+def simple_commands(command: str) -> list[list[str]]:
+    """Every simple command the line would run, literally, as argv words after quote removal
+    (`r''m` -> `rm`, `\\rm` -> `rm`, `"rm"` -> `rm`), in source order, following ;, &&, ||, |, &,
+    subshells, { } groups, if/while/for/case bodies, functions' bodies, $(...), backticks, <(...).
+    Words containing an expansion that is not resolved keep their source text (e.g. `$d`).
+    No unwrapping of sudo/env/sh -c here: this is what saved approval rules are matched against
+    (a rule for `git status` must not cover `git status && curl x | sh`: that line yields
+    [["git","status"],["curl","x"],["sh"]]). Raises ShellParseError when the line has syntax errors
+    or is too large.
+
+    Assignments are kept as words: `CC=gcc make` yields ["CC=gcc", "make"] (they change what the
+    command does), `export A=1` yields ["export", "A=1"] and a bare `a=1 b=2` yields ["a=1", "b=2"].
+    Redirections are not argv words and are not listed."""
+    parsed = parse(command)
+    budget = Budget()
+    result: list[list[str]] = []
+    for cmd in parsed.commands:
+        if cmd.kind not in ("command", "assign"):
+            continue
+        argv = []
+        for node in cmd.prefix + cmd.words:
+            budget.spend()
+            argv.append(literal(parsed, node))
+        if argv:
+            result.append(argv)
+    return result
+
+
+def literal(parsed: Parsed, node: Node) -> str:
+    """A word after quote removal, or its source text when it holds an expansion."""
+    if _has_expansion(node):
+        return parsed.text(node)
+    return _literal(parsed, node)
+
+
+def _has_expansion(node: Node) -> bool:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type in _EXPANSIONS:
+            return True
+        stack.extend(n.children)
+    return False
+
+
+def _literal(parsed: Parsed, node: Node) -> str:
+    kind = node.type
+    if kind == "word":
+        return _unescape(parsed.text(node))
+    if kind == "raw_string":
+        return parsed.text(node)[1:-1]
+    if kind == "ansi_c_string":
+        return ansi_c(parsed.text(node)[2:-1])
+    if kind in ("string", "translated_string"):
+        return "".join(_string_parts(parsed, node, lambda n: parsed.text(n)))
+    if kind == "concatenation":
+        return "".join(_literal(parsed, c) for c in node.children)
+    if kind == "variable_assignment":
+        value = node.child_by_field_name("value")
+        head = parsed.text(node)[: (value.start_byte - node.start_byte) if value is not None else None]
+        return head + (_literal(parsed, value) if value is not None else "")
+    return parsed.text(node)
+
+
+def _string_parts(parsed: Parsed, node: Node, inner: Callable[[Node], str]) -> Iterator[str]:
+    """A double-quoted string's pieces: literal text (backslash rules of "..." applied) between the
+    children, each child through `inner`."""
+    start = node.start_byte + (2 if node.type == "translated_string" else 1)
+    end = node.end_byte - 1
+    pos = start
+    for child in node.children:
+        if not child.is_named:
+            continue
+        if child.start_byte > pos:
+            yield _dq_unescape(parsed.source[pos:child.start_byte].decode("utf-8", "replace"))
+        if child.type == "string_content":
+            yield _dq_unescape(parsed.text(child))
+        else:
+            yield inner(child)
+        pos = child.end_byte
+    if end > pos:
+        yield _dq_unescape(parsed.source[pos:end].decode("utf-8", "replace"))
+
+
+def _unescape(text: str) -> str:
+    """Unquoted backslashes: `\\x` is `x`."""
+    out = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            out.append(text[i + 1])
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _dq_unescape(text: str) -> str:
+    """Inside double quotes a backslash only escapes $ ` " \\ and newline."""
+    out = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text) and text[i + 1] in '$`"\\\n':
+            if text[i + 1] != "\n":
+                out.append(text[i + 1])
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+_ANSI_SIMPLE = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+_ANSI = re.compile(r"\\(?:([abeEfnrtv\\'\"?])|x([0-9a-fA-F]{1,2})|u([0-9a-fA-F]{1,4})|U([0-9a-fA-F]{1,8})|([0-7]{1,3})|c(.))", re.DOTALL)
+
+
+def ansi_c(body: str) -> str:
+    """The value of `$'...'` (its body without `$'` and `'`)."""
+
+    def one(m: re.Match[str]) -> str:
+        simple, hx, u4, u8, octal, ctrl = m.groups()
+        if simple:
+            return _ANSI_SIMPLE[simple]
+        if ctrl:
+            return chr(ord(ctrl) & 0x1F)
+        number = int(hx, 16) if hx else int(u4 or u8, 16) if (u4 or u8) else int(octal, 8)
+        return chr(number) if number < 0x110000 and not 0xD800 <= number < 0xE000 else "\ufffd"
+
+    return _ANSI.sub(one, body)
+
+
+# ---------------------------------------------------------------------------------------------
+# Expansion: the floor's view of words
+
+
+def _escape(text: str) -> str:
+    """Quote text for the internal pattern form, where a backslash makes the next character literal."""
+    return "".join("\\" + c if c in _GLOB_SPECIAL else c for c in text)
+
+
+def unescape(pattern: str) -> str:
+    """The text of an internal pattern once brace expansion is done."""
+    return _unescape(pattern)
+
+
+def brace_expand(pattern: str, limit: int = MAX_ALTERNATIVES) -> list[str]:
+    """bash brace expansion of an internal pattern (`/{,}` -> `/`, `/`; `{a..c}`), bounded."""
+    done: list[str] = []
+    todo = [pattern]
+    while todo:
+        current = todo.pop()
+        group = _brace_group(current)
+        if group is None:
+            done.append(current)
+        else:
+            start, end, alternatives = group
+            todo.extend(current[:start] + alt + current[end:] for alt in reversed(alternatives))
+        if len(done) + len(todo) > limit:
+            raise ShellParseError(f"a word expands to more than {limit} words")
+    return done
+
+
+def _brace_group(s: str) -> tuple[int, int, list[str]] | None:
+    """The first expandable `{...}` in s: (start, end, alternatives)."""
+    i = 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            depth = 0
+            commas: list[int] = []
+            j = i
+            while j < len(s):
+                d = s[j]
+                if d == "\\":
+                    j += 2
+                    continue
+                if d == "{":
+                    depth += 1
+                elif d == "}":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                elif d == "," and depth == 1:
+                    commas.append(j)
+                j += 1
+            else:
+                return None
+            if commas:
+                bounds = [i] + commas + [j]
+                return i, j + 1, [s[bounds[k] + 1:bounds[k + 1]] for k in range(len(bounds) - 1)]
+            seq = _sequence(s[i + 1:j])
+            if seq is not None:
+                return i, j + 1, seq
+        i += 1
+    return None
+
+
+_SEQUENCE = re.compile(r"(-?\d{1,6})\.\.(-?\d{1,6})|([a-zA-Z])\.\.([a-zA-Z])")
+
+
+def _sequence(body: str) -> list[str] | None:
+    m = _SEQUENCE.fullmatch(body)
+    if m is None:
+        return None
+    if m.group(1) is not None:
+        a, b = int(m.group(1)), int(m.group(2))
+    else:
+        a, b = ord(m.group(3)), ord(m.group(4))
+    if abs(b - a) >= MAX_ALTERNATIVES:
+        return None  # left as text: a long sequence names nothing the floor looks for
+    step = 1 if b >= a else -1
+    values = range(a, b + step, step)
+    return [str(v) if m.group(1) is not None else chr(v) for v in values]
+
+
+@dataclass
+class Shell:
+    """What the floor knows of a shell's state at one point of a line: variables (each with the
+    values it may hold), positional parameters and the working directory."""
+
+    variables: dict[str, list[str]] = field(default_factory=dict)
+    positional: list[str] | None = None  # $0, $1, ...; None when unknown
+    cwd: str | None = None  # an absolute path (HOME-marked allowed) or None when unknown
+
+    def copy(self) -> Shell:
+        return Shell({k: list(v) for k, v in self.variables.items()}, list(self.positional) if self.positional is not None else None, self.cwd)
+
+    def assign(self, name: str, values: list[str], *, replace: bool = False) -> None:
+        """Record that `name` may hold `values` (added to what it may already hold, unless replace)."""
+        old = [] if replace else self.variables.get(name, [])
+        merged = list(dict.fromkeys(old + values))
+        if len(merged) > MAX_ALTERNATIVES:
+            raise ShellParseError(f"variable {name} may hold more than {MAX_ALTERNATIVES} values")
+        self.variables[name] = merged
+
+    def lookup(self, name: str) -> list[str]:
+        if name.isdigit():
+            if self.positional is not None and int(name) < len(self.positional):
+                return [self.positional[int(name)]]
+            return [UNKNOWN] if self.positional is None else [""]
+        if name in ("@", "*"):
+            return [" ".join(self.positional[1:])] if self.positional is not None else [UNKNOWN]
+        known = self.variables.get(name)
+        if name == "HOME":
+            return [HOME] + (known or [])
+        if name == "PWD" and self.cwd is not None:
+            return [self.cwd] + (known or [])
+        return known if known is not None else [UNKNOWN]
+
+
+# One expansion result: alternatives, each a list of fields (an unquoted `$x` may split into many).
+_Alts = list[list[str]]
+
+
+class Expander:
+    """Expands words of one parsed line against a Shell state, bounded by a Budget."""
+
+    def __init__(self, parsed: Parsed, budget: Budget) -> None:
+        self.parsed = parsed
+        self.budget = budget
+
+    def argv(self, nodes: list[Node], shell: Shell) -> list[tuple[str, Node | None]]:
+        """Each node's expanded words, with the node each came from."""
+        out: list[tuple[str, Node | None]] = []
+        for node in nodes:
+            out.extend((w, node) for w in self.word(node, shell))
+        return out
+
+    def word(self, node: Node, shell: Shell) -> list[str]:
+        """The words one source word may become: every alternative's fields, brace-expanded and
+        unescaped, markers kept. An unquoted expansion that is empty yields no word."""
+        self.budget.spend()
+        alts = self._expand(node, shell, True, True, 0)
+        words: list[str] = []
+        for fields in alts:
+            for f in fields:
+                for w in brace_expand(f):
+                    words.append(unescape(w))
+        if node.type in _EXPANSIONS:
+            words = [w for w in words if w]
+        words = list(dict.fromkeys(words))
+        if len(words) > MAX_ALTERNATIVES:
+            raise ShellParseError(f"a word expands to more than {MAX_ALTERNATIVES} words")
+        return words
+
+    def value(self, node: Node | None, shell: Shell) -> list[str]:
+        """The values an assignment's right-hand side may give (no splitting, no brace expansion)."""
+        if node is None:
+            return [""]
+        self.budget.spend()
+        if node.type == "array":
+            values: list[str] = []
+            for element in node.named_children:
+                values.extend(self.word(element, shell))
+            return values or [""]
+        alts = self._expand(node, shell, False, True, 0)
+        return list(dict.fromkeys(unescape(" ".join(fields)) for fields in alts))
+
+    def text(self, node: Node) -> str:
+        return self.parsed.text(node)
+
+    # -- internals
+
+    def _expand(self, node: Node, shell: Shell, split: bool, at_start: bool, depth: int) -> _Alts:
+        kind = node.type
+        if kind == "word":
+            text = self.text(node)
+            if at_start and text.startswith("~"):
+                slash = text.find("/")
+                return [[HOME + (text[slash:] if slash >= 0 else "")]]
+            return [[text]]
+        if kind == "raw_string":
+            return [[_escape(self.text(node)[1:-1])]]
+        if kind == "ansi_c_string":
+            return [[_escape(ansi_c(self.text(node)[2:-1]))]]
+        if kind in ("string", "translated_string"):
+            return self._string(node, shell, depth)
+        if kind == "concatenation":
+            result: _Alts = [[""]]
+            for i, child in enumerate(node.children):
+                result = _concat(result, self._expand(child, shell, split, at_start and i == 0, depth))
+            return result
+        if kind in ("simple_expansion", "expansion"):
+            if self._all_positional(node, shell):
+                assert shell.positional is not None
+                return [[_escape(p) for p in shell.positional[1:]] or [""]]
+            return _values(self._parameter(node, shell, depth), split)
+        if kind == "command_substitution":
+            return _values(self._substitution(node, shell, depth), split)
+        if kind == "number":
+            return [[self.text(node)]]
+        if kind in ("process_substitution", "arithmetic_expansion"):
+            return [[UNKNOWN]]
+        return [[_escape(self.text(node))]]
+
+    def _string(self, node: Node, shell: Shell, depth: int) -> _Alts:
+        result: _Alts = [[""]]
+        start = node.start_byte + (2 if node.type == "translated_string" else 1)
+        pos = start
+        for child in node.children:
+            if not child.is_named:
+                continue
+            if child.start_byte > pos:
+                gap = self.parsed.source[pos:child.start_byte].decode("utf-8", "replace")
+                result = _concat(result, [[_escape(_dq_unescape(gap))]])
+            if child.type == "string_content":
+                part: _Alts = [[_escape(_dq_unescape(self.text(child)))]]
+            elif self._all_positional(child, shell):
+                part = self._expand(child, shell, False, False, depth)  # "$@": one word per parameter
+            else:
+                part = [[" ".join(fields)] for fields in self._expand(child, shell, False, False, depth)]
+            result = _concat(result, part)
+            pos = child.end_byte
+        end = node.end_byte - 1
+        if end > pos:
+            result = _concat(result, [[_escape(_dq_unescape(self.parsed.source[pos:end].decode("utf-8", "replace")))]])
+        return result
+
+    def _all_positional(self, node: Node, shell: Shell) -> bool:
+        """`$@` or `${@}` with known positional parameters."""
+        if shell.positional is None or node.type not in ("simple_expansion", "expansion"):
+            return False
+        named = node.named_children
+        return len(named) == 1 and named[0].type == "special_variable_name" and self.text(named[0]) == "@"
+
+    def _parameter(self, node: Node, shell: Shell, depth: int) -> list[str]:
+        """The values `$x` / `${x...}` may have (unescaped text, markers kept)."""
+        named = node.named_children
+        if not named:
+            return [UNKNOWN]
+        target = named[0]
+        if target.type == "subscript":
+            name_node = target.child_by_field_name("name")
+            name = self.text(name_node) if name_node is not None else ""
+        elif target.type in ("variable_name", "special_variable_name"):
+            name = self.text(target)
+        else:
+            return [UNKNOWN]
+        if node.type == "simple_expansion":
+            return shell.lookup(name)
+        # ${...}: `#` or `!` before the name (length, indirection), else the operator after it.
+        before = [c.type for c in node.children if not c.is_named and c.start_byte < target.start_byte]
+        if "#" in before or "!" in before:
+            return [UNKNOWN]
+        after = [c.type for c in node.children if not c.is_named and c.start_byte > target.start_byte]
+        operator = next((t for t in after if t not in ("}", "[", "]")), "")
+        values = shell.lookup(name)
+        rest = named[1:]
+        if operator in (":-", "-", ":=", "=", ":+", "+"):
+            default: list[str] = []
+            for alt in (self._expand(rest[0], shell, False, True, depth + 1) if rest else [[""]]):
+                default.append(unescape(" ".join(alt)))
+            return default + ([] if operator in (":+", "+") else values) + ([""] if operator in (":+", "+") else [])
+        if operator in ("%", "%%", "#", "##", ":?", "?", ""):
+            return values  # suffix/prefix removal is not applied: the unreduced value is kept
+        return [UNKNOWN]
+
+    def _substitution(self, node: Node, shell: Shell, depth: int) -> list[str]:
+        """`$(echo /)`, `$(printf %s ~)`, `$(pwd)`: the output when it is plain; else UNKNOWN."""
+        if depth >= MAX_EXPANSION_DEPTH:
+            return [UNKNOWN]
+        inner = [c for c in node.named_children if c.type != "comment"]
+        if len(inner) != 1 or inner[0].type != "command":
+            return [UNKNOWN]
+        cmd = _simple(inner[0], ())
+        if cmd.assigns or not cmd.words:
+            return [UNKNOWN]
+        name = self.text(cmd.words[0])
+        if name not in ("echo", "printf", "pwd", "realpath", "readlink"):
+            return [UNKNOWN]
+        if name == "pwd":
+            return [shell.cwd] if shell.cwd is not None else [UNKNOWN]
+        args: list[str] = []
+        for arg in cmd.words[1:]:
+            self.budget.spend()
+            alts = self._expand(arg, shell, True, True, depth + 1)
+            args.extend(unescape(w) for fields in alts for f in fields for w in brace_expand(f))
+        if name in ("echo", "printf"):
+            return [printed(name, args)]
+        return [" ".join([a for a in args if not a.startswith("-")][:1])]
+
+
+_PRINTF = re.compile(r"%%|%[-+ #0-9.]*[a-zA-Z]")
+
+
+def printed(name: str, words: list[str]) -> str:
+    """What echo or printf with these arguments prints, near enough: escapes decoded the way
+    `echo -e` and printf do; printf's arguments follow its format (`printf %s /` prints `/`)."""
+    if name == "printf":
+        if not words:
+            return ""
+        fmt, args = ansi_c(words[0]), words[1:]
+        out: list[str] = []
+        for _ in range(MAX_ALTERNATIVES):  # the format is reused while arguments remain
+            pieces: list[str] = []
+            used = 0
+            pos = 0
+            for m in _PRINTF.finditer(fmt):
+                pieces.append(fmt[pos:m.start()])
+                pos = m.end()
+                if m.group(0) == "%%":
+                    pieces.append("%")
+                    continue
+                pieces.append(args[used] if used < len(args) else "")
+                used += 1
+            pieces.append(fmt[pos:])
+            out.append("".join(pieces))
+            args = args[used:]
+            if not args or not used:
+                break
+        return "".join(out)
+    escapes = False
+    while words and re.fullmatch(r"-[neE]+", words[0]):
+        escapes = escapes or "e" in words[0]
+        words = words[1:]
+    text = " ".join(words)
+    return ansi_c(text) if escapes else text
+
+
+def _values(values: list[str], split: bool) -> _Alts:
+    """Expansion values as alternatives: split on blanks when unquoted, escaped for the pattern form."""
+    alts: _Alts = []
+    for v in values:
+        if len(v) > MAX_FIELD:
+            raise ShellParseError(f"an expansion is longer than {MAX_FIELD} characters")
+        if split:
+            parts = v.split()
+            alts.append([_escape(p) for p in parts] if parts else [""])
+        else:
+            alts.append([_escape(v)])
+    return alts
+
+
+def _concat(left: _Alts, right: _Alts) -> _Alts:
+    if len(left) * len(right) > MAX_ALTERNATIVES:
+        raise ShellParseError(f"a word may stand for more than {MAX_ALTERNATIVES} values")
+    out: _Alts = []
+    for a in left:
+        for b in right:
+            joined = a[:-1] + [a[-1] + b[0]] + b[1:]
+            if len(joined[-1]) > MAX_FIELD or len(joined) > MAX_ALTERNATIVES * 4:
+                raise ShellParseError(f"a word expands to more than {MAX_FIELD} characters")
+            out.append(joined)
+    return out
