@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from osprey.config import RetrySettings, load_settings
-from osprey.events import Event, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent
+from osprey.session.events import Event, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent
 from osprey.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, Usage
 from osprey.session.core import Session, SessionOptions
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from osprey.events import ToolResultEvent
+from osprey.session.events import ToolResultEvent
 from osprey.messages import ToolCall
 from osprey.policy.approvals import ApprovalAnswer, ApprovalPolicy, ApprovalRequest, preset_policy, suggested_rule
 from osprey.policy.rules import Rule

@@ -15,8 +15,8 @@ import pytest
 
 from osprey.config import RetrySettings
 from osprey.errors import ProviderError
-from osprey.events import AssistantText, Notice, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent
-from osprey.loop import EMPTY_CORRECTION
+from osprey.session.events import AssistantText, Notice, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent
+from osprey.session.loop import EMPTY_CORRECTION
 from osprey.messages import AssistantMessage, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
 
 from session_harness import Harness, calls, check_stream, empty, hang, text

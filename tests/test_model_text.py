@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from osprey.events import AssistantText, ToolCallEvent
+from osprey.session.events import AssistantText, ToolCallEvent
 from osprey.render import JsonlWriter, TerminalRenderer
 from osprey.testing.model_server import ModelServer, Reply
 
@@ -81,7 +81,7 @@ def test_the_terminal_never_receives_control_sequences_from_a_model_or_a_file() 
     renderer(AssistantText(turn=1, text=f"hello\x1b[2J\rworld"))
     renderer.text(f"hi{clipboard}")
     renderer(ToolCallEvent(turn=1, id="c", name="bash\x1b[31m", arguments={"command": "cat x"}))
-    from osprey.events import ToolResultEvent
+    from osprey.session.events import ToolResultEvent
 
     renderer(ToolResultEvent(turn=1, id="c", name="bash", ok=True, output=f"line{clipboard}\nnext\x9b2J"))
     shown = out.getvalue()

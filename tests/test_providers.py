@@ -20,7 +20,7 @@ import pytest
 
 from osprey.config import RetrySettings
 from osprey.errors import ConfigError, ProviderError
-from osprey.loop import TurnTimeout, run_turn
+from osprey.session.loop import TurnTimeout, run_turn
 from osprey.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
 from osprey.providers.anthropic import AnthropicProvider
 from osprey.providers.base import MAX_EVENT_BYTES, event_stream

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from osprey.events import AssistantText, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent
+from osprey.session.events import AssistantText, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent
 from osprey.messages import ToolCall, ToolResultMessage, UserMessage
 from osprey.session.interception import CompletionCandidate, Continuation, Interceptor, PendingCall, Verdict
 from osprey.tools.base import Invocation, Tool, ToolContext, ToolOutcome

@@ -7,7 +7,7 @@ import re
 import sys
 from typing import TextIO
 
-from .events import AssistantText, Event, Notice, SessionEnd, SessionStart, ToolCallEvent, ToolResultEvent
+from .session.events import AssistantText, Event, Notice, SessionEnd, SessionStart, ToolCallEvent, ToolResultEvent
 from .messages import scrub
 
 PREVIEW_LINES = 8

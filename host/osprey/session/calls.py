@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..events import Event, ToolCallEvent, ToolResultEvent
+from .events import Event, ToolCallEvent, ToolResultEvent
 from ..messages import Message, ToolCall, ToolResultMessage
 from ..policy.approvals import ApprovalAnswer, ApprovalPolicy, ApprovalRequest, Approver, HeadlessApprover, suggested_rule
 from ..policy.floor import HardlineFloor
@@ -169,6 +169,6 @@ class CallPath:
         return Verdict.allow("approver")
 
     def emit_notice(self, message: str, level: str = "warning") -> None:
-        from ..events import Notice
+        from .events import Notice
 
         self.emit(Notice(message=message, level=level))  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import Settings
 from ..errors import ConfigError
-from ..events import Event, SessionEnd, SessionStart, TaskEnd
+from .events import Event, SessionEnd, SessionStart, TaskEnd
 from ..messages import Message, ToolSpec, Usage
 from ..policy.approvals import ApprovalPolicy, Approver, HeadlessApprover
 from .interception import Interceptor
@@ -27,7 +27,7 @@ from .outcomes import Outcome, exit_status
 if TYPE_CHECKING:
     import httpx
 
-    from ..loop import AgentLoop
+    from .loop import AgentLoop
     from ..providers.base import Provider, TextSink
     from ..tools.base import ToolRegistry
 
@@ -141,7 +141,7 @@ class Session:
     async def _build(self) -> None:
         from ..config import settings_tool_environment
         from ..dispatch import open_tool_service
-        from ..loop import AgentLoop
+        from .loop import AgentLoop
         from ..policy.store import ApprovalStore
         from ..tools import ToolContext, ToolRegistry, base_tools
         from .calls import CallPath

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from ..events import SessionEnd, SessionStart
+    from .events import SessionEnd, SessionStart
     from ..tools.base import Tool, ToolOutcome
 
 

@@ -7,14 +7,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .config import RetrySettings
-from .errors import ProviderError
+from ..config import RetrySettings
+from ..errors import ProviderError
 from .events import AssistantText, Event, Notice, UsageEvent, UserMessageEvent
-from .messages import Message, ModelRequest, ModelTurn, ToolSpec, Usage, UserMessage
-from .providers.base import Provider, TextSink
-from .session.calls import CallPath
-from .session.interception import CompletionCandidate, Continuation, Interceptor
-from .session.outcomes import Outcome
+from ..messages import Message, ModelRequest, ModelTurn, ToolSpec, Usage, UserMessage
+from ..providers.base import Provider, TextSink
+from .calls import CallPath
+from .interception import CompletionCandidate, Continuation, Interceptor
+from .outcomes import Outcome
 
 EMPTY_COMPLETIONS_TOLERATED = 2
 ACTIONLESS_TIMEOUTS = 2
