@@ -205,3 +205,10 @@ async def test_the_hardline_floor_refuses_under_every_policy_and_before_any_appr
     assert (result.ok, result.error_category) == (False, "hardline")
     assert "hardline" in result.output and not approver.asked
     assert [e for e in h.of(ToolResultEvent)] == [result]
+
+
+async def test_the_floor_also_judges_background_process_starts(h: Harness) -> None:
+    await h.run([calls(ToolCall(id="bad", name="process", arguments={"action": "start", "command": "sudo rm -rf --no-preserve-root /"}),
+                       ToolCall(id="list", name="process", arguments={"action": "list"})), text("ok")], policy="never")
+    assert h.result("bad").error_category == "hardline"
+    assert h.result("list").ok and "No background processes" in h.result("list").output
