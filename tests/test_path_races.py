@@ -287,14 +287,14 @@ def test_component_walk_race(no_openat2: None, local_race: tuple[Path, Path]) ->
     from osprey_sidecar.files import edit_file, list_directory, read_file, tree, write_file
     from osprey_sidecar.paths import Roots
     from osprey_sidecar.search import find_files, grep
-    from osprey_sidecar.shell import BashRun, Exit
+    from osprey_sidecar.shell import BashRun
 
     workspace, outside = local_race
     roots = Roots([str(workspace)])
 
     def bash(i: int) -> str:
         run = BashRun(roots, "cat target.txt; ls", workdir="d")
-        return "".join(e.tail.decode() if isinstance(e, Exit) else e.data.decode() for e in run.events())
+        return "".join((e.exit.tail if e.HasField("exit") else e.output.data).decode() for e in run.events())
 
     def grep_secret(r: Any) -> bool:
         return any(SECRET in m.text for m in r.matches)

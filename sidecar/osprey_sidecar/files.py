@@ -1,4 +1,4 @@
-"""read_file, write_file, edit_file, list_directory and tree."""
+"""read_file, write_file, edit_file, list_directory and tree; each returns its proto message."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import errno
 import os
 import secrets
 import stat
-from dataclasses import dataclass, field
 
 from . import errors as E
+from ._proto import tools_pb2 as pb
 from .errors import ToolFailure, from_os_error
 from .ignore import walk
 from .paths import NotARegularFile, Parent, Roots, cut, open_regular, to_wire
@@ -19,52 +19,6 @@ BINARY_SNIFF_BYTES = 8192
 MAX_READ_BYTES = 256 * 1024 * 1024
 DEFAULT_TREE_DEPTH = 3
 DEFAULT_TREE_ENTRIES = 500
-
-
-@dataclass
-class ReadResult:
-    content: str
-    start_line: int
-    end_line: int
-    total_lines: int
-    more: bool
-    long_lines_cut: int
-    resolved_path: str
-
-
-@dataclass
-class WriteResult:
-    resolved_path: str
-    bytes_written: int
-    created: bool
-
-
-@dataclass
-class EditResult:
-    resolved_path: str
-    replacements: int
-    first_line: int
-
-
-@dataclass
-class DirItem:
-    name: str
-    kind: str  # file | directory | symlink | other
-    size: int
-
-
-@dataclass
-class ListResult:
-    resolved_path: str
-    entries: list[DirItem] = field(default_factory=list)
-
-
-@dataclass
-class TreeResult:
-    rendered: str
-    directories: int
-    files: int
-    truncated: bool
 
 
 def _looks_binary(head: bytes) -> bool:
@@ -104,7 +58,7 @@ def _read_text(parent: Parent, shown: str, refusal: str) -> tuple[bytes, int]:
     return data, stat.S_IMODE(st.st_mode)
 
 
-def read_file(roots: Roots, path: str, offset: int = 0, limit: int = 0) -> ReadResult:
+def read_file(roots: Roots, path: str, offset: int = 0, limit: int = 0) -> pb.ReadFileResponse:
     """Numbered lines of a text file, from line `offset` (1-based), at most `limit` lines."""
     if offset < 0 or limit < 0:
         raise ToolFailure(E.INVALID_ARGUMENT, "offset and limit must not be negative")
@@ -134,7 +88,7 @@ def read_file(roots: Roots, path: str, offset: int = 0, limit: int = 0) -> ReadR
             cut_lines += 1
         out.append(f"{number:>6}\t{line}")
     end = start + len(chosen) - 1 if chosen else 0
-    return ReadResult(
+    return pb.ReadFileResponse(
         content="\n".join(out),
         start_line=start if chosen else 0,
         end_line=end,
@@ -181,7 +135,7 @@ def _read_umask() -> int:
 _UMASK = _read_umask()
 
 
-def write_file(roots: Roots, path: str, content: str) -> WriteResult:
+def write_file(roots: Roots, path: str, content: str) -> pb.WriteFileResponse:
     """Replace (or create) a file atomically, creating parent directories."""
     data = content.encode("utf-8", "surrogateescape")
     shown = cut(path)
@@ -202,10 +156,10 @@ def write_file(roots: Roots, path: str, content: str) -> WriteResult:
         real, created = roots.in_parent(path, write, create=True)
     except OSError as exc:
         raise from_os_error(exc, shown) from None
-    return WriteResult(to_wire(real), len(data), created)
+    return pb.WriteFileResponse(resolved_path=to_wire(real), bytes_written=len(data), created=created)
 
 
-def edit_file(roots: Roots, path: str, old_string: str, new_string: str, replace_all: bool = False) -> EditResult:
+def edit_file(roots: Roots, path: str, old_string: str, new_string: str, replace_all: bool = False) -> pb.EditFileResponse:
     """Replace an exact string; exactly one occurrence unless `replace_all`."""
     if old_string == "":
         raise ToolFailure(E.INVALID_ARGUMENT, "old_string is empty; to create or overwrite a file use write_file")
@@ -213,7 +167,7 @@ def edit_file(roots: Roots, path: str, old_string: str, new_string: str, replace
         raise ToolFailure(E.INVALID_ARGUMENT, "old_string and new_string are the same; nothing would change")
     shown = cut(path)
 
-    def edit(parent: Parent) -> EditResult:
+    def edit(parent: Parent) -> pb.EditFileResponse:
         # Read and replaced through one directory descriptor: the file edited is the file read.
         data, mode = _read_text(parent, shown, "{path} is a binary file; edit_file only edits text")
         text = data.decode("utf-8", "surrogateescape")
@@ -225,7 +179,7 @@ def edit_file(roots: Roots, path: str, old_string: str, new_string: str, replace
         first_line = text[: text.index(old_string)].count("\n") + 1
         updated = text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
         _atomic_write(parent, updated.encode("utf-8", "surrogateescape"), mode)
-        return EditResult(to_wire(parent.real), count if replace_all else 1, first_line)
+        return pb.EditFileResponse(resolved_path=to_wire(parent.real), replacements=count if replace_all else 1, first_line=first_line)
 
     try:
         return roots.in_parent(path, edit)
@@ -233,17 +187,17 @@ def edit_file(roots: Roots, path: str, old_string: str, new_string: str, replace
         raise from_os_error(exc, shown) from None
 
 
-def _kind(mode: int) -> str:
+def _kind(mode: int) -> pb.DirEntry.Kind:
     if stat.S_ISLNK(mode):
-        return "symlink"
+        return pb.DirEntry.SYMLINK
     if stat.S_ISDIR(mode):
-        return "directory"
+        return pb.DirEntry.DIRECTORY
     if stat.S_ISREG(mode):
-        return "file"
-    return "other"
+        return pb.DirEntry.FILE
+    return pb.DirEntry.OTHER
 
 
-def list_directory(roots: Roots, path: str = "") -> ListResult:
+def list_directory(roots: Roots, path: str = "") -> pb.ListDirectoryResponse:
     """The entries of one directory, directories first, then by name."""
     shown = cut(path) or "."
     items = []
@@ -255,15 +209,15 @@ def list_directory(roots: Roots, path: str = "") -> ListResult:
                         st = entry.stat(follow_symlinks=False)
                     except OSError:
                         continue
-                    items.append(DirItem(to_wire(entry.name), _kind(st.st_mode), st.st_size if stat.S_ISREG(st.st_mode) else 0))
+                    items.append(pb.DirEntry(name=to_wire(entry.name), kind=_kind(st.st_mode), size=st.st_size if stat.S_ISREG(st.st_mode) else 0))
         except OSError as exc:
             raise from_os_error(exc, shown) from None
         real = directory.real
-    items.sort(key=lambda d: (d.kind != "directory", d.name))
-    return ListResult(to_wire(real), items)
+    items.sort(key=lambda d: (d.kind != pb.DirEntry.DIRECTORY, d.name))
+    return pb.ListDirectoryResponse(resolved_path=to_wire(real), entries=items)
 
 
-def tree(roots: Roots, path: str = "", max_depth: int = 0, max_entries: int = 0) -> TreeResult:
+def tree(roots: Roots, path: str = "", max_depth: int = 0, max_entries: int = 0) -> pb.TreeResponse:
     """An indented drawing of a directory, honouring `.gitignore`, to `max_depth` levels."""
     if max_depth < 0 or max_entries < 0:
         raise ToolFailure(E.INVALID_ARGUMENT, "max_depth and max_entries must not be negative")
@@ -287,4 +241,4 @@ def tree(roots: Roots, path: str = "", max_depth: int = 0, max_entries: int = 0)
             files += 1
     if truncated:
         lines.append(f"[... stopped after {limit} entries; use a deeper path or list_directory for the rest]")
-    return TreeResult("\n".join(lines), dirs, files, truncated)
+    return pb.TreeResponse(rendered="\n".join(lines), directories=dirs, files=files, truncated=truncated)

@@ -28,9 +28,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import errors as E
+from ._proto import tools_pb2 as pb
 from .errors import ToolFailure, from_os_error
 from .grepworker import MAX_MATCH_CHARS, READ_CHUNK, FileOpener, line_text  # noqa: F401 - MAX_MATCH_CHARS is this module's too
 from .ignore import compile_glob, walk
@@ -66,34 +67,6 @@ _FD_DIR = "/proc/self/fd"
 _SNIFF_BYTES = 8192
 # Runs the worker; sys.path gets the sidecar's own directory, since a lane puts it there by hand.
 _WORKER = "import sys; sys.path.insert(0, sys.argv[1]); from osprey_sidecar.grepworker import main; sys.exit(main())"
-
-
-@dataclass
-class FindResult:
-    """`total` counts matching paths: exact unless truncated, then at least that many
-    (counting stops at COUNT_LIMIT)."""
-
-    paths: list[str] = field(default_factory=list)
-    truncated: bool = False
-    total: int = 0
-
-
-@dataclass
-class Match:
-    path: str
-    line: int
-    text: str
-
-
-@dataclass
-class GrepResult:
-    """`total` counts matching lines: exact unless truncated, then at least that many
-    (counting stops at COUNT_LIMIT)."""
-
-    matches: list[Match] = field(default_factory=list)
-    truncated: bool = False
-    total: int = 0
-    engine: str = "python"
 
 
 class _Expired(Exception):
@@ -137,7 +110,7 @@ def _count_limit(limit: int) -> int:
 def find_files(
     roots: Roots, pattern: str, path: str = "", limit: int = 0,
     *, budget_s: float = SEARCH_BUDGET_S, cancelled: threading.Event | None = None,
-) -> FindResult:
+) -> pb.FindFilesResponse:
     """Files under `path` whose relative path matches the glob, sorted by path."""
     if not pattern.strip():
         raise ToolFailure(E.INVALID_ARGUMENT, "pattern is empty; give a glob such as '**/*.py' or '*.md'")
@@ -153,7 +126,7 @@ def find_files(
     if not target.is_dir:
         raise ToolFailure(E.NOT_A_DIRECTORY, f"{cut(path)} is a file; find_files searches a directory")
     top = target.real
-    found = []
+    found: list[str] = []
     total = 0
     try:
         for entry in walk(top, roots.root_of(top), files_only=True):
@@ -168,7 +141,7 @@ def find_files(
         raise _timeout("find_files", budget_s, "narrow the path or the pattern") from None
     except _Cancelled:
         raise _cancelled("find_files") from None
-    return FindResult(found, total > limit, total)
+    return pb.FindFilesResponse(paths=found, truncated=total > limit, total=total)
 
 
 @dataclass
@@ -216,7 +189,7 @@ def _compile(pattern: str, ignore_case: bool) -> re.Pattern[str]:
 def grep(
     roots: Roots, pattern: str, path: str = "", glob: str = "", ignore_case: bool = False, max_matches: int = 0,
     *, engine: str | None = None, budget_s: float = SEARCH_BUDGET_S, cancelled: threading.Event | None = None,
-) -> GrepResult:
+) -> pb.GrepResponse:
     """Lines matching a regex in the files under `path` (or in one file), sorted by path and line.
 
     When `cancelled` is set (the call was cancelled), the search stops and fails."""
@@ -234,7 +207,7 @@ def grep(
     rg = shutil.which("rg") if engine in (None, "ripgrep") else None
     target = _open_target(roots, path)
     if target.special:
-        return GrepResult(engine="ripgrep" if rg else "python")
+        return pb.GrepResponse(engine="ripgrep" if rg else "python")
     base = target.real if target.is_dir else os.path.dirname(target.real)
     try:
         search = _Search(roots, pattern, target, glob, file_filter, ignore_case, limit, deadline, cancelled)
@@ -249,8 +222,8 @@ def grep(
     finally:
         target.close()
     kept, total = found
-    matches = [Match(_shown(roots, base, rel), number, text) for rel, number, text in kept]
-    return GrepResult(matches, total > limit, total, used)
+    matches = [pb.GrepMatch(path=_shown(roots, base, rel), line=number, text=text) for rel, number, text in kept]
+    return pb.GrepResponse(matches=matches, truncated=total > limit, total=total, engine=used)
 
 
 Found = tuple[list[tuple[str, int, str]], int]

@@ -13,10 +13,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from ._proto import tools_pb2_grpc as pb_grpc
 from .paths import Roots
 from .search import SEARCH_BUDGET_S
-from .servicer import CATEGORY_KEY, MAX_MESSAGE_BYTES, ToolServicer
+from .servicer import ToolServicer
+from .wire import CATEGORY_KEY, CHANNEL_OPTIONS, SERVICE_NAME, TOKEN_KEY
 
-TOKEN_KEY = "x-osprey-token"
-SERVICE_NAME = "osprey.sandbox.v1.ToolService"
 MAX_WORKERS = 32
 
 
@@ -55,10 +54,7 @@ def build_server(roots: Sequence[str], socket_path: str, token: str | None = Non
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="osprey-tool"),
         interceptors=interceptors,
-        options=[
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ],
+        options=list(CHANNEL_OPTIONS),
     )
     pb_grpc.add_ToolServiceServicer_to_server(ToolServicer(Roots(roots), env, reap_strays=reap_strays, search_budget_s=search_budget_s), server)
     health_servicer = health.HealthServicer()

@@ -1,4 +1,6 @@
-"""The gRPC servicer: turns ToolService requests into tool calls and tool failures into statuses."""
+"""The gRPC servicer: turns ToolService requests into tool calls and tool failures into statuses.
+
+The tools build their proto responses themselves, so a result is defined once, in the proto."""
 
 from __future__ import annotations
 
@@ -17,13 +19,11 @@ from .errors import ToolFailure
 from .files import edit_file, list_directory, read_file, tree, write_file
 from .paths import Roots, cut
 from .search import SEARCH_BUDGET_S, find_files, grep
-from .shell import BashRun, Exit
+from .shell import BashRun, ExecRun
 from .strays import reap_strays
+from .wire import CATEGORY_KEY
 
 log = logging.getLogger("osprey_sidecar")
-
-CATEGORY_KEY = "osprey-error-category"
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 _CODES = {
     E.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
@@ -31,13 +31,6 @@ _CODES = {
     E.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
     E.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
     E.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
-}
-
-_KINDS = {
-    "file": pb.DirEntry.FILE,
-    "directory": pb.DirEntry.DIRECTORY,
-    "symlink": pb.DirEntry.SYMLINK,
-    "other": pb.DirEntry.OTHER,
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -99,7 +92,7 @@ class _ActiveCalls:
 
 
 class ToolServicer(pb_grpc.ToolServiceServicer):
-    """The eight sandboxed tools over one set of allowed roots."""
+    """The eight sandboxed tools, and `Exec` for programs run from an argv, over one set of allowed roots."""
 
     def __init__(self, roots: Roots, env: dict[str, str] | None = None, *, reap_strays: bool = False, search_budget_s: float = SEARCH_BUDGET_S) -> None:
         self.roots = roots
@@ -113,21 +106,15 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
 
     @_mapped
     def ReadFile(self, request: pb.ReadFileRequest, context: grpc.ServicerContext) -> pb.ReadFileResponse:
-        r = read_file(self.roots, request.path, request.offset, request.limit)
-        return pb.ReadFileResponse(
-            content=r.content, start_line=r.start_line, end_line=r.end_line, total_lines=r.total_lines,
-            more=r.more, long_lines_cut=r.long_lines_cut, resolved_path=r.resolved_path,
-        )
+        return read_file(self.roots, request.path, request.offset, request.limit)
 
     @_mapped
     def WriteFile(self, request: pb.WriteFileRequest, context: grpc.ServicerContext) -> pb.WriteFileResponse:
-        r = write_file(self.roots, request.path, request.content)
-        return pb.WriteFileResponse(resolved_path=r.resolved_path, bytes_written=r.bytes_written, created=r.created)
+        return write_file(self.roots, request.path, request.content)
 
     @_mapped
     def EditFile(self, request: pb.EditFileRequest, context: grpc.ServicerContext) -> pb.EditFileResponse:
-        r = edit_file(self.roots, request.path, request.old_string, request.new_string, request.replace_all)
-        return pb.EditFileResponse(resolved_path=r.resolved_path, replacements=r.replacements, first_line=r.first_line)
+        return edit_file(self.roots, request.path, request.old_string, request.new_string, request.replace_all)
 
     def Bash(self, request: pb.BashRequest, context: grpc.ServicerContext) -> Iterator[pb.BashEvent]:
         self.calls.enter()
@@ -146,42 +133,36 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
         context.add_callback(run.cancel)
         try:
             for event in run.events():
-                if isinstance(event, Exit):
-                    strays = self.calls.reap_if_alone() if self.reap_strays else 0
-                    yield pb.BashEvent(exit=pb.BashExit(
-                        exit_code=event.exit_code, signal=event.signal, timed_out=event.timed_out,
-                        tail=event.tail, dropped_bytes=event.dropped_bytes, duration_ms=event.duration_ms,
-                        killed_background=event.killed_background or strays > 0,
-                    ))
-                else:
-                    yield pb.BashEvent(output=pb.BashOutput(data=event.data))
+                if event.HasField("exit") and self.reap_strays and self.calls.reap_if_alone():
+                    event.exit.killed_background = True
+                yield event
         except ToolFailure as exc:
             _abort(context, exc.category, exc.message)
         finally:
             run.cancel()
 
     @_mapped
+    def Exec(self, request: pb.ExecRequest, context: grpc.ServicerContext) -> pb.ExecResponse:
+        run = ExecRun(self.roots, request.argv, request.stdin, request.workdir, request.timeout_ms, request.max_output_bytes, env=self.env)
+        # Fires when the call ends for any reason, including a client cancel.
+        context.add_callback(run.cancel)
+        response = run.run()
+        if self.reap_strays and self.calls.reap_if_alone():
+            response.killed_background = True
+        return response
+
+    @_mapped
     def FindFiles(self, request: pb.FindFilesRequest, context: grpc.ServicerContext) -> pb.FindFilesResponse:
-        r = find_files(self.roots, request.pattern, request.path, request.limit, budget_s=self.search_budget_s, cancelled=_cancelled(context))
-        return pb.FindFilesResponse(paths=r.paths, truncated=r.truncated, total=r.total)
+        return find_files(self.roots, request.pattern, request.path, request.limit, budget_s=self.search_budget_s, cancelled=_cancelled(context))
 
     @_mapped
     def Grep(self, request: pb.GrepRequest, context: grpc.ServicerContext) -> pb.GrepResponse:
-        r = grep(self.roots, request.pattern, request.path, request.glob, request.ignore_case, request.max_matches, budget_s=self.search_budget_s, cancelled=_cancelled(context))
-        return pb.GrepResponse(
-            matches=[pb.GrepMatch(path=m.path, line=m.line, text=m.text) for m in r.matches],
-            truncated=r.truncated, total=r.total, engine=r.engine,
-        )
+        return grep(self.roots, request.pattern, request.path, request.glob, request.ignore_case, request.max_matches, budget_s=self.search_budget_s, cancelled=_cancelled(context))
 
     @_mapped
     def ListDirectory(self, request: pb.ListDirectoryRequest, context: grpc.ServicerContext) -> pb.ListDirectoryResponse:
-        r = list_directory(self.roots, request.path)
-        return pb.ListDirectoryResponse(
-            resolved_path=r.resolved_path,
-            entries=[pb.DirEntry(name=e.name, kind=_KINDS[e.kind], size=e.size) for e in r.entries],
-        )
+        return list_directory(self.roots, request.path)
 
     @_mapped
     def Tree(self, request: pb.TreeRequest, context: grpc.ServicerContext) -> pb.TreeResponse:
-        r = tree(self.roots, request.path, request.max_depth, request.max_entries)
-        return pb.TreeResponse(rendered=r.rendered, directories=r.directories, files=r.files, truncated=r.truncated)
+        return tree(self.roots, request.path, request.max_depth, request.max_entries)

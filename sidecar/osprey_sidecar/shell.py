@@ -1,79 +1,103 @@
-"""bash: run a command in its own process group, streaming its output.
+"""bash and exec: a program in its own process group, keeping the head and tail of its output.
 
-The first half of the output budget streams as it arrives; after that only the
-last half is kept, and the exit event carries it with the count of bytes
-dropped between the two. A timeout or a cancel kills the whole process group,
-and so does the end of the command, so nothing it left in the background
-outlives the call (background work belongs to the host's `process` tool).
+Every output stream has a budget: its first half is kept from the head (bash streams it as it
+arrives); after that only the last half is kept, with the count of bytes dropped between the
+two. A timeout or a cancel kills the whole process group, and so does the end of the program,
+so nothing it left in the background outlives the call (background work belongs to the host's
+`process` tool).
+
+`BashRun` runs `bash -c COMMAND` with stdout and stderr merged into one stream. `ExecRun` runs
+an argv with no shell, feeds it stdin, and keeps stdout and stderr apart, each with its own
+budget. Both produce the proto messages of their results directly.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import selectors
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from typing import IO, Any
 
 from . import errors as E
+from . import wire
+from ._proto import tools_pb2 as pb
 from .errors import ToolFailure
 from .paths import Opened, Roots, cut
 
-DEFAULT_TIMEOUT_MS = 120_000
-MAX_TIMEOUT_MS = 600_000
-DEFAULT_MAX_OUTPUT = 1024 * 1024
+DEFAULT_TIMEOUT_MS = wire.BASH_DEFAULT_TIMEOUT_MS
+MAX_TIMEOUT_MS = wire.BASH_MAX_TIMEOUT_MS
+DEFAULT_MAX_OUTPUT = wire.DEFAULT_MAX_OUTPUT_BYTES
 KILL_GRACE_S = 0.5
-# How long output from leftover background processes is still read after the shell exits.
+# How long output from leftover background processes is still read after the program exits.
 DRAIN_AFTER_EXIT_S = 0.2
 READ_CHUNK = 64 * 1024
+WRITE_CHUNK = 64 * 1024
+# Environment every command gets on top of the service's: no pager waits for a key, git never prompts.
+COMMAND_ENV = {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
 
 
-@dataclass
-class Output:
-    data: bytes
+class Budget:
+    """The kept part of one output stream: its first half from the head, its last from the tail."""
+
+    def __init__(self, total: int) -> None:
+        self.head_budget = total // 2
+        self.tail_budget = total - self.head_budget
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.seen = 0
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Take the next chunk of the stream; return the part of it that joins the head."""
+        self.seen += len(chunk)
+        room = self.head_budget - len(self.head)
+        shown = b""
+        if room > 0:
+            shown, chunk = chunk[:room], chunk[room:]
+            self.head += shown
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.tail_budget:
+                del self.tail[: len(self.tail) - self.tail_budget]
+        return shown
+
+    @property
+    def dropped(self) -> int:
+        return self.seen - len(self.head) - len(self.tail)
+
+    def captured(self) -> pb.CapturedOutput:
+        return pb.CapturedOutput(head=bytes(self.head), tail=bytes(self.tail), dropped_bytes=self.dropped)
 
 
-@dataclass
-class Exit:
-    exit_code: int
-    signal: int
-    timed_out: bool
-    tail: bytes
-    dropped_bytes: int
-    duration_ms: int
-    killed_background: bool
-    cancelled: bool = False
+class _GroupRun:
+    """One program in a process group of its own; iterate in one thread, `cancel()` from any other."""
 
+    max_timeout_ms = MAX_TIMEOUT_MS
+    default_timeout_ms = DEFAULT_TIMEOUT_MS
+    too_long = "use the process tool for long-running work"
 
-class BashRun:
-    """One command; iterate `events()` in one thread, `cancel()` from any other."""
-
-    def __init__(self, roots: Roots, command: str, timeout_ms: int = 0, workdir: str = "", max_output_bytes: int = 0, env: dict[str, str] | None = None) -> None:
-        if not command.strip():
-            raise ToolFailure(E.INVALID_ARGUMENT, "command is empty")
+    def __init__(self, roots: Roots, timeout_ms: int, workdir: str, max_output_bytes: int, env: Mapping[str, str] | None) -> None:
         if timeout_ms < 0 or max_output_bytes < 0:
             raise ToolFailure(E.INVALID_ARGUMENT, "timeout_ms and max_output_bytes must not be negative")
-        if timeout_ms > MAX_TIMEOUT_MS:
-            raise ToolFailure(E.INVALID_ARGUMENT, f"timeout_ms {timeout_ms} is over the maximum of {MAX_TIMEOUT_MS} ms; use the process tool for long-running work")
-        if "\x00" in command:
-            raise ToolFailure(E.INVALID_ARGUMENT, "command contains a NUL character")
+        if timeout_ms > self.max_timeout_ms:
+            raise ToolFailure(E.INVALID_ARGUMENT, f"timeout_ms {timeout_ms} is over the maximum of {self.max_timeout_ms} ms; {self.too_long}")
         self.roots = roots
         self.workdir = workdir
         with self._open_workdir() as directory:
             self.cwd = directory.real
-        self.command = command
-        self.timeout_s = (timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
-        budget = max_output_bytes or DEFAULT_MAX_OUTPUT
-        self.head_budget = budget // 2
-        self.tail_budget = budget - self.head_budget
+        self.timeout_s = (timeout_ms or self.default_timeout_ms) / 1000
+        self.max_output = max_output_bytes or DEFAULT_MAX_OUTPUT
         self.env = dict(os.environ if env is None else env)
-        self.env.update({"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"})
+        self.env.update(COMMAND_ENV)
         self._cancelled = threading.Event()
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
+        self._started = 0.0
+        self._status: dict[str, Any] = {}
 
     def _open_workdir(self) -> Opened:
         shown = f"workdir {cut(self.workdir)}"
@@ -85,42 +109,53 @@ class BashRun:
             if self._proc is not None:
                 _kill_group(self._proc.pid, signal.SIGKILL)
 
-    def events(self) -> Iterator[Output | Exit]:
-        started = time.monotonic()
+    def _spawn(self, argv: Sequence[str], *, executable: str | None, stdin: int, stderr: int) -> subprocess.Popen[bytes] | None:
+        """Start the program (None when the call was cancelled first)."""
+        self._started = time.monotonic()
         with self._lock:
             if self._cancelled.is_set():
-                return
+                return None
             # Opened again now and entered through its descriptor: the child changes to
             # /proc/self/fd/N before its descriptors are closed for exec (a failure to do so
             # fails the start), so no path is looked up again after the open below the root.
             directory = self._open_workdir()
+            cwd = _fd_path(directory)
             try:
                 self._proc = subprocess.Popen(
-                    ["bash", "-c", self.command],
-                    cwd=_fd_path(directory),
-                    env=self.env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
+                    list(argv), executable=executable, cwd=cwd, env=self.env,
+                    stdin=stdin, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True,
                 )
             except OSError as exc:
-                raise ToolFailure(E.IO_ERROR, f"could not start bash: {exc}") from None
+                raise self._start_failure(exc, exc.filename == cwd) from None
             finally:
                 directory.close()
-        proc = self._proc
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
-        os.set_blocking(fd, False)
+            return self._proc
+
+    def _start_failure(self, exc: OSError, in_workdir: bool) -> ToolFailure:
+        raise NotImplementedError
+
+    def _pump(self, proc: subprocess.Popen[bytes], budgets: Sequence[Budget], stdin: bytes = b"") -> Iterator[tuple[int, bytes]]:
+        """Feed stdin and read the program's pipes (stdout, then stderr) into `budgets` until it
+        ends, times out or the call is cancelled; yield (stream index, bytes that joined its
+        head) as they arrive. Afterwards the process group is gone and `_status` holds the
+        fields both results share."""
+        pipes: list[IO[bytes]] = [p for p in (proc.stdout, proc.stderr) if p is not None]
         sel = selectors.DefaultSelector()
-        sel.register(fd, selectors.EVENT_READ)
-        head_left = self.head_budget
-        tail = bytearray()
-        total = 0
+        for index, pipe in enumerate(pipes):
+            os.set_blocking(pipe.fileno(), False)
+            sel.register(pipe.fileno(), selectors.EVENT_READ, index)
+        pending = memoryview(stdin)
+        feeding = proc.stdin is not None and len(pending) > 0
+        if proc.stdin is not None:
+            if feeding:
+                os.set_blocking(proc.stdin.fileno(), False)
+                sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, -1)
+            else:
+                proc.stdin.close()
+        reading = len(pipes)
         timed_out = False
         exited_at: float | None = None
-        deadline = started + self.timeout_s
-        eof = False
+        deadline = self._started + self.timeout_s
         try:
             while True:
                 now = time.monotonic()
@@ -132,56 +167,150 @@ class BashRun:
                     timed_out = True
                     _terminate(proc)
                     break
-                if exited_at is not None and (eof or now - exited_at > DRAIN_AFTER_EXIT_S):
+                if exited_at is not None and (reading == 0 or now - exited_at > DRAIN_AFTER_EXIT_S):
                     break
-                if eof:
-                    # The command closed its output but is still running.
+                if reading == 0 and not feeding:
+                    # The program closed its output but is still running.
                     time.sleep(min(0.02, max(deadline - now, 0)))
                     continue
                 wait = 0.02 if exited_at is not None else min(0.05, max(deadline - now, 0))
-                if not sel.select(wait):
-                    continue
-                try:
-                    chunk = os.read(fd, READ_CHUNK)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    eof = True
-                    sel.unregister(fd)
-                    continue
-                total += len(chunk)
-                if head_left > 0:
-                    shown, chunk = chunk[:head_left], chunk[head_left:]
-                    head_left -= len(shown)
-                    yield Output(shown)
-                if chunk:
-                    tail += chunk
-                    if len(tail) > self.tail_budget:
-                        del tail[: len(tail) - self.tail_budget]
+                for key, _ in sel.select(wait):
+                    if key.data < 0:
+                        assert proc.stdin is not None
+                        try:
+                            written = os.write(key.fd, pending[:WRITE_CHUNK])
+                        except BlockingIOError:
+                            continue
+                        except OSError:
+                            written = len(pending)  # the program closed its stdin: the rest is not wanted
+                        pending = pending[written:]
+                        if not pending:
+                            sel.unregister(key.fd)
+                            _close_quietly(proc.stdin)
+                            feeding = False
+                        continue
+                    try:
+                        chunk = os.read(key.fd, READ_CHUNK)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        sel.unregister(key.fd)
+                        reading -= 1
+                        continue
+                    shown = budgets[key.data].feed(chunk)
+                    if shown:
+                        yield key.data, shown
         finally:
             sel.close()
             leftovers = _group_alive(proc.pid)
             _kill_group(proc.pid, signal.SIGKILL)
             if proc.poll() is None:
                 proc.wait()
-            proc.stdout.close()
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                if stream is not None:
+                    _close_quietly(stream)
             with self._lock:
                 # The pid may be reused from here on: cancel() must not signal it.
                 self._proc = None
         rc = proc.returncode
-        cancelled = self._cancelled.is_set()
-        sent = self.head_budget - head_left
-        return_exit = Exit(
-            exit_code=rc if rc >= 0 else -1,
-            signal=-rc if rc < 0 else 0,
-            timed_out=timed_out,
-            tail=bytes(tail),
-            dropped_bytes=total - sent - len(tail),
-            duration_ms=int((time.monotonic() - started) * 1000),
-            killed_background=leftovers and not (timed_out or cancelled) and exited_at is not None,
-            cancelled=cancelled,
-        )
-        yield return_exit
+        self._status = {
+            "exit_code": rc if rc >= 0 else -1,
+            "signal": -rc if rc < 0 else 0,
+            "timed_out": timed_out,
+            "duration_ms": int((time.monotonic() - self._started) * 1000),
+            "killed_background": leftovers and not (timed_out or self._cancelled.is_set()) and exited_at is not None,
+        }
+
+
+class BashRun(_GroupRun):
+    """One bash command; `events()` yields its output as it arrives, then its exit."""
+
+    def __init__(self, roots: Roots, command: str, timeout_ms: int = 0, workdir: str = "", max_output_bytes: int = 0, env: Mapping[str, str] | None = None) -> None:
+        if not command.strip():
+            raise ToolFailure(E.INVALID_ARGUMENT, "command is empty")
+        if "\x00" in command:
+            raise ToolFailure(E.INVALID_ARGUMENT, "command contains a NUL character")
+        super().__init__(roots, timeout_ms, workdir, max_output_bytes, env)
+        self.command = command
+
+    def _start_failure(self, exc: OSError, in_workdir: bool) -> ToolFailure:
+        return ToolFailure(E.IO_ERROR, f"could not start bash: {exc}")
+
+    def events(self) -> Iterator[pb.BashEvent]:
+        """Output events (the head of the output), then one exit event carrying the tail."""
+        proc = self._spawn(["bash", "-c", self.command], executable=None, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        if proc is None:
+            return
+        budget = Budget(self.max_output)
+        for _, shown in self._pump(proc, [budget]):
+            yield pb.BashEvent(output=pb.BashOutput(data=shown))
+        yield pb.BashEvent(exit=pb.BashExit(tail=bytes(budget.tail), dropped_bytes=budget.dropped, **self._status))
+
+
+class ExecRun(_GroupRun):
+    """One program from an argv, no shell: stdin fed and closed, stdout and stderr kept apart."""
+
+    max_timeout_ms = wire.EXEC_MAX_TIMEOUT_MS
+    default_timeout_ms = wire.EXEC_DEFAULT_TIMEOUT_MS
+    too_long = "split the work, or run it in the background"
+
+    def __init__(self, roots: Roots, argv: Sequence[str], stdin: bytes = b"", workdir: str = "", timeout_ms: int = 0, max_output_bytes: int = 0, env: Mapping[str, str] | None = None) -> None:
+        if not argv or not argv[0]:
+            raise ToolFailure(E.INVALID_ARGUMENT, "argv is empty; give the program to run and its arguments, as a list")
+        if any("\x00" in arg for arg in argv):
+            raise ToolFailure(E.INVALID_ARGUMENT, "an argument contains a NUL character")
+        if len(stdin) > wire.EXEC_MAX_STDIN_BYTES:
+            raise ToolFailure(E.INVALID_ARGUMENT, f"stdin is {len(stdin)} bytes; at most {wire.EXEC_MAX_STDIN_BYTES} are accepted (write larger input to a file and pass its path)")
+        if max_output_bytes > wire.EXEC_MAX_OUTPUT_BYTES:
+            raise ToolFailure(E.INVALID_ARGUMENT, f"max_output_bytes {max_output_bytes} is over the maximum of {wire.EXEC_MAX_OUTPUT_BYTES} per stream")
+        super().__init__(roots, timeout_ms, workdir, max_output_bytes, env)
+        self.argv = list(argv)
+        self.stdin = bytes(stdin)
+        self.executable = self._find(self.argv[0])
+
+    def _find(self, name: str) -> str:
+        """`name` itself when it is a path (relative ones to the workdir); else its place on PATH.
+
+        Only absolute PATH entries count: a relative one would name a different directory in
+        every workdir."""
+        if "/" in name:
+            return name
+        search = self.env.get("PATH", os.defpath)
+        for directory in search.split(os.pathsep):
+            if not os.path.isabs(directory):
+                continue
+            candidate = os.path.join(directory, name)
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                return candidate
+        raise ToolFailure(E.NOT_FOUND, f"no program named {cut(name)!r} on PATH ({cut(search)}); check the name or give its path")
+
+    def _start_failure(self, exc: OSError, in_workdir: bool) -> ToolFailure:
+        shown = cut(self.argv[0])
+        if in_workdir:
+            return ToolFailure(E.IO_ERROR, f"could not enter workdir {cut(self.workdir) or '.'}: {exc.strerror or exc}")
+        if exc.errno == errno.ENOENT:
+            return ToolFailure(E.NOT_FOUND, f"{shown}: no such program (a relative path is taken from the workdir)")
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return ToolFailure(E.PERMISSION_DENIED, f"{shown} cannot be run: {exc.strerror}; is it an executable file?")
+        if exc.errno == errno.E2BIG:
+            return ToolFailure(E.INVALID_ARGUMENT, "the arguments are too long for one program; pass them on stdin or in a file")
+        return ToolFailure(E.IO_ERROR, f"could not start {shown}: {exc.strerror or exc}")
+
+    def run(self) -> pb.ExecResponse:
+        proc = self._spawn(self.argv, executable=self.executable, stdin=subprocess.PIPE if self.stdin else subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if proc is None:
+            raise ToolFailure(E.IO_ERROR, "the call was cancelled before the program started")
+        out, err = Budget(self.max_output), Budget(self.max_output)
+        for _ in self._pump(proc, [out, err], self.stdin):
+            pass
+        return pb.ExecResponse(stdout=out.captured(), stderr=err.captured(), **self._status)
+
+
+def _close_quietly(pipe: IO[bytes]) -> None:
+    try:
+        pipe.close()
+    except OSError:
+        pass
 
 
 def _fd_path(directory: Opened) -> str:

@@ -232,3 +232,45 @@ class TreeResponse(_message.Message):
     files: int
     truncated: bool
     def __init__(self, rendered: _Optional[str] = ..., directories: _Optional[int] = ..., files: _Optional[int] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class ExecRequest(_message.Message):
+    __slots__ = ("argv", "stdin", "workdir", "timeout_ms", "max_output_bytes")
+    ARGV_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
+    WORKDIR_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    argv: _containers.RepeatedScalarFieldContainer[str]
+    stdin: bytes
+    workdir: str
+    timeout_ms: int
+    max_output_bytes: int
+    def __init__(self, argv: _Optional[_Iterable[str]] = ..., stdin: _Optional[bytes] = ..., workdir: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., max_output_bytes: _Optional[int] = ...) -> None: ...
+
+class CapturedOutput(_message.Message):
+    __slots__ = ("head", "tail", "dropped_bytes")
+    HEAD_FIELD_NUMBER: _ClassVar[int]
+    TAIL_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    head: bytes
+    tail: bytes
+    dropped_bytes: int
+    def __init__(self, head: _Optional[bytes] = ..., tail: _Optional[bytes] = ..., dropped_bytes: _Optional[int] = ...) -> None: ...
+
+class ExecResponse(_message.Message):
+    __slots__ = ("stdout", "stderr", "exit_code", "signal", "timed_out", "duration_ms", "killed_background")
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    KILLED_BACKGROUND_FIELD_NUMBER: _ClassVar[int]
+    stdout: CapturedOutput
+    stderr: CapturedOutput
+    exit_code: int
+    signal: int
+    timed_out: bool
+    duration_ms: int
+    killed_background: bool
+    def __init__(self, stdout: _Optional[_Union[CapturedOutput, _Mapping]] = ..., stderr: _Optional[_Union[CapturedOutput, _Mapping]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., timed_out: _Optional[bool] = ..., duration_ms: _Optional[int] = ..., killed_background: _Optional[bool] = ...) -> None: ...

@@ -74,6 +74,11 @@ class ToolServiceStub:
                 request_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.TreeRequest.SerializeToString,
                 response_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.TreeResponse.FromString,
                 _registered_method=True)
+        self.Exec = channel.unary_unary(
+                '/osprey.sandbox.v1.ToolService/Exec',
+                request_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.ExecRequest.SerializeToString,
+                response_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.ExecResponse.FromString,
+                _registered_method=True)
 
 
 class ToolServiceServicer:
@@ -129,6 +134,14 @@ class ToolServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Exec(self, request, context):
+        """Run a program from an argv, without a shell. Cancelling the call kills its
+        whole process group.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ToolServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -171,6 +184,11 @@ def add_ToolServiceServicer_to_server(servicer, server):
                     servicer.Tree,
                     request_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.TreeRequest.FromString,
                     response_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.TreeResponse.SerializeToString,
+            ),
+            'Exec': grpc.unary_unary_rpc_method_handler(
+                    servicer.Exec,
+                    request_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.ExecRequest.FromString,
+                    response_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.ExecResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -389,6 +407,33 @@ class ToolService:
             '/osprey.sandbox.v1.ToolService/Tree',
             osprey__sidecar_dot___proto_dot_tools__pb2.TreeRequest.SerializeToString,
             osprey__sidecar_dot___proto_dot_tools__pb2.TreeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Exec(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/osprey.sandbox.v1.ToolService/Exec',
+            osprey__sidecar_dot___proto_dot_tools__pb2.ExecRequest.SerializeToString,
+            osprey__sidecar_dot___proto_dot_tools__pb2.ExecResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,31 @@
+"""What both ends of the ToolService agree on besides the proto: metadata keys, the message
+size limit, the service's name, and the defaults and caps a client needs to set its deadlines.
+
+The sidecar owns this module (it never imports the host); the host's client imports it, so
+each value exists once.
+"""
+
+from __future__ import annotations
+
+# Every call presents the home's token under this metadata key.
+TOKEN_KEY = "x-osprey-token"
+# A failed call's trailing metadata carries its stable category (not_found, ...) under this key.
+CATEGORY_KEY = "osprey-error-category"
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# The gRPC health service reports SERVING for this name once the ToolService answers.
+SERVICE_NAME = "osprey.sandbox.v1.ToolService"
+CHANNEL_OPTIONS = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+)
+
+# bash and exec: what 0 means, and the longest a caller may ask for.
+BASH_DEFAULT_TIMEOUT_MS = 120_000
+BASH_MAX_TIMEOUT_MS = 600_000
+EXEC_DEFAULT_TIMEOUT_MS = 120_000
+EXEC_MAX_TIMEOUT_MS = 3_600_000
+# Output bytes kept per stream when a call gives 0 (half from the head, half from the tail).
+DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024
+# Bounds on what one exec call may hand the service or ask it to keep.
+EXEC_MAX_STDIN_BYTES = 8 * 1024 * 1024
+EXEC_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
