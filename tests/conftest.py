@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
+from homes import HOMES
 
-from homes import HOMES  # noqa: E402
-
-from osprey.testing.model_server import ModelServer  # noqa: E402
-from osprey.toolclient import ToolClient  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
+from osprey.testing.model_server import ModelServer
+from osprey.toolclient import ToolClient
 
 
 @pytest.fixture
@@ -36,8 +31,8 @@ def tool_home(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 async def tools(tool_home: str, workspace: Path) -> AsyncIterator[ToolClient]:
     """A ToolClient for `workspace`, served by each home in turn."""
-    async with HOMES[tool_home]([str(workspace)]) as client:
-        yield client
+    async with HOMES[tool_home]([str(workspace)]) as home:
+        yield home.client
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import REPO
-from homes import require_docker
+
+from helpers import REPO, require_docker
 
 
 def compose_bin() -> str:

@@ -15,30 +15,15 @@ import os
 import re
 import stat
 import time
-from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from osprey.errors import ToolError
+from helpers import CALL_BOUND_S, fails, process_state, read_pid, wait_gone, write
+
 from osprey.toolclient import ToolClient, dropped_marker
 
-# Generous bounds: a loaded 2-core machine must never make these flaky.
-CALL_BOUND_S = 30.0
-GONE_WITHIN_S = 5.0
-
-
 # --- helpers ------------------------------------------------------------------------------------
-
-
-async def fails(call: Awaitable[Any], category: str) -> ToolError:
-    """Await a tool call that must fail with `category`."""
-    with pytest.raises(ToolError) as info:
-        await asyncio.wait_for(call, CALL_BOUND_S)
-    assert info.value.category == category, f"{info.value.category}: {info.value}"
-    assert str(info.value), "an error must say what was wrong"
-    return info.value
 
 
 def numbered(content: str) -> list[tuple[int, str]]:
@@ -53,46 +38,12 @@ def numbered(content: str) -> list[tuple[int, str]]:
     return out
 
 
-def write(path: Path, content: str | bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content)
-    return path
-
-
 def bpath(root: Path, name: bytes) -> bytes:
     return os.path.join(os.fsencode(root), name)
 
 
 def real(path: Path) -> str:
     return os.path.realpath(path)
-
-
-async def process_state(tools: ToolClient, pid: int) -> str:
-    """The process's state letter as the home sees it; "" once it is gone."""
-    r = await tools.bash(
-        f"{{ while IFS=$': \\t' read -r key value rest; do [ \"$key\" = State ] && echo \"$value\"; done < /proc/{pid}/status; }} 2>/dev/null; true"
-    )
-    return r.output.strip()
-
-
-async def wait_gone(tools: ToolClient, pid: int, within: float = GONE_WITHIN_S) -> None:
-    deadline = time.monotonic() + within
-    while True:
-        state = await process_state(tools, pid)
-        if state in ("", "Z", "X"):  # a zombie is dead, only not yet reaped
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(f"process {pid} is still running (state {state}) {within} s later")
-        await asyncio.sleep(0.1)
-
-
-def read_pid(path: Path) -> int:
-    text = path.read_text()
-    assert text.endswith("\n"), f"{path.name} is incomplete"
-    return int(text)
 
 
 @pytest.fixture

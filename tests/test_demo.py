@@ -9,8 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO
-from homes import require_docker
+from helpers import REPO, require_docker
 
 DEMO = REPO / "examples" / "demo"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from homes import require_docker
+from helpers import require_docker
 
 from osprey.config import SandboxSettings
 from osprey.dispatch import open_tool_service

@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from homes import require_docker
+from helpers import require_docker
 
 from osprey.config import SandboxSettings
-from osprey.dispatch import ToolService, open_tool_service
+from osprey.dispatch import ToolServiceHome, open_tool_service
 from osprey.errors import DispatcherError, ToolError
 from osprey.toolclient import BashResult, ToolClient
 
@@ -93,7 +93,7 @@ def remove_containers(label: str) -> list[str]:
 
 @dataclass
 class OpenLane:
-    service: ToolService
+    service: ToolServiceHome
     session: str
 
     @property
@@ -124,7 +124,7 @@ async def open_lane(workspace: str, **options: Any) -> AsyncIterator[OpenLane]:
     socket_dir = None
     try:
         async with open_tool_service([workspace], sandbox=SandboxSettings(enabled=True, **options), session_id=session) as service:
-            assert service.home == "lane"
+            assert service.kind == "lane"
             socket_dir = os.path.dirname(service.client.where)
             assert os.path.isdir(socket_dir)
             yield OpenLane(service, session)

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from homes import require_docker
+from helpers import require_docker
 
 from osprey.testing.model_server import ModelServer, Reply
 

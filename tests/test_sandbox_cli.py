@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import docker
-from homes import require_docker
+from helpers import require_docker
 
 from osprey.lanes import LABEL
 

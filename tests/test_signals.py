@@ -145,7 +145,7 @@ def test_a_socket_dir_of_a_live_broker_is_kept(tmp_path: Path, monkeypatch: pyte
 
 
 def test_sigterm_removes_the_lane(workspace: Path, model_server: ModelServer, osprey_env: dict[str, str]) -> None:
-    from homes import require_docker
+    from helpers import require_docker
 
     require_docker()
     from osprey.lane_image import docker_client

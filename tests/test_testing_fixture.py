@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from homes import require_docker
+from helpers import require_docker
 
 from osprey.testing.model_server import ModelServer, Reply
 

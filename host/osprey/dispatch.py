@@ -1,12 +1,21 @@
-"""Where the ToolService runs for a session, chosen in one place (`open_tool_service`).
+"""Where the ToolService runs for a session: three homes behind one interface, chosen in one
+place (`make_home`).
 
-- the local dispatcher: the sidecar's servicer in this process, on a private unix socket;
-- a sandbox lane: the sidecar in a Docker container provisioned for the session (`lanes.py`);
-- an attached lane: a sidecar someone else started (compose, a test fixture), by socket path.
+- `LocalDispatcher` ("local"): the sidecar's servicer in a child process of the broker, on a
+  private unix socket;
+- `LaneSupervisor` ("lane"): the sidecar in a Docker container provisioned for the session
+  (`lanes.py`);
+- `AttachedLane` ("attached"): a sidecar someone else started (compose, a test fixture), by
+  socket path.
+
+Each home has one `client` for its whole life. Recovery lives in the home's `recover`, and the
+client calls it by itself after a call finds the service unreachable or stuck (see
+`toolclient.py`); after a replacement the same client talks to the new service.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import os
 import secrets
@@ -15,18 +24,18 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, Self
 
 from .errors import DispatcherError, SandboxError
 from .owners import owner_gone, owner_record
-from .toolclient import ToolClient
+from .toolclient import Connection, ToolClient
 
 if TYPE_CHECKING:
     from .config import SandboxSettings
+    from .lanes import Lane
 
 READY_DEADLINE_S = 10.0
 HEALTH_PROBE_S = 2.0
@@ -34,40 +43,65 @@ STOP_GRACE_S = 2.0
 DISPATCHER_DIR_PREFIX = "osprey-tools-"
 OWNER_FILE = "owner"
 
-
-@dataclass
-class ToolService:
-    """A reachable ToolService: its client, the home serving it, and how to recover it."""
-
-    client: ToolClient
-    home: str  # "local" or "lane"
-    roots: list[str]
-    # For a lane: replaces a dead lane with a fresh one and says what happened.
-    recover: Callable[[], Awaitable[str | None]] | None = field(default=None, repr=False)
+HomeKind = Literal["local", "lane", "attached"]
 
 
-class LocalDispatcher:
+class ToolServiceHome(abc.ABC):
+    """Where a session's ToolService runs: start it, call it through `client`, `recover` it when
+    it died or got stuck, `close` it (with everything it runs)."""
+
+    kind: HomeKind
+
+    def __init__(self, roots: Sequence[str]) -> None:
+        self.roots = [os.path.realpath(r) for r in roots]
+        self._client = ToolClient(recover=self.recover)
+        self._lock = asyncio.Lock()  # one recovery at a time, however many calls failed
+        self.closed = False
+
+    @property
+    def client(self) -> ToolClient:
+        """The one client of this home, valid across recoveries until `close`."""
+        return self._client
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Start (or reach) the service and wait until it answers."""
+
+    @abc.abstractmethod
+    async def recover(self) -> str | None:
+        """Probe the service; replace it when dead or stuck and say what happened (for the
+        model), or None when it answers and nothing was done."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop the service and everything it runs; safe to call twice, and after a failed start."""
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class LocalDispatcher(ToolServiceHome):
     """The sidecar's servicer in a child process of the broker, on a private unix socket
     (0600 in a 0700 dir). A runaway call can be killed with the child, never stalling the broker."""
 
+    kind: HomeKind = "local"
+
     def __init__(self, roots: Sequence[str], env: Mapping[str, str] | None = None) -> None:
-        self.roots = [os.path.realpath(r) for r in roots]
+        super().__init__(roots)
         self.env = dict(env) if env is not None else None
         self.dir: str | None = None
         self.proc: asyncio.subprocess.Process | None = None
-        self.client: ToolClient | None = None
-        self.service: ToolService | None = None
-        self._lock = asyncio.Lock()
+        self.connection: Connection | None = None
 
-    async def start(self) -> ToolService:
-        """Start the dispatcher; the ToolService it serves (kept up to date by `recover`)."""
-        client = await self._start()
-        if self.service is None:
-            self.service = ToolService(client=client, home="local", roots=self.roots, recover=self.recover)
-        self.service.client = client
-        return self.service
-
-    async def _start(self) -> ToolClient:
+    async def start(self) -> None:
         from .config import tool_environment
 
         reap_stale_dispatcher_dirs()
@@ -81,7 +115,7 @@ class LocalDispatcher:
             with os.fdopen(fd, "w") as fh:
                 fh.write(token + "\n")
         except OSError as exc:
-            await self.close()
+            await self._stop()
             raise DispatcherError(f"the local dispatcher's private directory could not be set up: {exc}") from None
         env = self.env if self.env is not None else tool_environment()
         log = open(os.path.join(self.dir, "dispatcher.log"), "wb")
@@ -94,40 +128,37 @@ class LocalDispatcher:
                 start_new_session=True,  # a terminal's Ctrl-C reaches the broker, which tears this down in order
             )
         except OSError as exc:
-            await self.close()
+            await self._stop()
             raise DispatcherError(f"the local dispatcher could not be started ({sys.executable}): {exc.strerror or exc}") from None
         finally:
             log.close()
-        self.client = ToolClient.for_socket(socket_path, token=token)
+        self.connection = Connection(socket_path, token=token)
         try:
-            await self._wait_ready(socket_path)
+            await self._wait_ready(self.connection, self.proc, socket_path)
         except BaseException:
-            await self.close()
+            await self._stop()
             raise
         os.unlink(token_path)  # the child has read it; the broker keeps it in memory
-        return self.client
+        self._client.use(self.connection)
 
-    async def _wait_ready(self, socket_path: str) -> None:
-        assert self.client is not None and self.proc is not None
-        client, proc = self.client, self.proc
-
+    async def _wait_ready(self, connection: Connection, proc: asyncio.subprocess.Process, socket_path: str) -> None:
         async def ready_when_listening() -> None:
             # A connection attempt before the socket exists would put the channel into gRPC's
             # reconnect backoff (a second or more), so wait for the socket first.
             end = time.monotonic() + READY_DEADLINE_S
             while not os.path.exists(socket_path) and proc.returncode is None and time.monotonic() < end:
                 await asyncio.sleep(0.005)
-            await client.wait_ready(max(end - time.monotonic(), 0.1))
+            await connection.wait_ready(max(end - time.monotonic(), 0.1))
 
         ready = asyncio.ensure_future(ready_when_listening())
-        exited = asyncio.ensure_future(self.proc.wait())
+        exited = asyncio.ensure_future(proc.wait())
         try:
             await asyncio.wait({ready, exited}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             exited.cancel()
             if not ready.done():
                 ready.cancel()
-        if ready.done() and ready.exception() is None:  # a failure's own exception: the log says more
+        if ready.done() and not ready.cancelled() and ready.exception() is None:  # a failure's own exception: the log says more
             return
         raise DispatcherError(f"the local dispatcher did not start serving on {socket_path}; its last output:\n{self.log_tail() or '(none)'}")
 
@@ -146,23 +177,43 @@ class LocalDispatcher:
     async def recover(self) -> str | None:
         """If the dispatcher no longer answers, replace it and say so; else None."""
         async with self._lock:
-            if self.client is not None and self.proc is not None and self.proc.returncode is None and await self.client.healthy(timeout=HEALTH_PROBE_S):
+            if self.closed:
                 return None
-            why = "the local dispatcher stopped answering" if self.proc is not None and self.proc.returncode is None else "the local dispatcher exited"
-            await self.close()
+            alive = self.proc is not None and self.proc.returncode is None
+            if alive and self.connection is not None and await self.connection.healthy(timeout=HEALTH_PROBE_S):
+                return None
+            if alive and self.proc is not None:
+                # A process that just died may not be reaped yet: give its exit a moment to show.
+                try:
+                    await asyncio.wait_for(self.proc.wait(), 0.2)
+                except TimeoutError:
+                    pass
+                alive = self.proc.returncode is None
+            if self.proc is None:
+                why = "there was no local dispatcher (starting one failed before)"
+            elif alive:
+                why = "the local dispatcher stopped answering; it was stopped (with every command it was running)"
+            else:
+                why = "the local dispatcher exited"
+            await self._stop()
             await self.start()
-        return f"{why}; it was stopped (with every command it was running) and a new one started, so the call can be retried"
+        return f"{why}, and a new one started, so the call can be retried"
 
-    async def close(self) -> None:
-        if self.client is not None:
-            await self.client.close()
-            self.client = None
+    async def _stop(self) -> None:
+        self._client.use(None)
+        if self.connection is not None:
+            connection, self.connection = self.connection, None
+            await connection.close()
         if self.proc is not None:
             proc, self.proc = self.proc, None
             await _stop_process(proc)
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+
+    async def close(self) -> None:
+        self.closed = True
+        await self._stop()
 
 
 async def _stop_process(proc: asyncio.subprocess.Process) -> None:
@@ -174,7 +225,7 @@ async def _stop_process(proc: asyncio.subprocess.Process) -> None:
             pass
         try:
             await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             try:
                 proc.kill()
             except ProcessLookupError:
@@ -186,7 +237,7 @@ def reap_stale_dispatcher_dirs() -> list[str]:
     """Remove socket dirs of local dispatchers whose broker is gone (killed without teardown)."""
     from .config import read_no_follow
 
-    removed = []
+    removed: list[str] = []
     base = tempfile.gettempdir()
     try:
         names = [n for n in os.listdir(base) if n.startswith(DISPATCHER_DIR_PREFIX)]
@@ -209,39 +260,39 @@ def reap_stale_dispatcher_dirs() -> list[str]:
     return removed
 
 
-class LaneSupervisor:
+class LaneSupervisor(ToolServiceHome):
     """Owns the session's lane: provisions it, replaces it when it dies, always removes it."""
 
-    def __init__(self, workspace: str, session_id: str, options: "SandboxSettings", progress: Callable[[str], None], home: Path | None) -> None:
-        self.workspace = workspace
+    kind: HomeKind = "lane"
+
+    def __init__(self, workspace: str, session_id: str, options: "SandboxSettings", progress: Callable[[str], None] = lambda _: None, home: Path | None = None) -> None:
+        super().__init__([workspace])
+        self.workspace = self.roots[0]
         self.session_id = session_id
         self.options = options
         self.progress = progress
         self.home = home
-        self.lane = None
+        self.lane: Lane | None = None
         self.generation = 0
-        self.service: ToolService | None = None
         self.protected_at_start: dict[str, str | None] = {}
-        self._lock = asyncio.Lock()
 
-    async def start(self) -> ToolService:
+    async def start(self) -> None:
         from .lanes import provision_lane
 
         self.lane = await provision_lane(self.workspace, self.session_id, self.options, progress=self.progress, home=self.home)
         self.protected_at_start = self.lane.protected  # a replacement lane must not hide a change
-        self.service = ToolService(client=self.lane.client, home="lane", roots=[self.lane.workspace], recover=self.recover)
-        return self.service
+        self._client.use(self.lane.connection)
 
     async def recover(self) -> str | None:
         """If the lane has stopped, start a new one and describe what happened; else None."""
         from .lanes import destroy_lane, lane_state, provision_lane
 
-        if self.service is None:
-            return None
-        async with self._lock:  # one replacement at a time, however many calls failed
+        async with self._lock:
+            if self.closed:
+                return None
             if self.lane is not None:
                 state = await lane_state(self.lane)
-                if state.get("Running") and not state.get("Paused") and await self.lane.client.healthy(timeout=HEALTH_PROBE_S):
+                if state.get("Running") and not state.get("Paused") and await self.lane.connection.healthy(timeout=HEALTH_PROBE_S):
                     return None
                 if state.get("Running"):
                     why = "the sandbox lane stopped answering (a runaway command, or its process limit was reached)"
@@ -251,18 +302,21 @@ class LaneSupervisor:
                     why = "the sandbox lane's container disappeared"
                 else:
                     why = f"the sandbox lane stopped (exit code {state.get('ExitCode')})"
+                self._client.use(None)
                 lane, self.lane = self.lane, None
                 await destroy_lane(lane)
             else:
                 why = "there was no sandbox lane (starting one failed before)"
             self.generation += 1
             self.lane = await provision_lane(self.workspace, f"{self.session_id}-{self.generation}", self.options, progress=self.progress, home=self.home)
-            self.service.client = self.lane.client
+            self._client.use(self.lane.connection)
         return f"{why}; it was removed and a new lane started with the same workspace, so the call can be retried (files written before are kept, processes and /tmp are not)"
 
     async def close(self) -> None:
         from .lanes import changed_paths, destroy_lane
 
+        self.closed = True
+        self._client.use(None)
         if self.lane is not None:
             lane, self.lane = self.lane, None
             await destroy_lane(lane)
@@ -270,23 +324,68 @@ class LaneSupervisor:
                 self.progress(f"warning: the sandbox lane created or replaced {path}; git (or Osprey) run there would use what the lane wrote: look at it before you do, or remove it")
 
 
-async def _attach(options: "SandboxSettings", roots: list[str]) -> ToolService:
-    assert options.socket is not None
-    if not os.path.exists(options.socket):
-        raise SandboxError(f"there is no lane socket at {options.socket}; start the lane first (or check the path)")
-    token = None
-    if options.token_file:
+class AttachedLane(ToolServiceHome):
+    """A lane someone else started and owns (compose, a test fixture), reached by its socket.
+    Osprey cannot replace it: `recover` only probes it and says so."""
+
+    kind: HomeKind = "attached"
+
+    def __init__(self, roots: Sequence[str], options: "SandboxSettings") -> None:
+        super().__init__(roots)
+        assert options.socket is not None
+        self.options = options
+        self.socket = options.socket
+        self.connection: Connection | None = None
+
+    async def start(self) -> None:
+        if not os.path.exists(self.socket):
+            raise SandboxError(f"there is no lane socket at {self.socket}; start the lane first (or check the path)")
+        token = None
+        if self.options.token_file:
+            try:
+                token = Path(self.options.token_file).read_text().strip()
+            except OSError as exc:
+                raise SandboxError(f"the lane token file {self.options.token_file} cannot be read: {exc.strerror}") from None
+        self.connection = Connection(self.socket, token=token)
         try:
-            token = Path(options.token_file).read_text().strip()
-        except OSError as exc:
-            raise SandboxError(f"the lane token file {options.token_file} cannot be read: {exc.strerror}") from None
-    client = ToolClient.for_socket(options.socket, token=token)
-    try:
-        await client.wait_ready(options.ready_timeout)
-    except DispatcherError:
-        await client.close()
-        raise SandboxError(f"no lane answers on {options.socket} within {options.ready_timeout:g} s (is the lane running, and is the token right?)") from None
-    return ToolService(client=client, home="lane", roots=roots)
+            await self.connection.wait_ready(self.options.ready_timeout)
+        except DispatcherError:
+            raise SandboxError(f"no lane answers on {self.socket} within {self.options.ready_timeout:g} s (is the lane running, and is the token right?)") from None
+        self._client.use(self.connection)
+
+    async def recover(self) -> str | None:
+        if self.closed or (self.connection is not None and await self.connection.healthy(timeout=HEALTH_PROBE_S)):
+            return None
+        return (f"the lane at {self.socket} does not answer, and Osprey cannot restart a lane it did not start; "
+                "whoever started it (compose, a test fixture) must restart it before the call can be retried")
+
+    async def close(self) -> None:
+        self.closed = True
+        self._client.use(None)
+        if self.connection is not None:
+            connection, self.connection = self.connection, None
+            await connection.close()
+
+
+def make_home(
+    roots: Sequence[str],
+    *,
+    sandbox: "SandboxSettings | None" = None,
+    session_id: str = "session",
+    progress: Callable[[str], None] = lambda _: None,
+    home: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> ToolServiceHome:
+    """The home a session's settings ask for, not yet started: an attached lane when a socket
+    is given, a new lane with the sandbox on, else the local dispatcher.
+
+    `env` is the environment of commands run on the host (default: this one without credentials);
+    `home` is Osprey's home directory (a lane refuses a workspace that holds it)."""
+    if sandbox is not None and sandbox.enabled and sandbox.socket:
+        return AttachedLane(roots, sandbox)
+    if sandbox is not None and sandbox.enabled:
+        return LaneSupervisor(os.path.realpath(roots[0]), session_id, sandbox, progress, home)
+    return LocalDispatcher(roots, env)
 
 
 @asynccontextmanager
@@ -298,26 +397,9 @@ async def open_tool_service(
     progress: Callable[[str], None] = lambda _: None,
     home: Path | None = None,
     env: Mapping[str, str] | None = None,
-) -> AsyncIterator[ToolService]:
-    """The ToolService for a session; torn down (container, socket and all) when the block exits.
-
-    `env` is the environment of commands run on the host (default: this one without credentials)."""
-    real_roots = [os.path.realpath(r) for r in roots]
-    if sandbox is not None and sandbox.enabled and sandbox.socket:
-        service = await _attach(sandbox, real_roots)
-        try:
-            yield service
-        finally:
-            await service.client.close()
-    elif sandbox is not None and sandbox.enabled:
-        supervisor = LaneSupervisor(real_roots[0], session_id, sandbox, progress, home)
-        try:
-            yield await supervisor.start()
-        finally:
-            await supervisor.close()
-    else:
-        dispatcher = LocalDispatcher(real_roots, env)
-        try:
-            yield await dispatcher.start()
-        finally:
-            await dispatcher.close()
+) -> AsyncIterator[ToolServiceHome]:
+    """The started home for a session (see `make_home`); closed (container, socket and all)
+    when the block exits."""
+    service_home = make_home(roots, sandbox=sandbox, session_id=session_id, progress=progress, home=home, env=env)
+    async with service_home:
+        yield service_home

@@ -30,7 +30,7 @@ from .config import SandboxSettings, read_no_follow, size_bytes
 from .errors import SandboxError
 from .owners import boot_id, pid_alive, pid_namespace
 from .lane_image import Progress, _quiet, _short, docker_client, ensure_image
-from .toolclient import ToolClient
+from .toolclient import Connection
 
 LABEL = "osprey.lane"
 SOCKET_IN_LANE = "/run/osprey"
@@ -73,7 +73,7 @@ class Lane:
     token: str
     workspace: str
     image: str
-    client: ToolClient
+    connection: Connection  # the lane's ToolService; its home's client talks through it
     protected: dict[str, str | None] = field(default_factory=dict)  # `protected_state` at the start
 
     @property
@@ -292,13 +292,13 @@ def make_socket_dir(workspace: str) -> tuple[Path, str]:
     return socket_dir, token
 
 
-async def wait_lane_ready(container: Any, lane_client: ToolClient, socket_path: str, deadline_s: float) -> None:
+async def wait_lane_ready(container: Any, connection: Connection, socket_path: str, deadline_s: float) -> None:
     """Poll for the socket and gRPC health; fail early, with the lane's logs, if it exits."""
     start = time.monotonic()
     end = start + deadline_s
     next_state_check = start + 0.1
     while True:
-        if os.path.exists(socket_path) and await lane_client.healthy(timeout=0.5):
+        if os.path.exists(socket_path) and await connection.healthy(timeout=0.5):
             return
         now = time.monotonic()
         if now > end:
@@ -361,7 +361,7 @@ async def provision_lane(workspace: str, session_id: str, options: SandboxSettin
         raise SandboxError(f"preparing the lane failed: {_short(exc)}") from None
     socket_dir: Path | None = None
     container = None
-    lane_client = None
+    connection = None
     try:
         check_home_outside(workspace, options, home)
         socket_dir, token = make_socket_dir(workspace)
@@ -378,13 +378,13 @@ async def provision_lane(workspace: str, session_id: str, options: SandboxSettin
                 pass
             raise
         socket_path = str(socket_dir / SOCKET_NAME)
-        lane_client = ToolClient.for_socket(socket_path, token=token)
-        await wait_lane_ready(container, lane_client, socket_path, options.ready_timeout)
+        connection = Connection(socket_path, token=token)
+        await wait_lane_ready(container, connection, socket_path, options.ready_timeout)
         await asyncio.to_thread(lock_down, container, socket_dir)
-        return Lane(container.id, container.name, socket_dir, token, workspace, image, lane_client, protected)
+        return Lane(container.id, container.name, socket_dir, token, workspace, image, connection, protected)
     except BaseException:
-        if lane_client is not None:
-            await lane_client.close()
+        if connection is not None:
+            await connection.close()
         if container is not None:
             await asyncio.to_thread(_force_remove, container)
         if socket_dir is not None:
@@ -420,7 +420,7 @@ async def destroy_lane(lane: Lane) -> None:
     """Remove the lane's container and socket dir; safe to call twice."""
     import docker
 
-    await lane.client.close()
+    await lane.connection.close()
     try:
         client = await asyncio.to_thread(docker_client)
         container = await asyncio.to_thread(client.containers.get, lane.container_id)

@@ -1,7 +1,14 @@
 """ToolClient: the broker's one way to call the ToolService, wherever it is served.
 
-This module and the servicer are the only places that import the generated
-protobuf code; everything else sees the pydantic results below.
+A client talks through a `Connection` (one gRPC channel to one service, with its token), which
+belongs to the home serving it (`dispatch.py`). Recovery works like a transport's retry policy,
+in one place: when a call finds the service unreachable (`DispatcherError`) or stuck (its
+deadline passed: `ToolTimeout`), the client asks its home to `recover` once (a home may replace
+itself and point the client at a new connection) and re-raises the same error with `recovery`
+saying what happened. The call is never repeated on its own: the model decides what to do.
+
+This module and `toolwire.py` are the host's only importers of the generated protobuf code;
+callers see the pydantic results of `toolwire.py`.
 """
 
 from __future__ import annotations
@@ -9,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 # gRPC's C core logs connection teardown at INFO on stderr, which would mix into
 # a user's terminal; keep its errors only unless the user asked for more.
@@ -18,106 +25,42 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 import grpc  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
-from pydantic import BaseModel  # noqa: E402
 
+from osprey_sidecar import wire  # noqa: E402
 from osprey_sidecar._proto import tools_pb2 as pb  # noqa: E402
 from osprey_sidecar._proto import tools_pb2_grpc as pb_grpc  # noqa: E402
 
-from .errors import DispatcherError, ToolError, ToolTimeout  # noqa: E402
+from .errors import DispatcherError, OspreyError, ToolError, ToolTimeout  # noqa: E402
+from .toolwire import (  # noqa: E402,F401 - the results are part of this module's API
+    BashResult,
+    CapturedOutput,
+    DirEntry,
+    EditFileResult,
+    ExecResult,
+    FindFilesResult,
+    GrepMatch,
+    GrepResult,
+    ListDirectoryResult,
+    ReadFileResult,
+    TreeResult,
+    WriteFileResult,
+    dropped_marker,
+)
 
-TOKEN_KEY = "x-osprey-token"
-CATEGORY_KEY = "osprey-error-category"
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-SERVICE_NAME = "osprey.sandbox.v1.ToolService"
-# Every call has a deadline, so a stuck home can never hang the session. A bash call's is its
-# own timeout plus a grace for the service to report it; the others' is fixed.
+# Every call has a deadline, so a stuck home can never hang the session. A bash or exec call's
+# is its own timeout plus a grace for the service to report it; the others' is fixed.
 CALL_DEADLINE_S = 90.0
-BASH_DEFAULT_TIMEOUT_MS = 120_000
+BASH_DEFAULT_TIMEOUT_MS = wire.BASH_DEFAULT_TIMEOUT_MS
 BASH_DEADLINE_GRACE_S = 15.0
+REPLACED_MEANWHILE = "the ToolService had just been replaced after another call failed, so this call can be retried"
 
-
-class ReadFileResult(BaseModel):
-    content: str
-    start_line: int
-    end_line: int
-    total_lines: int
-    more: bool
-    long_lines_cut: int
-    resolved_path: str
-
-
-class WriteFileResult(BaseModel):
-    resolved_path: str
-    bytes_written: int
-    created: bool
-
-
-class EditFileResult(BaseModel):
-    resolved_path: str
-    replacements: int
-    first_line: int
-
-
-class BashResult(BaseModel):
-    output: str
-    exit_code: int
-    signal: int
-    timed_out: bool
-    dropped_bytes: int
-    duration_ms: int
-    killed_background: bool
-
-
-class FindFilesResult(BaseModel):
-    paths: list[str]
-    truncated: bool
-    total: int
-
-
-class GrepMatch(BaseModel):
-    path: str
-    line: int
-    text: str
-
-
-class GrepResult(BaseModel):
-    matches: list[GrepMatch]
-    truncated: bool
-    total: int
-    engine: str
-
-
-class DirEntry(BaseModel):
-    name: str
-    kind: str
-    size: int
-
-
-class ListDirectoryResult(BaseModel):
-    resolved_path: str
-    entries: list[DirEntry]
-
-
-class TreeResult(BaseModel):
-    rendered: str
-    directories: int
-    files: int
-    truncated: bool
-
-
-_KIND_NAMES = {pb.DirEntry.FILE: "file", pb.DirEntry.DIRECTORY: "directory", pb.DirEntry.SYMLINK: "symlink", pb.DirEntry.OTHER: "other"}
-
-T = TypeVar("T")
-
-
-def dropped_marker(count: int) -> str:
-    return f"\n[... {count} bytes of output dropped ...]\n"
+Recover = Callable[[], Awaitable["str | None"]]
 
 
 def _map_rpc_error(exc: grpc.aio.AioRpcError, where: str, deadline_s: float | None = None) -> Exception:
     category = ""
     for key, value in exc.trailing_metadata() or ():
-        if key == CATEGORY_KEY:
+        if key == wire.CATEGORY_KEY:
             category = value
     code = exc.code()
     if category and category not in ("internal", "unauthenticated"):
@@ -134,44 +77,25 @@ def _map_rpc_error(exc: grpc.aio.AioRpcError, where: str, deadline_s: float | No
     return ToolError("internal", f"the ToolService failed ({code.name}): {exc.details()}")
 
 
-class ToolClient:
-    """Typed async calls to a ToolService over a gRPC channel."""
+class Connection:
+    """One gRPC channel to one ToolService on a unix socket, with the token its calls present."""
 
-    def __init__(self, channel: grpc.aio.Channel, *, token: str | None = None, where: str = "?", call_deadline_s: float = CALL_DEADLINE_S) -> None:
-        self.channel = channel
-        self.call_deadline_s = call_deadline_s
-        self.where = where
-        self._stub = pb_grpc.ToolServiceStub(channel)
-        self._health = health_pb2_grpc.HealthStub(channel)
+    def __init__(self, socket_path: str, *, token: str | None = None) -> None:
+        self.where = socket_path
         self.token = token
-        self._metadata = ((TOKEN_KEY, token),) if token else None
-
-    @classmethod
-    def for_socket(cls, socket_path: str, *, token: str | None = None) -> "ToolClient":
-        channel = grpc.aio.insecure_channel(
-            f"unix:{socket_path}",
-            options=[
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ],
-        )
-        return cls(channel, token=token, where=socket_path)
+        self.channel = grpc.aio.insecure_channel(f"unix:{socket_path}", options=list(wire.CHANNEL_OPTIONS))
+        self.stub = pb_grpc.ToolServiceStub(self.channel)
+        self._health = health_pb2_grpc.HealthStub(self.channel)
+        self.metadata = ((wire.TOKEN_KEY, token),) if token else None
 
     async def close(self) -> None:
         await self.channel.close()
 
-    async def _unary(self, method: Callable[..., Any], request: Any) -> Any:
-        try:
-            return await method(request, metadata=self._metadata, timeout=self.call_deadline_s)
-        except grpc.aio.AioRpcError as exc:
-            raise _map_rpc_error(exc, self.where, self.call_deadline_s) from None
-        except grpc.aio.UsageError as exc:
-            raise DispatcherError(f"the connection to the ToolService at {self.where} is closed ({exc})") from None
-
     async def healthy(self, timeout: float = 1.0) -> bool:
+        """Whether the service answers its health check within `timeout` seconds."""
         try:
-            reply = await self._health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME), metadata=self._metadata, timeout=timeout)
-        except grpc.aio.AioRpcError:
+            reply = await self._health.Check(health_pb2.HealthCheckRequest(service=wire.SERVICE_NAME), metadata=self.metadata, timeout=timeout)
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError):
             return False
         return reply.status == health_pb2.HealthCheckResponse.SERVING
 
@@ -188,25 +112,113 @@ class ToolClient:
             await asyncio.sleep(min(delay, max(end - time.monotonic(), 0)))
             delay = min(delay * 2, 0.1)
 
+
+class ToolClient:
+    """Typed async calls to a ToolService, through whatever connection its home gives it.
+
+    `recover` (the home's) is asked once after a call fails as unreachable or stuck; a client
+    without one (`for_socket`) just raises."""
+
+    def __init__(self, connection: Connection | None = None, *, recover: Recover | None = None, call_deadline_s: float = CALL_DEADLINE_S) -> None:
+        self._connection = connection
+        self._recover = recover
+        self.call_deadline_s = call_deadline_s
+
+    @classmethod
+    def for_socket(cls, socket_path: str, *, token: str | None = None) -> "ToolClient":
+        """A client of its own connection to the service on `socket_path`, with no home to recover."""
+        return cls(Connection(socket_path, token=token))
+
+    @property
+    def connection(self) -> Connection | None:
+        return self._connection
+
+    def use(self, connection: Connection | None) -> None:
+        """Talk through `connection` from now on (a home does this when it starts or is replaced)."""
+        self._connection = connection
+
+    @property
+    def where(self) -> str:
+        return self._connection.where if self._connection is not None else "(not running)"
+
+    @property
+    def token(self) -> str | None:
+        return self._connection.token if self._connection is not None else None
+
+    async def close(self) -> None:
+        """Close the current connection (a home closes its own connections itself)."""
+        if self._connection is not None:
+            await self._connection.close()
+
+    async def healthy(self, timeout: float = 1.0) -> bool:
+        return self._connection is not None and await self._connection.healthy(timeout)
+
+    async def wait_ready(self, deadline_s: float) -> None:
+        if self._connection is None:
+            raise DispatcherError("the ToolService is not running")
+        await self._connection.wait_ready(deadline_s)
+
+    def _current(self) -> Connection:
+        if self._connection is None:
+            raise DispatcherError("the ToolService is not running (it was stopped, or starting it failed)")
+        return self._connection
+
+    async def _after_failure(self, exc: OspreyError, used: Connection | None) -> None:
+        """Ask the home to recover (once, for this failure) and note on `exc` what it did."""
+        if self._recover is None:
+            return
+        try:
+            note = await self._recover()
+        except Exception as failure:  # noqa: BLE001 - told to the model with the call's own error
+            exc.recovery = f"starting a new ToolService failed too: {failure}"
+            return
+        if note is None and self._connection is not used and self._connection is not None:
+            note = REPLACED_MEANWHILE  # another failed call's recovery replaced it first
+        if note:
+            exc.recovery = note
+
+    async def _unary(self, method: str, request: Any, deadline_s: float | None = None) -> Any:
+        used = self._connection
+        deadline_s = deadline_s or self.call_deadline_s
+        try:
+            connection = self._current()
+            try:
+                return await getattr(connection.stub, method)(request, metadata=connection.metadata, timeout=deadline_s)
+            except grpc.aio.AioRpcError as exc:
+                raise _map_rpc_error(exc, connection.where, deadline_s) from None
+            except grpc.aio.UsageError as exc:
+                raise DispatcherError(f"the connection to the ToolService at {connection.where} is closed ({exc})") from None
+        except (DispatcherError, ToolTimeout) as exc:
+            await self._after_failure(exc, used)
+            raise
+
     async def read_file(self, path: str, offset: int = 0, limit: int = 0) -> ReadFileResult:
-        r = await self._unary(self._stub.ReadFile, pb.ReadFileRequest(path=path, offset=offset, limit=limit))
-        return ReadFileResult(content=r.content, start_line=r.start_line, end_line=r.end_line, total_lines=r.total_lines, more=r.more, long_lines_cut=r.long_lines_cut, resolved_path=r.resolved_path)
+        r = await self._unary("ReadFile", pb.ReadFileRequest(path=path, offset=offset, limit=limit))
+        return ReadFileResult.from_wire(r)
 
     async def write_file(self, path: str, content: str) -> WriteFileResult:
-        r = await self._unary(self._stub.WriteFile, pb.WriteFileRequest(path=path, content=content))
-        return WriteFileResult(resolved_path=r.resolved_path, bytes_written=r.bytes_written, created=r.created)
+        r = await self._unary("WriteFile", pb.WriteFileRequest(path=path, content=content))
+        return WriteFileResult.from_wire(r)
 
     async def edit_file(self, path: str, old_string: str, new_string: str, replace_all: bool = False) -> EditFileResult:
-        r = await self._unary(self._stub.EditFile, pb.EditFileRequest(path=path, old_string=old_string, new_string=new_string, replace_all=replace_all))
-        return EditFileResult(resolved_path=r.resolved_path, replacements=r.replacements, first_line=r.first_line)
+        r = await self._unary("EditFile", pb.EditFileRequest(path=path, old_string=old_string, new_string=new_string, replace_all=replace_all))
+        return EditFileResult.from_wire(r)
 
     async def bash(self, command: str, *, timeout_ms: int = 0, workdir: str = "", max_output_bytes: int = 0, on_output: Callable[[bytes], None] | None = None) -> BashResult:
         """Run a command; output chunks reach `on_output` as they arrive. Cancelling kills it."""
-        deadline_s = (timeout_ms or BASH_DEFAULT_TIMEOUT_MS) / 1000 + BASH_DEADLINE_GRACE_S
+        used = self._connection
         try:
-            call = self._stub.Bash(pb.BashRequest(command=command, timeout_ms=timeout_ms, workdir=workdir, max_output_bytes=max_output_bytes), metadata=self._metadata, timeout=deadline_s)
+            return await self._bash(self._current(), pb.BashRequest(command=command, timeout_ms=timeout_ms, workdir=workdir, max_output_bytes=max_output_bytes), on_output)
+        except (DispatcherError, ToolTimeout) as exc:
+            await self._after_failure(exc, used)
+            raise
+
+    async def _bash(self, connection: Connection, request: pb.BashRequest, on_output: Callable[[bytes], None] | None) -> BashResult:
+        deadline_s = (request.timeout_ms or wire.BASH_DEFAULT_TIMEOUT_MS) / 1000 + BASH_DEADLINE_GRACE_S
+        try:
+            call = connection.stub.Bash(request, metadata=connection.metadata, timeout=deadline_s)
         except grpc.aio.UsageError as exc:
-            raise DispatcherError(f"the connection to the ToolService at {self.where} is closed ({exc})") from None
+            raise DispatcherError(f"the connection to the ToolService at {connection.where} is closed ({exc})") from None
         head = bytearray()
         finished = False
         try:
@@ -222,34 +234,40 @@ class ToolClient:
                     if e.dropped_bytes:
                         out += dropped_marker(e.dropped_bytes).encode()
                     out += e.tail
-                    return BashResult(
-                        output=out.decode("utf-8", "replace"), exit_code=e.exit_code, signal=e.signal,
-                        timed_out=e.timed_out, dropped_bytes=e.dropped_bytes, duration_ms=e.duration_ms,
-                        killed_background=e.killed_background,
-                    )
+                    return BashResult.from_wire(e, output=out.decode("utf-8", "replace"))
         except grpc.aio.AioRpcError as exc:
             finished = True
-            raise _map_rpc_error(exc, self.where, deadline_s) from None
+            raise _map_rpc_error(exc, connection.where, deadline_s) from None
         except grpc.aio.UsageError as exc:
             finished = True
-            raise DispatcherError(f"the connection to the ToolService at {self.where} is closed ({exc})") from None
+            raise DispatcherError(f"the connection to the ToolService at {connection.where} is closed ({exc})") from None
         finally:
             if not finished:
                 call.cancel()  # cancelling the call kills the command's process group
-        raise DispatcherError(f"the ToolService at {self.where} ended a bash call without an exit status")
+        raise DispatcherError(f"the ToolService at {connection.where} ended a bash call without an exit status")
+
+    async def exec(self, argv: Sequence[str], *, stdin: bytes = b"", workdir: str = "", timeout_ms: int = 0, max_output_bytes: int = 0) -> ExecResult:
+        """Run a program from `argv` with no shell: argv[0] is found on the service's PATH (or is
+        a path), `stdin` is fed to it and closed, stdout and stderr come back apart, each kept
+        within `max_output_bytes` (head and tail). Cancelling the call kills its process group."""
+        if len(stdin) > wire.EXEC_MAX_STDIN_BYTES:
+            raise ToolError("invalid_argument", f"stdin is {len(stdin)} bytes; at most {wire.EXEC_MAX_STDIN_BYTES} can be sent (write larger input to a file and pass its path)")
+        deadline_s = (timeout_ms or wire.EXEC_DEFAULT_TIMEOUT_MS) / 1000 + BASH_DEADLINE_GRACE_S
+        request = pb.ExecRequest(argv=list(argv), stdin=stdin, workdir=workdir, timeout_ms=timeout_ms, max_output_bytes=max_output_bytes)
+        return ExecResult.from_wire(await self._unary("Exec", request, deadline_s))
 
     async def find_files(self, pattern: str, path: str = "", limit: int = 0) -> FindFilesResult:
-        r = await self._unary(self._stub.FindFiles, pb.FindFilesRequest(pattern=pattern, path=path, limit=limit))
-        return FindFilesResult(paths=list(r.paths), truncated=r.truncated, total=r.total)
+        r = await self._unary("FindFiles", pb.FindFilesRequest(pattern=pattern, path=path, limit=limit))
+        return FindFilesResult.from_wire(r)
 
     async def grep(self, pattern: str, path: str = "", glob: str = "", ignore_case: bool = False, max_matches: int = 0) -> GrepResult:
-        r = await self._unary(self._stub.Grep, pb.GrepRequest(pattern=pattern, path=path, glob=glob, ignore_case=ignore_case, max_matches=max_matches))
-        return GrepResult(matches=[GrepMatch(path=m.path, line=m.line, text=m.text) for m in r.matches], truncated=r.truncated, total=r.total, engine=r.engine)
+        r = await self._unary("Grep", pb.GrepRequest(pattern=pattern, path=path, glob=glob, ignore_case=ignore_case, max_matches=max_matches))
+        return GrepResult.from_wire(r)
 
     async def list_directory(self, path: str = "") -> ListDirectoryResult:
-        r = await self._unary(self._stub.ListDirectory, pb.ListDirectoryRequest(path=path))
-        return ListDirectoryResult(resolved_path=r.resolved_path, entries=[DirEntry(name=e.name, kind=_KIND_NAMES.get(e.kind, "other"), size=e.size) for e in r.entries])
+        r = await self._unary("ListDirectory", pb.ListDirectoryRequest(path=path))
+        return ListDirectoryResult.from_wire(r)
 
     async def tree(self, path: str = "", max_depth: int = 0, max_entries: int = 0) -> TreeResult:
-        r = await self._unary(self._stub.Tree, pb.TreeRequest(path=path, max_depth=max_depth, max_entries=max_entries))
-        return TreeResult(rendered=r.rendered, directories=r.directories, files=r.files, truncated=r.truncated)
+        r = await self._unary("Tree", pb.TreeRequest(path=path, max_depth=max_depth, max_entries=max_entries))
+        return TreeResult.from_wire(r)
