@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import docker
 import pytest
-from homes import require_docker
+
+from helpers import require_docker
 
 from osprey import lane_image
 from osprey.lane_image import BASE_TAG, docker_client, ensure_image, image_tag, recipe_hash
@@ -18,17 +19,30 @@ def test_the_recipe_hash_follows_every_input(monkeypatch: pytest.MonkeyPatch) ->
     assert recipe_hash("sha256:aaa") != first  # the wheels
 
 
+def _fake_sidecar(parent, files: dict[str, str]):  # type: ignore[no-untyped-def]
+    root = parent / "osprey_sidecar"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
 def test_the_recipe_hash_follows_the_sidecar_code(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    fake = tmp_path / "osprey_sidecar"
-    fake.mkdir()
-    (fake / "server.py").write_text("A = 1\n")
-    monkeypatch.setattr(lane_image, "sidecar_dir", lambda: fake)
-    before = recipe_hash("sha256:aaa")
-    (fake / "server.py").write_text("A = 2\n")
-    assert recipe_hash("sha256:aaa") != before
-    (fake / "__pycache__").mkdir()
-    (fake / "__pycache__" / "server.cpython-311.pyc").write_bytes(b"junk")
-    assert recipe_hash("sha256:aaa") == recipe_hash("sha256:aaa")
+    code = {"server.py": "A = 1\n", "wire.py": "B = 2\n", "_proto/tools_pb2.py": "C = 3\n"}
+    original = _fake_sidecar(tmp_path / "one", code)
+    twin = _fake_sidecar(tmp_path / "two", code)  # the same code in another place
+    changed = _fake_sidecar(tmp_path / "three", {**code, "_proto/tools_pb2.py": "C = 4\n"})
+    hashes = {}
+    for name, root in (("original", original), ("twin", twin), ("changed", changed)):
+        monkeypatch.setattr(lane_image, "sidecar_dir", lambda root=root: root)
+        hashes[name] = recipe_hash("sha256:aaa")
+    assert hashes["twin"] == hashes["original"], "where the sidecar lives must not matter, only what it holds"
+    assert hashes["changed"] != hashes["original"], "one changed file must give a new image"
+    # Bytecode caches are not part of the image's recipe.
+    monkeypatch.setattr(lane_image, "sidecar_dir", lambda: original)
+    (original / "__pycache__").mkdir()
+    (original / "__pycache__" / "server.cpython-311.pyc").write_bytes(b"junk")
+    assert recipe_hash("sha256:aaa") == hashes["original"]
 
 
 def test_a_lane_builds_on_a_configured_base_image(tmp_path) -> None:  # type: ignore[no-untyped-def]
