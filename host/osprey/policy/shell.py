@@ -36,6 +36,12 @@ _LANGUAGE = Language(tree_sitter_bash.language())
 _EXPANSIONS = frozenset({"simple_expansion", "expansion", "command_substitution", "process_substitution", "arithmetic_expansion"})
 _REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
 _GLOB_SPECIAL = frozenset("\\{},*?[]")
+# Where an assignment is part of something else, not a statement of its own.
+_NOT_STATEMENTS = frozenset({
+    "command", "declaration_command", "variable_assignments", "c_style_for_statement", "arithmetic_expansion",
+    "binary_expression", "unary_expression", "postfix_expression", "parenthesized_expression", "ternary_expression",
+    "test_command", "compound_statement_arithmetic",
+})
 _CONTINUATION = re.compile(r"(?<!\\)((?:\\\\)*)\\\n")
 
 
@@ -147,7 +153,7 @@ def _walk(root: Node) -> Iterator[Command]:
         elif kind in ("declaration_command", "unset_command"):
             words = [children[0]] + [c for c in children[1:] if c.is_named and c.type != "comment"]
             yield Command("command", node, words=words, assigns=[c for c in children if c.type == "variable_assignment"], pipes=pipes)
-        elif kind == "variable_assignment" and node.parent is not None and node.parent.type not in ("command", "declaration_command", "variable_assignments"):
+        elif kind == "variable_assignment" and node.parent is not None and node.parent.type not in _NOT_STATEMENTS:
             yield Command("assign", node, prefix=[node], assigns=[node], pipes=pipes)
         elif kind == "variable_assignments":
             assigns = [c for c in children if c.type == "variable_assignment"]
@@ -550,7 +556,7 @@ class Expander:
             return _values(self._parameter(node, shell, depth), split)
         if kind == "command_substitution":
             return _values(self._substitution(node, shell, depth), split)
-        if kind == "number":
+        if kind in ("number", "brace_expression"):
             return [[self.text(node)]]
         if kind in ("process_substitution", "arithmetic_expansion"):
             return [[UNKNOWN]]
