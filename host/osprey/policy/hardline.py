@@ -865,7 +865,9 @@ class _Level:
             targets = [w for w in words[1:] if not w.startswith("-")]
         elif name in ("cp", "mv", "install", "ddrescue", "pv") and len(words) > 2:
             targets = [words[-1]]
-        elif MKFS.fullmatch(name) or name in ("wipefs", "blkdiscard", "sgdisk"):
+        elif MKFS.fullmatch(name) or name in ("wipefs", "blkdiscard") or (
+            name == "sgdisk" and any(w in ("-Z", "--zap-all", "-z", "--zap", "-o", "--clear") for w in words[1:])
+        ):
             formats = True
             targets = [w for w in words[1:] if not w.startswith("-")]
         elif name == "shred" or (name == "badblocks" and any(w.startswith("-") and "w" in w for w in words[1:])):
@@ -1047,13 +1049,13 @@ def _power(name: str, args: list[str]) -> str | None:
     if name in ("shutdown", "reboot", "poweroff", "halt"):
         if any(a in ("-c", "--help", "-k", "--version") for a in args):
             return None
-        return f"{name} would stop or restart the machine"
+        return f"{name} would stop or restart the machine, ending this session and everything else running on it"
     if name in ("systemctl", "loginctl"):
         if operands and operands[0] in ("poweroff", "reboot", "halt", "kexec", "soft-reboot"):
-            return f"{name} {operands[0]} would stop or restart the machine"
+            return f"{name} {operands[0]} would stop or restart the machine, ending this session and everything else running on it"
         return None
     if operands and operands[0] in ("0", "6"):
-        return f"{name} {operands[0]} would stop or restart the machine"
+        return f"{name} {operands[0]} would stop or restart the machine, ending this session and everything else running on it"
     return None
 
 
