@@ -151,6 +151,9 @@ PATHOLOGICAL = {
     "10k xargs inputs": "echo " + "/x " * 5000 + "| xargs rm -rf",
     "long heredoc into sh": "cat <<EOF | sh\n" + "echo hi\n" * 5000 + "EOF",
     "regex-hostile code": "python3 -c '" + "rmtree(" * 3000 + "'",
+    "many exec calls in code": "python3 -c '" + "system(" * 9000 + "'",
+    "many backticks in code": "perl -e '" + "`" * 60000 + "'",
+    "many substitutions in a string": 'echo "' + "`a" * 30000 + '"',
 }
 
 

@@ -328,7 +328,7 @@ def unwrap(argv: list[Arg]) -> _Unwrapped:
         elif name in ("strace", "ltrace"):
             _, rest = _getopt(args, 1, "oepsuEaIOSXPA", frozenset({"--output", "--expr", "--attach", "--string-limit", "--user"}))
         elif name in ("fakeroot", "valgrind"):
-            _, rest = _getopt(args, 1, "ls" if name == "fakeroot" else "", frozenset({"--lib", "--faked", "-s", "-i"}))
+            _, rest = _getopt(args, 1, "lsi" if name == "fakeroot" else "", frozenset({"--lib", "--faked"}))
         if rest is None:
             return out
         out.argv = args[rest:]
@@ -571,6 +571,11 @@ class _Level:
                     return refuse("download-exec", f"{name} would run downloaded text as shell code; download to a file, read it, then run it")
                 if target in STDIN_PATHS and run is not None:
                     return self._stdin(run, shell, shown, "shell")
+        elif name == "trap":
+            # trap ACTION SIGNAL...: the action is shell code run later, on the signal or at exit
+            action = words[2] if len(words) > 2 and words[1] == "--" else words[1] if len(words) > 1 else ""
+            if action and not action.startswith("-"):
+                return self.analysis.nested(action, shell, self.depth + 1, self.functions)
         elif name in ("su", "runuser", "flock", "watch", "script", "sg"):
             return self._string_runner(name, inner, shell, shown, hops)
         device = self._device(name, words, shell)
@@ -739,7 +744,9 @@ class _Level:
         shell strings it hands to system() and friends."""
         code = code[:MAX_CODE]
         self.budget.spend(1 + len(code) // 1024)
-        for m in _DELETE_CALL.finditer(code):
+        for count, m in enumerate(_DELETE_CALL.finditer(code)):
+            if count >= 256:
+                break
             target = _code_path(code[m.end(): m.end() + 300])
             what = danger(target, shell.cwd) if target is not None else None
             if what:
@@ -902,7 +909,9 @@ class _Level:
         if body is None:
             return None
         name = run.cmd.variable
-        calls = [r for r in self.runs if r.cmd.kind == "command" and r.cmd.within(body) and r.cmd.words and self.parsed.text(r.cmd.words[0]) == name]
+        inside = self.runs[bisect.bisect_left(self.starts, body.start_byte):bisect.bisect_right(self.starts, body.end_byte)]
+        self.budget.spend(1 + len(inside) // 16)
+        calls = [r for r in inside if r.cmd.kind == "command" and r.cmd.within(body) and r.cmd.words and self.parsed.text(r.cmd.words[0]) == name]
         if not calls:
             return None
         piped = any(len(r.cmd.pipes) > len(run.cmd.pipes) for r in calls)
@@ -1110,7 +1119,8 @@ _HOME_EXPRESSION = re.compile(
     r"|process\.env\[(['\"])HOME\9\]|\$HOME|~/?"
 )
 _PATH_WRAPPER = re.compile(r"(?:[\w.]*\.)?(?:Path|PurePath|abspath|realpath|resolve|normpath|expand_path|new)\((.*)\)", re.DOTALL)
-_EXEC_CALL = re.compile(r"\b(?:system|popen|popen2|popen3|spawnSync|spawn|execSync|execFileSync|exec|execFile|check_output|check_call|call|run|Popen|getoutput|getstatusoutput|capture2|capture3|qx|sh)\s*[(\[{]|%x[({\[]|`")
+_EXEC_CALL = re.compile(r"\b(?:system|popen|popen2|popen3|spawnSync|spawn|execSync|execFileSync|exec|execFile|check_output|check_call|call|run|Popen|getoutput|getstatusoutput|capture2|capture3|qx|sh)\s*[(\[{]|%x[({\[]")
+_BACKTICKS = re.compile(r"`([^`]{1,4096})`")
 
 
 def _code_path(after: str) -> str | None:
@@ -1167,14 +1177,11 @@ def _code_shell_strings(code: str, backticks: bool) -> list[str]:
     """Shell command lines inline code runs: the string literals given to system(), popen(),
     subprocess, child_process, backticks and qx(), each alone and joined as an argv."""
     found: list[str] = []
-    for m in _EXEC_CALL.finditer(code):
-        if len(found) > 64:
+    if backticks:
+        found.extend(m.group(1) for _, m in zip(range(64), _BACKTICKS.finditer(code)))
+    for count, m in enumerate(_EXEC_CALL.finditer(code)):
+        if count >= 128 or len(found) > 128:
             break
-        if m.group(0) == "`":
-            end = code.find("`", m.end())
-            if backticks and end > 0:
-                found.append(code[m.end():end][:4096])
-            continue
         segment = _balanced(code, m.end() - 1)
         literals = [_unquote(next(g for g in q.groups() if g is not None)) for q in _QUOTED.finditer(segment)][:32]
         found.extend(literals)

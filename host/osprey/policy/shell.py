@@ -87,12 +87,6 @@ class Command:
     values: list[Node] = field(default_factory=list)
     body: Node | None = None
 
-    def feeds(self, other: Command) -> bool:
-        """Whether this command sits in an earlier stage of a pipeline `other` is in (its output may
-        reach `other`'s standard input)."""
-        stages = dict(other.pipes)
-        return any(pid in stages and stage < stages[pid] for pid, stage in self.pipes)
-
     def within(self, node: Node) -> bool:
         return node.start_byte <= self.node.start_byte and self.node.end_byte <= node.end_byte
 
