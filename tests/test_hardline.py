@@ -111,6 +111,15 @@ def test_empty_and_trivial_lines_run(line: str) -> None:
     assert check(line) is None
 
 
+def test_private_use_characters_in_the_line_are_plain_text() -> None:
+    """The analysis marks home and unknown text with U+E001 and U+E000; the line's own copies of
+    those characters, literal or from escapes, are plain text."""
+    for line in ["rm -rf '\ue001'", "rm -rf $'\\ue001'", "rm -rf \"$(printf '\\ue001')\"", "echo x > /dev/'\ue000'"]:
+        assert check(line) is None, line
+    assert check("rm -rf /'\ue000'") is None  # a top-level entry with that exact name
+    assert check("rm -rf /$X") is not None  # an unknown one may be /usr
+
+
 def test_unparseable_lines_pass_unless_they_look_dangerous() -> None:
     assert check('echo "unterminated') is None
     assert check("if true; then ls") is None

@@ -73,6 +73,9 @@ def check(command: str) -> Refusal | None:
 
 def analyse(command: str) -> Refusal | None:
     """The parsed verdict; raises ShellParseError when the line cannot be analysed within the bounds."""
+    # The analysis marks home and unknown text with two private-use characters; the line's own
+    # copies of them must not pass for either.
+    command = command.replace(HOME, "\ufffd").replace(UNKNOWN, "\ufffd")
     return _Analysis(Budget()).run(command, Shell(), 0, {})
 
 
@@ -932,7 +935,8 @@ class _Level:
 
 def _base64(text: str) -> str | None:
     try:
-        return base64.b64decode("".join(text.split()), validate=True).decode("utf-8")
+        decoded = base64.b64decode("".join(text.split()), validate=True).decode("utf-8")
+        return decoded.replace(HOME, "\ufffd").replace(UNKNOWN, "\ufffd")
     except (ValueError, UnicodeDecodeError):
         return None
 

@@ -344,7 +344,9 @@ def ansi_c(body: str) -> str:
         if ctrl:
             return chr(ord(ctrl) & 0x1F)
         number = int(hx, 16) if hx else int(u4 or u8, 16) if (u4 or u8) else int(octal, 8)
-        return chr(number) if number < 0x110000 and not 0xD800 <= number < 0xE000 else "\ufffd"
+        if number >= 0x110000 or 0xD800 <= number < 0xE000 or chr(number) in (HOME, UNKNOWN):
+            return "\ufffd"  # not a character, or one of the floor's markers
+        return chr(number)
 
     return _ANSI.sub(one, body)
 
