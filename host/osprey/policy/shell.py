@@ -4,7 +4,7 @@ Two views of one parse:
 
 - `simple_commands`: every simple command as literal argv words after quote removal, the view saved
   approval rules are matched against;
-- `commands` plus `Expander`: the same commands with their syntax nodes, pipeline positions and
+- `parse` plus `Expander`: the same commands with their syntax nodes, pipeline positions and
   redirections, and words expanded the way the hardline floor needs them (variables assigned earlier
   in the line, `~` and `$HOME`, brace expansion, `$(echo ...)`), with unknowable parts marked.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
@@ -76,7 +77,7 @@ class Command:
     in `node`).
     """
 
-    kind: str
+    kind: Literal["command", "assign", "for", "function", "redirect"]
     node: Node
     words: list[Node] = field(default_factory=list)  # argv: name first
     prefix: list[Node] = field(default_factory=list)  # `A=1 cmd` assignments, shown before argv
@@ -108,7 +109,8 @@ def parse(command: str) -> Parsed:
     if len(command) > MAX_COMMAND_BYTES:
         raise ShellParseError(f"the command line is longer than {MAX_COMMAND_BYTES // 1024} KiB")
     # bash removes backslash-newline before it splits words (`r\<newline>m` is `rm`); the grammar
-    # treats it as a space, so it is removed first.
+    # treats it as a space, so it is removed first (inside single quotes too, where bash keeps it:
+    # that only changes the text of a quoted word).
     source = _CONTINUATION.sub(r"\1", command).encode("utf-8", "surrogatepass")
     if len(source) > MAX_COMMAND_BYTES:
         raise ShellParseError(f"the command line is longer than {MAX_COMMAND_BYTES // 1024} KiB")
@@ -450,10 +452,9 @@ class Shell:
     def copy(self) -> Shell:
         return Shell({k: list(v) for k, v in self.variables.items()}, list(self.positional) if self.positional is not None else None, self.cwd)
 
-    def assign(self, name: str, values: list[str], *, replace: bool = False) -> None:
-        """Record that `name` may hold `values` (added to what it may already hold, unless replace)."""
-        old = [] if replace else self.variables.get(name, [])
-        merged = list(dict.fromkeys(old + values))
+    def assign(self, name: str, values: list[str]) -> None:
+        """Record that `name` may hold `values`, besides what it may already hold."""
+        merged = list(dict.fromkeys(self.variables.get(name, []) + values))
         if len(merged) > MAX_ALTERNATIVES:
             raise ShellParseError(f"variable {name} may hold more than {MAX_ALTERNATIVES} values")
         self.variables[name] = merged
@@ -615,7 +616,8 @@ class Expander:
             default: list[str] = []
             for alt in (self._expand(rest[0], shell, False, True, depth + 1) if rest else [[""]]):
                 default.append(unescape(" ".join(alt)))
-            return default + ([] if operator in (":+", "+") else values) + ([""] if operator in (":+", "+") else [])
+            alternates = [""] if operator in (":+", "+") else values
+            return list(dict.fromkeys(default + alternates))
         if operator in ("%", "%%", "#", "##", ":?", "?", ""):
             return values  # suffix/prefix removal is not applied: the unreduced value is kept
         return [UNKNOWN]
@@ -699,11 +701,11 @@ def _values(values: list[str], split: bool) -> _Alts:
 def _concat(left: _Alts, right: _Alts) -> _Alts:
     if len(left) * len(right) > MAX_ALTERNATIVES:
         raise ShellParseError(f"a word may stand for more than {MAX_ALTERNATIVES} values")
-    out: _Alts = []
+    out: dict[tuple[str, ...], list[str]] = {}
     for a in left:
         for b in right:
             joined = a[:-1] + [a[-1] + b[0]] + b[1:]
             if len(joined[-1]) > MAX_FIELD or len(joined) > MAX_ALTERNATIVES * 4:
                 raise ShellParseError(f"a word expands to more than {MAX_FIELD} characters")
-            out.append(joined)
-    return out
+            out.setdefault(tuple(joined), joined)
+    return list(out.values())
