@@ -188,7 +188,7 @@ def _describe(comps: list[str]) -> str | None:
         return None
     if len(comps) == 2 and top in HOME_PARENTS:
         return f"the home directory /{top}/{_show(comps[1])}"
-    if len(comps) == 2 and top == "usr":
+    if len(comps) == 2 and top == "usr" and comps[1] not in ("local", "src"):
         return f"/usr/{_show(comps[1])}"
     return None
 
