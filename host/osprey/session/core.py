@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import httpx
 
     from .loop import AgentLoop
+    from ..dispatch import ToolServiceHome
     from ..providers.base import Provider, TextSink
     from ..tools.base import ToolRegistry
 
@@ -99,7 +100,7 @@ class Session:
         self.interceptors = list(interceptors)
         self.allow_rules = parse_allow_rules(options.allow)
         self._stack = AsyncExitStack()
-        self.home: Any = None
+        self.home: "ToolServiceHome | None" = None
         self.processes: Any = None  # the process tool's ProcessManager in plain host runs
         self.registry: "ToolRegistry | None" = None
         self.policy: ApprovalPolicy | None = None
@@ -152,7 +153,7 @@ class Session:
         if settings.approval_policy == "never" and not settings.sandbox.enabled:
             self.warn("tool calls run on the host without approval (--yolo without --sandbox); only isolation outside Osprey and the hardline floor protect this machine")
         host_env = settings_tool_environment(settings)
-        self.home = await self._stack.enter_async_context(open_tool_service(
+        self.home = home = await self._stack.enter_async_context(open_tool_service(
             [str(settings.cwd)], sandbox=settings.sandbox, session_id=self.session_id,
             progress=self.progress, home=settings.home, env=host_env,
         ))
@@ -160,14 +161,14 @@ class Session:
         if self.tool_service_kind == "local":
             from ..tools.process import ProcessManager
 
-            processes = ProcessManager(list(self.home.roots), env=host_env)
+            processes = ProcessManager(list(home.roots), env=host_env)
             self._stack.push_async_callback(processes.close)
         self.processes = processes
         self.registry = ToolRegistry(max_result_chars=settings.tool_results.max_chars)
         for tool in base_tools(host_processes=processes is not None):
             self.registry.add(tool)
         context = ToolContext(
-            client=self.home.client, cwd=str(settings.cwd), roots=list(self.home.roots),
+            client=home.client, cwd=str(settings.cwd), roots=list(home.roots),
             bash_max_output_bytes=settings.tool_results.bash_max_output_bytes, processes=processes,
         )
         workspace = str(settings.workspace_root)
@@ -207,8 +208,7 @@ class Session:
     @property
     def tool_service_kind(self) -> str:
         """`local` or `lane` (an attached lane is a lane to the model and to events)."""
-        kind = getattr(self.home, "kind", None) or getattr(self.home, "home", "local")
-        return "local" if kind == "local" else "lane"
+        return "local" if self.home is None or self.home.kind == "local" else "lane"
 
     def tool_names(self) -> list[str]:
         return self.registry.names() if self.registry is not None else []
