@@ -230,3 +230,20 @@ def test_the_sidecar_refuses_oversized_stdin_itself(workspace: Path) -> None:
     with pytest.raises(ToolFailure) as info:
         ExecRun(Roots([str(workspace)]), ["cat"], stdin=b"x" * (wire.EXEC_MAX_STDIN_BYTES + 1))
     assert info.value.category == "invalid_argument"
+
+
+def test_a_budget_keeps_head_and_tail_across_chunks() -> None:
+    from osprey_sidecar.shell import Budget
+
+    data = bytes(range(256)) * 10
+    kept, streamed = Budget(101), Budget(101, keep_head=False)
+    shown = []
+    for start in range(0, len(data), 37):
+        kept.feed(data[start:start + 37])
+        shown.append(streamed.feed(data[start:start + 37]))
+    assert bytes(kept.head) == data[:50] and bytes(kept.tail) == data[-51:]
+    assert kept.dropped == len(data) - 101
+    assert b"".join(shown) == data[:50] and streamed.head == b"" and streamed.dropped == kept.dropped
+    small = Budget(1000)
+    small.feed(b"abc")
+    assert (bytes(small.head), bytes(small.tail), small.dropped) == (b"abc", b"", 0)

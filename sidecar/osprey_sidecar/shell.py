@@ -42,23 +42,29 @@ COMMAND_ENV = {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
 
 
 class Budget:
-    """The kept part of one output stream: its first half from the head, its last from the tail."""
+    """The kept part of one output stream: its first half from the head, its last from the tail.
 
-    def __init__(self, total: int) -> None:
+    The head is held here only with `keep_head` (bash streams its head instead)."""
+
+    def __init__(self, total: int, *, keep_head: bool = True) -> None:
         self.head_budget = total // 2
         self.tail_budget = total - self.head_budget
+        self.keep_head = keep_head
         self.head = bytearray()
+        self.head_size = 0
         self.tail = bytearray()
         self.seen = 0
 
     def feed(self, chunk: bytes) -> bytes:
         """Take the next chunk of the stream; return the part of it that joins the head."""
         self.seen += len(chunk)
-        room = self.head_budget - len(self.head)
+        room = self.head_budget - self.head_size
         shown = b""
         if room > 0:
             shown, chunk = chunk[:room], chunk[room:]
-            self.head += shown
+            self.head_size += len(shown)
+            if self.keep_head:
+                self.head += shown
         if chunk:
             self.tail += chunk
             if len(self.tail) > self.tail_budget:
@@ -67,7 +73,7 @@ class Budget:
 
     @property
     def dropped(self) -> int:
-        return self.seen - len(self.head) - len(self.tail)
+        return self.seen - self.head_size - len(self.tail)
 
     def captured(self) -> pb.CapturedOutput:
         return pb.CapturedOutput(head=bytes(self.head), tail=bytes(self.tail), dropped_bytes=self.dropped)
@@ -241,7 +247,7 @@ class BashRun(_GroupRun):
         proc = self._spawn(["bash", "-c", self.command], executable=None, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         if proc is None:
             return
-        budget = Budget(self.max_output)
+        budget = Budget(self.max_output, keep_head=False)
         for _, shown in self._pump(proc, [budget]):
             yield pb.BashEvent(output=pb.BashOutput(data=shown))
         yield pb.BashEvent(exit=pb.BashExit(tail=bytes(budget.tail), dropped_bytes=budget.dropped, **self._status))
