@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-
 from homes import HOMES
 
 from osprey.testing.model_server import ModelServer

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -156,7 +156,7 @@ def test_odd_text_round_trips_through_the_file(store: ApprovalStore, home: Path,
 
 def test_render_writes_naive_and_fractional_datetimes_faithfully() -> None:
     entries = [
-        SavedRule(id="r-1", rule="tree", created=datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)),
+        SavedRule(id="r-1", rule="tree", created=datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)),
         SavedRule(id="r-2", rule="tree", created=datetime(2026, 1, 2, 3, 4, 5)),
     ]
     data = tomli.loads(render(entries))
@@ -291,7 +291,7 @@ def test_an_unreadable_file_loads_empty_with_a_warning(store: ApprovalStore, hom
 
 def test_a_file_that_would_pass_the_limit_is_not_written(store: ApprovalStore, home: Path) -> None:
     home.mkdir()
-    created = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    created = datetime(2026, 1, 1, tzinfo=UTC)
     entries = [SavedRule(id=f"r-{i:06x}", rule="bash(echo " + f"{i:0100d}" + ")", created=created) for i in range(2)]
     one = len(render(entries)) - len(render(entries[:1]))
     fits = (MAX_BYTES - len(render([]))) // one
@@ -392,7 +392,7 @@ for i in range(100000):
 
 def test_a_writer_killed_mid_rewrite_leaves_the_old_or_the_new_file(home: Path) -> None:
     home.mkdir()
-    created = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    created = datetime(2026, 1, 1, tzinfo=UTC)
     base = [SavedRule(id=f"r-{i:06x}", rule=f"bash(echo base-{i} " + "p" * 60 + ")", created=created) for i in range(1500)]
     _file(home).write_text(render(base))  # ~150 KB: each rewrite takes a while
     rng = random.Random(7)

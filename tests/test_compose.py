@@ -9,7 +9,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from helpers import REPO, require_docker
 
 

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import CALL_BOUND_S, fails, process_state, read_pid, wait_gone, write
 
 from osprey.toolclient import ToolClient, dropped_marker

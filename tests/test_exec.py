@@ -13,12 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import CALL_BOUND_S, fails, process_state, read_pid, wait_for_file, wait_gone, write
-from osprey_sidecar import wire
 
 from osprey.errors import ToolError
 from osprey.toolclient import ToolClient, dropped_marker
+from osprey_sidecar import wire
 
 
 async def run(tools: ToolClient, argv: list[str], **kw: object):  # type: ignore[no-untyped-def]

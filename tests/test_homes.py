@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-
 from helpers import dispatcher_pids, require_docker
 
 from osprey.config import SandboxSettings

@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from helpers import require_docker
 
 from osprey.config import SandboxSettings

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import docker
 import pytest
-
 from helpers import require_docker
 
 from osprey import lane_image

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from helpers import require_docker
 
 from osprey.config import SandboxSettings

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from helpers import require_docker
 
 from osprey.testing.model_server import ModelServer, Reply

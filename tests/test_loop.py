@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from session_harness import Harness, calls, check_stream, empty, hang, text
 
 from osprey.config import RetrySettings
 from osprey.errors import ProviderError
+from osprey.messages import AssistantMessage, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
 from osprey.session.events import AssistantText, Notice, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent
 from osprey.session.loop import EMPTY_CORRECTION
-from osprey.messages import AssistantMessage, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
-
-from session_harness import Harness, calls, check_stream, empty, hang, text
 
 
 @pytest.fixture

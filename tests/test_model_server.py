@@ -370,7 +370,7 @@ def test_hold_anthropic_after_several_events() -> None:
         with pytest.raises(queue.Empty):
             lines.get(timeout=0.2)
         server.release()
-        text = "\n\n".join("\n".join(pair) for pair in zip(*[iter(got + _drain(lines))] * 2))
+        text = "\n\n".join("\n".join(pair) for pair in zip(*[iter(got + _drain(lines))] * 2, strict=False))
         assert assemble_anthropic(anthropic_events(text))["blocks"][0]["input"] == {"d": 1}
 
 

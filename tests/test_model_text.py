@@ -9,12 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
-
-from osprey.session.events import AssistantText, ToolCallEvent
-from osprey.render import JsonlWriter, TerminalRenderer
-from osprey.testing.model_server import ModelServer, Reply
-
 from test_e2e_agent import agent, check_stream
+
+from osprey.render import JsonlWriter, TerminalRenderer
+from osprey.session.events import AssistantText, ToolCallEvent
+from osprey.testing.model_server import ModelServer, Reply
 
 pytestmark = pytest.mark.e2e
 
@@ -78,7 +77,7 @@ def test_the_terminal_never_receives_control_sequences_from_a_model_or_a_file() 
     out = io.StringIO()
     renderer = TerminalRenderer(out, out, color=False)
     clipboard = "\x1b]52;c;ZWNobyBwd25lZA==\x07"
-    renderer(AssistantText(turn=1, text=f"hello\x1b[2J\rworld"))
+    renderer(AssistantText(turn=1, text="hello\x1b[2J\rworld"))
     renderer.text(f"hi{clipboard}")
     renderer(ToolCallEvent(turn=1, id="c", name="bash\x1b[31m", arguments={"command": "cat x"}))
     from osprey.session.events import ToolResultEvent

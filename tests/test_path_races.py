@@ -126,7 +126,7 @@ def _listing(top: Path) -> list[str]:
 
 
 @pytest.fixture
-async def race(tools: ToolClient, tool_home: str, workspace: Path, tmp_path: Path) -> "Race":
+async def race(tools: ToolClient, tool_home: str, workspace: Path, tmp_path: Path) -> Race:
     outside = Outside(tools, tool_home, tmp_path)
     await outside.create()
     (workspace / "d" / "sub").mkdir(parents=True)
@@ -333,12 +333,12 @@ def test_grep_engines_race(local_race: tuple[Path, Path], engine: str) -> None:
         return any(SECRET in m.text for m in r.matches)
 
     for label, path in (("directory", "d"), ("file", "d/target.txt"), ("from above", "")):
-        race_in_process(workspace, outside, f"grep {engine} ({label})", lambda i: grep(roots, "needle", path, engine=engine), escaped, TRIES // 3)
+        race_in_process(workspace, outside, f"grep {engine} ({label})", lambda i, path=path: grep(roots, "needle", path, engine=engine), escaped, TRIES // 3)
     # The file itself trades places with a symlink to the outside file.
     (workspace / "d" / "link.txt").symlink_to(outside / "target.txt")
     for label, path in (("file swapped, named", "d/target.txt"), ("file swapped, in a directory", "d")):
         race_in_process(
-            workspace, outside, f"grep {engine} ({label})", lambda i: grep(roots, "needle", path, engine=engine), escaped, TRIES // 3,
+            workspace, outside, f"grep {engine} ({label})", lambda i, path=path: grep(roots, "needle", path, engine=engine), escaped, TRIES // 3,
             swap=("d/target.txt", "d/link.txt"),
         )
 

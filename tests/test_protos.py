@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import REPO
 
 GENERATED = ["tools_pb2.py", "tools_pb2.pyi", "tools_pb2_grpc.py"]
@@ -54,9 +53,8 @@ def test_wire_constants_exist_once() -> None:
 
 
 def test_every_result_has_a_host_model_that_matches_its_message() -> None:
-    from osprey_sidecar._proto import tools_pb2 as pb
-
     from osprey import toolwire
+    from osprey_sidecar._proto import tools_pb2 as pb
 
     models = {m.wire_message.DESCRIPTOR.full_name: m for m in vars(toolwire).values()
               if isinstance(m, type) and issubclass(m, toolwire.WireModel) and m.wire_message is not None}
@@ -70,10 +68,10 @@ def test_every_result_has_a_host_model_that_matches_its_message() -> None:
 
 
 def test_a_host_model_that_drifts_from_its_message_is_refused() -> None:
-    from osprey_sidecar._proto import tools_pb2 as pb
     from pydantic import BaseModel
 
     from osprey.toolwire import WireModel
+    from osprey_sidecar._proto import tools_pb2 as pb
 
     with pytest.raises(TypeError, match="missing fields \\['truncated'\\]; fields not in the message \\['renamed'\\]; files must be int"):
         class Drifted(WireModel):  # noqa: F841 - defining it is the test
@@ -96,9 +94,8 @@ def test_a_host_model_that_drifts_from_its_message_is_refused() -> None:
 
 
 def test_results_are_read_from_messages_field_for_field() -> None:
-    from osprey_sidecar._proto import tools_pb2 as pb
-
     from osprey.toolwire import BashResult, ExecResult, GrepResult, ListDirectoryResult
+    from osprey_sidecar._proto import tools_pb2 as pb
 
     grep = GrepResult.from_wire(pb.GrepResponse(matches=[pb.GrepMatch(path="a.py", line=3, text="x")], truncated=True, total=9, engine="python"))
     assert grep.model_dump() == {"matches": [{"path": "a.py", "line": 3, "text": "x"}], "truncated": True, "total": 9, "engine": "python"}

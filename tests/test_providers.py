@@ -20,12 +20,12 @@ import pytest
 
 from osprey.config import RetrySettings
 from osprey.errors import ConfigError, ProviderError
-from osprey.session.loop import TurnTimeout, run_turn
 from osprey.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
 from osprey.providers.anthropic import AnthropicProvider
 from osprey.providers.base import MAX_EVENT_BYTES, event_stream
 from osprey.providers.openai import OpenAIProvider, _usage
 from osprey.providers.replay import RecordingProvider, ReplayProvider
+from osprey.session.loop import TurnTimeout, run_turn
 from osprey.testing.model_server import ModelServer, Reply, check_anthropic_request, check_openai_request
 from osprey.testing.model_server import ToolCall as ScriptedCall
 from osprey.tools.builtin import sandboxed_tools
@@ -351,7 +351,7 @@ async def test_anthropic_thinking_blocks_go_back_verbatim(http: httpx.AsyncClien
     assert assistant["role"] == "assistant"
     assert assistant["content"][:2] == [thinking, redacted], "thinking blocks must lead the assistant turn, unchanged"
     assert [b["type"] for b in assistant["content"][2:]] == ["text", "tool_use"]
-    for body, headers in zip(server.bodies, server.headers):
+    for body, headers in zip(server.bodies, server.headers, strict=True):
         assert body["thinking"]["budget_tokens"] < body["max_tokens"]
         assert check_anthropic_request(body, headers) == []
 
@@ -462,7 +462,7 @@ async def test_run_turn_retries_with_the_configured_delays_then_succeeds(dialect
     assert model_server.request_count == 4
     assert elapsed >= 0.35 - 0.01  # the three delays were waited
     assert len(notices) == 3
-    for n, (notice, delay) in enumerate(zip(notices, ("0.05", "0.1", "0.2")), 1):
+    for n, (notice, delay) in enumerate(zip(notices, ("0.05", "0.1", "0.2"), strict=True), 1):
         assert f"in {delay} s" in notice and f"retry {n} of 3" in notice
     assert "HTTP 500" in notices[0] and "HTTP 429" in notices[1]
 

@@ -21,16 +21,14 @@ import time
 from pathlib import Path
 
 import pytest
-
-from osprey_sidecar import search
-from osprey_sidecar.errors import ToolFailure
-from osprey_sidecar.paths import Roots
-from osprey_sidecar.search import find_files, grep
-
 from test_search_engines import require_rg, write
 
 from osprey.errors import ToolError
 from osprey.toolclient import ToolClient
+from osprey_sidecar import search
+from osprey_sidecar.errors import ToolFailure
+from osprey_sidecar.paths import Roots
+from osprey_sidecar.search import find_files, grep
 
 BIG_MB = 300
 SMALL_MB = 100  # peak RSS allowed to the probe and to each of its children

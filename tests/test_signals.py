@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
+from test_e2e_agent import OSPREY, RUN_TIMEOUT, Run, alive, check_stream
 
 from osprey.testing.model_server import ModelServer, Reply
-
-from test_e2e_agent import OSPREY, RUN_TIMEOUT, Run, alive, check_stream
 
 pytestmark = pytest.mark.e2e
 

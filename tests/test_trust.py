@@ -6,7 +6,7 @@ import os
 import stat
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -133,7 +133,7 @@ def test_trust_file_is_written_atomically_private_and_keeps_pins(project: Path, 
 
 
 def test_toml_writer_round_trips_odd_keys() -> None:
-    data = {"projects": {'/tmp/a "b"/ç\tx': {"trusted_at": datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc),
+    data = {"projects": {'/tmp/a "b"/ç\tx': {"trusted_at": datetime(2024, 5, 1, 12, 0, tzinfo=UTC),
                                               "files": {".env": "sha256:" + "0" * 64}}},
             "pins": {"n": 1, "f": 0.5, "b": True, "l": ["x", 2], "empty": {}}}
     assert tomli.loads(dumps_toml(data)) == data

@@ -182,7 +182,7 @@ def tool_environment(
     return out
 
 
-def settings_tool_environment(settings: "Settings", environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def settings_tool_environment(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """`tool_environment` for one run: its shell environment policy, its provider key variables dropped."""
     return tool_environment(environ, settings.shell_environment, extra_secret_names=settings.secret_env_names)
 
@@ -511,7 +511,7 @@ def loosening(layer: Mapping[str, Any], below: FileConfig) -> list[Guarded]:
     network off, more excluded variables), is not loosening; a new `set` variable always is."""
     found: list[Guarded] = []
 
-    def check(path: tuple[str, ...], loosens: Callable[[Any], bool], reason: str) -> None:
+    def check(path: tuple[str, ...], loosens: Callable[..., bool], reason: str) -> None:
         value = _get(layer, path)
         if value is not _MISSING and loosens(value):
             found.append(Guarded(path, value, reason))
@@ -721,7 +721,7 @@ def load_settings(
         home=home,
         cwd=cwd,
         workspace_root=sources.root,
-        provider=provider,  # type: ignore[arg-type]
+        provider=provider,
         model=model,
         base_url=base_url.rstrip("/") if base_url else None,
         api_key=api_key,

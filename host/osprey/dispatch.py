@@ -265,7 +265,7 @@ class LaneSupervisor(ToolServiceHome):
 
     kind: HomeKind = "lane"
 
-    def __init__(self, workspace: str, session_id: str, options: "SandboxSettings", progress: Callable[[str], None] = lambda _: None, home: Path | None = None) -> None:
+    def __init__(self, workspace: str, session_id: str, options: SandboxSettings, progress: Callable[[str], None] = lambda _: None, home: Path | None = None) -> None:
         super().__init__([workspace])
         self.workspace = self.roots[0]
         self.session_id = session_id
@@ -330,7 +330,7 @@ class AttachedLane(ToolServiceHome):
 
     kind: HomeKind = "attached"
 
-    def __init__(self, roots: Sequence[str], options: "SandboxSettings") -> None:
+    def __init__(self, roots: Sequence[str], options: SandboxSettings) -> None:
         super().__init__(roots)
         assert options.socket is not None
         self.options = options
@@ -370,7 +370,7 @@ class AttachedLane(ToolServiceHome):
 def make_home(
     roots: Sequence[str],
     *,
-    sandbox: "SandboxSettings | None" = None,
+    sandbox: SandboxSettings | None = None,
     session_id: str = "session",
     progress: Callable[[str], None] = lambda _: None,
     home: Path | None = None,
@@ -392,7 +392,7 @@ def make_home(
 async def open_tool_service(
     roots: Sequence[str],
     *,
-    sandbox: "SandboxSettings | None" = None,
+    sandbox: SandboxSettings | None = None,
     session_id: str = "session",
     progress: Callable[[str], None] = lambda _: None,
     home: Path | None = None,

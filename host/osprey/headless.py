@@ -85,6 +85,10 @@ def run_headless(
         return 1
 
 
+def _progress(line: str) -> None:
+    sys.stderr.write(f"osprey: {line}\n")
+
+
 def _error(message: str) -> None:
     sys.stderr.write(f"osprey: error: {message}\n")
 
@@ -120,7 +124,7 @@ async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | N
     out = JsonlWriter() if jsonl else TerminalRenderer()
     options = SessionOptions(settings=settings, allow=allow, record_file=Path(record_file) if record_file else None)
     try:
-        session = Session(options, emit=out, on_text=out.text, progress=lambda line: sys.stderr.write(f"osprey: {line}\n"), warn=_warn)
+        session = Session(options, emit=out, on_text=out.text, progress=_progress, warn=_warn)
         async with session:
             end = await session.submit(prompt)
         if jsonl and end.error:

@@ -28,8 +28,8 @@ from typing import Any
 
 from .config import SandboxSettings, read_no_follow, size_bytes
 from .errors import SandboxError
-from .owners import boot_id, pid_alive, pid_namespace
 from .lane_image import Progress, _quiet, _short, docker_client, ensure_image
+from .owners import boot_id, pid_alive, pid_namespace
 from .toolclient import Connection
 
 LABEL = "osprey.lane"

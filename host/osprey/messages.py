@@ -17,7 +17,7 @@ class Usage(BaseModel):
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
 
-    def __add__(self, other: "Usage") -> "Usage":
+    def __add__(self, other: Usage) -> Usage:
         return Usage(**{k: getattr(self, k) + getattr(other, k) for k in Usage.model_fields})
 
 

@@ -125,7 +125,7 @@ class ToolClient:
         self.call_deadline_s = call_deadline_s
 
     @classmethod
-    def for_socket(cls, socket_path: str, *, token: str | None = None) -> "ToolClient":
+    def for_socket(cls, socket_path: str, *, token: str | None = None) -> ToolClient:
         """A client of its own connection to the service on `socket_path`, with no home to recover."""
         return cls(Connection(socket_path, token=token))
 

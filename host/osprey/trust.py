@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from datetime import date, datetime, time, timezone
+from datetime import UTC, date, datetime, time
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -146,7 +146,7 @@ def trust_project(home: Path, root: Path, files: Mapping[str, str], now: datetim
         store = _usable(home)
         record = store.data.projects.get(str(root))
         merged = {**(record.files if record else {}), **files}
-        store.data.projects[str(root)] = ProjectTrust(trusted_at=now or datetime.now(timezone.utc), files=merged)
+        store.data.projects[str(root)] = ProjectTrust(trusted_at=now or datetime.now(UTC), files=merged)
         _save(store)
     return store.path
 
@@ -228,7 +228,7 @@ def _toml_value(value: Any) -> str:
         return _toml_string(value)
     if isinstance(value, datetime):
         if value.tzinfo is not None:
-            value = value.astimezone(timezone.utc)
+            value = value.astimezone(UTC)
             return value.replace(tzinfo=None).isoformat() + "Z"
         return value.isoformat()
     if isinstance(value, (date, time)):

@@ -303,7 +303,7 @@ class IgnoreStack:
                     return not rule.negate
         return False
 
-    def pushed(self, base: str, rules: list[Rule]) -> "IgnoreStack":
+    def pushed(self, base: str, rules: list[Rule]) -> IgnoreStack:
         return IgnoreStack(self.layers + [_Layer(base, rules)]) if rules else self
 
 
@@ -401,7 +401,7 @@ class _Frame:
     ident: tuple[int, int]  # st_dev, st_ino
     rel: str
     depth: int  # of its entries
-    stack: "IgnoreStack"
+    stack: IgnoreStack
     entries: list[tuple[str, bool]]  # (name, is_dir), sorted, ignored ones left out
     next: int = 0
 
@@ -462,7 +462,7 @@ def walk(top: str, root: str | None, *, max_depth: int | None = None, files_only
                 os.close(frame.fd)
 
 
-def _enter(fd: int, rel: str, stack: "IgnoreStack", depth: int) -> _Frame | None:
+def _enter(fd: int, rel: str, stack: IgnoreStack, depth: int) -> _Frame | None:
     """A frame for the directory open as `fd` (taken over), its entries listed and filtered."""
     try:
         st = os.fstat(fd)

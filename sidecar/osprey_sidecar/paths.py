@@ -255,7 +255,7 @@ class Opened:
             os.close(self.fd)
             self.fd = -1
 
-    def __enter__(self) -> "Opened":
+    def __enter__(self) -> Opened:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -330,7 +330,7 @@ class Roots:
         return self.locate(path, default_cwd=default_cwd).real
 
     def _attempt(self, path: str, default_cwd: bool, action: Callable[[Located], T]) -> T:
-        for attempt in range(_ATTEMPTS):
+        for _ in range(_ATTEMPTS):
             located = self.locate(path, default_cwd=default_cwd)
             try:
                 return action(located)

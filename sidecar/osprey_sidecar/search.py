@@ -27,8 +27,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import Any
 
 from . import errors as E
 from ._proto import tools_pb2 as pb
@@ -267,7 +268,7 @@ class _Search:
             raise ToolFailure(E.IO_ERROR, f"the search failed: {cut(last[0], ECHO_CHARS)}")
         return out.kept, out.total
 
-    def _files(self) -> Iterator[tuple[int, str]]:
+    def _files(self) -> Generator[tuple[int, str], None, None]:
         """The files to search, in path order, each open (the caller closes it) with its path
         relative to the search's base."""
         if self.file is not None:
@@ -366,7 +367,7 @@ class _Batches:
     """Open files for ripgrep, in runs of growing size; the next run is opened while ripgrep
     searches the current one (`step`, between reads of its output)."""
 
-    def __init__(self, files: Iterator[tuple[int, str]]) -> None:
+    def __init__(self, files: Generator[tuple[int, str], None, None]) -> None:
         self._files = files
         self._size = RG_FIRST_BATCH
         self._next: list[tuple[int, str]] = []
@@ -555,7 +556,8 @@ def _stream(
     pending = memoryview(stdin)
     try:
         with selectors.DefaultSelector() as selector:
-            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            pipes: tuple[Any, ...] = (proc.stdin, proc.stdout, proc.stderr)
+            for pipe in pipes:
                 os.set_blocking(pipe.fileno(), False)
             if pending:
                 selector.register(proc.stdin, selectors.EVENT_WRITE)
@@ -584,7 +586,7 @@ def _stream(
                             selector.unregister(proc.stdin)
                             proc.stdin.close()
                         continue
-                    data = os.read(pipe.fileno(), _PIPE_CHUNK)  # type: ignore[union-attr]
+                    data = os.read(key.fd, _PIPE_CHUNK)
                     if not data:
                         selector.unregister(pipe)
                     elif pipe is proc.stderr:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hmac
 import os
-from concurrent import futures
 from collections.abc import Sequence
+from concurrent import futures
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -32,7 +32,7 @@ class _TokenInterceptor(grpc.ServerInterceptor):
         self._deny_unary = grpc.unary_unary_rpc_method_handler(deny)
         self._deny_stream = grpc.unary_stream_rpc_method_handler(deny)
 
-    def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
+    def intercept_service(self, continuation, handler_call_details):
         for key, value in handler_call_details.invocation_metadata or ():
             if key == TOKEN_KEY and hmac.compare_digest(value.encode(), self._token):
                 return continuation(handler_call_details)

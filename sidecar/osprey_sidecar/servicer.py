@@ -45,7 +45,7 @@ def _mapped(method: F) -> F:
     """Report ToolFailure (and any crash) as a status carrying its category."""
 
     @functools.wraps(method)
-    def wrapper(self: "ToolServicer", request: Any, context: grpc.ServicerContext) -> Any:
+    def wrapper(self: ToolServicer, request: Any, context: grpc.ServicerContext) -> Any:
         self.calls.enter()
         try:
             return method(self, request, context)

@@ -19,7 +19,7 @@ MAX_ROUNDS = 50
 
 def _others() -> list[int]:
     me = os.getpid()
-    pids = []
+    pids: list[int] = []
     try:
         names = os.listdir("/proc")
     except OSError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -78,19 +79,18 @@ def list_(all_: bool, as_json: bool, cwd: str | None) -> None:
         rows = [(r.id, _scope(r, str(workspace)), _show(r.rule), _when(r)) for r in shown]
         widths = [max(len(row[i]) for row in [("ID", "SCOPE", "RULE", "CREATED"), *rows]) for i in range(3)]
         for row in [("ID", "SCOPE", "RULE", "CREATED"), *rows]:
-            click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[3])
+            click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[3])
     hidden = len(rules) - len(shown)
     if hidden:
         click.echo(f"({hidden} more saved for other projects; --all lists them.)")
 
 
 def _when(rule: SavedRule) -> str:
-    from datetime import timezone
 
     created = rule.created
     if created.tzinfo is None:
         return created.isoformat(timespec="seconds")
-    return created.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return created.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _scope(rule: SavedRule, workspace: str) -> str:

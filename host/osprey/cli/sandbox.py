@@ -7,7 +7,7 @@ import sys
 import click
 
 
-def _settings(base_image: str | None = None):  # type: ignore[no-untyped-def]
+def _settings(base_image: str | None = None):
     from ..config import load_settings
 
     flags = {"sandbox": {"base_image": base_image}} if base_image else {}
@@ -80,7 +80,7 @@ def status() -> None:
         click.echo(f"{lane['name']:28} {lane['status']:10} {owner:14} {lane['workspace']}")
 
 
-def _have_base(client, settings) -> bool:  # type: ignore[no-untyped-def]
+def _have_base(client, settings) -> bool:
     from ..lane_image import BASE_TAG, _image_exists
 
     return _image_exists(client, settings.sandbox.base_image or BASE_TAG)

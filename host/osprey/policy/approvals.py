@@ -110,7 +110,7 @@ class ApprovalPolicy(Interceptor):
 
     name = "approvals"
 
-    def __init__(self, policy: str, *, store: "ApprovalStore | None" = None, allow: Sequence["Rule"] = (), workspace: str = "") -> None:
+    def __init__(self, policy: str, *, store: ApprovalStore | None = None, allow: Sequence[Rule] = (), workspace: str = "") -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown approval policy {policy!r}; one of {', '.join(POLICIES)}")
         self.policy = policy
@@ -165,7 +165,7 @@ class ApprovalPolicy(Interceptor):
             return Verdict.allow(self.name, f"allowed by the saved rule {rule}")
         return Verdict.ask(self.name, f"{call.name} needs approval under the policy {self.policy}")
 
-    async def after_call(self, call: PendingCall, outcome: "ToolOutcome") -> None:
+    async def after_call(self, call: PendingCall, outcome: ToolOutcome) -> None:
         # on-failure: a failure arms the latch for the next batch; a success in a batch that ran
         # under the latch (so was approved) clears it.
         if self.policy == "on-failure":
@@ -175,7 +175,7 @@ class ApprovalPolicy(Interceptor):
                 self.failure_latched = False
         return None
 
-    def remember(self, rule: "Rule", scope: Literal["project", "global"]) -> str:
+    def remember(self, rule: Rule, scope: Literal["project", "global"]) -> str:
         """An "allow always" answer: the rule applies for the rest of the session, and is saved."""
         self.allow.append(rule)
         if self.store is None:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from ..session.interception import Interceptor, PendingCall, Verdict
 
 
-def shell_command(name: str, arguments: object) -> str | None:
+def shell_command(name: str, arguments: Mapping[str, Any]) -> str | None:
     """The shell command line a call would run (`bash`, and `process` starts), or None."""
-    if not isinstance(arguments, dict):
-        try:
-            arguments = dict(arguments)  # type: ignore[call-overload]
-        except (TypeError, ValueError):
-            return None
     command = arguments.get("command")
     if not isinstance(command, str):
         return None

@@ -509,7 +509,9 @@ class _Level:
         word = inner[0][0]
         name = _name(word)
         words = [a for a, _ in inner]
-        refuse = lambda rule, reason: Refusal(rule, reason, _show(shown))
+
+        def refuse(rule: str, reason: str) -> Refusal:
+            return Refusal(rule, reason, _show(shown))
 
         if UNKNOWN in name:
             # An unresolved command name (`$CMD -rf /`) is judged as if it were rm.
@@ -725,7 +727,10 @@ class _Level:
                 continue
             script = inner[i]
             break
-        refuse = lambda why: Refusal("download-exec", why, _show(shown))
+
+        def refuse(why: str) -> Refusal:
+            return Refusal("download-exec", why, _show(shown))
+
         for code, node in codes:
             if node is not None and self._downloads_within(node):
                 return refuse(f"{name} would run downloaded code; download to a file, read it, then run it")
@@ -1182,7 +1187,7 @@ def _code_shell_strings(code: str, backticks: bool) -> list[str]:
     subprocess, child_process, backticks and qx(), each alone and joined as an argv."""
     found: list[str] = []
     if backticks:
-        found.extend(m.group(1) for _, m in zip(range(64), _BACKTICKS.finditer(code)))
+        found.extend(m.group(1) for _, m in zip(range(64), _BACKTICKS.finditer(code), strict=False))
     for count, m in enumerate(_EXEC_CALL.finditer(code)):
         if count >= 128 or len(found) > 128:
             break

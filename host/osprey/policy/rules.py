@@ -294,14 +294,14 @@ def match_segments(pattern: list[str], path: list[str]) -> bool:
         else:
             groups[-1].append(seg)
     if len(groups) == 1:
-        return len(path) == len(pattern) and all(match_segment(p, s) for p, s in zip(pattern, path))
+        return len(path) == len(pattern) and all(match_segment(p, s) for p, s in zip(pattern, path, strict=True))
     first, middle, last = groups[0], groups[1:-1], groups[-1]
     if len(first) + len(last) > len(path):
         return False
-    if not all(match_segment(p, s) for p, s in zip(first, path)):
+    if not all(match_segment(p, s) for p, s in zip(first, path[:len(first)], strict=True)):
         return False
     end = len(path) - len(last)
-    if not all(match_segment(p, s) for p, s in zip(last, path[end:])):
+    if not all(match_segment(p, s) for p, s in zip(last, path[end:], strict=True)):
         return False
     at = len(first)
     for group in middle:
@@ -309,7 +309,7 @@ def match_segments(pattern: list[str], path: list[str]) -> bool:
             continue
         found = -1
         for start in range(at, end - len(group) + 1):
-            if all(match_segment(p, s) for p, s in zip(group, path[start:start + len(group)])):
+            if all(match_segment(p, s) for p, s in zip(group, path[start:start + len(group)], strict=True)):
                 found = start
                 break
         if found < 0:
@@ -343,7 +343,7 @@ def match_segment(pattern: str, text: str) -> bool:
 def _chunk_at(chunk: str, text: str, at: int) -> bool:
     if len(text) - at < len(chunk):
         return False
-    return all(c == "?" or c == t for c, t in zip(chunk, text[at:at + len(chunk)]))
+    return all(c == "?" or c == t for c, t in zip(chunk, text[at:at + len(chunk)], strict=True))
 
 
 def _find_chunk(chunk: str, text: str, start: int, end: int) -> int:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -223,7 +223,7 @@ class ApprovalStore:
             new_id = "r-" + secrets.token_hex(3)
             while new_id in taken:
                 new_id = "r-" + secrets.token_hex(3)
-            saved = SavedRule(id=new_id, rule=text, project=project, created=datetime.now(timezone.utc).replace(microsecond=0))
+            saved = SavedRule(id=new_id, rule=text, project=project, created=datetime.now(UTC).replace(microsecond=0))
             return saved, [*entries, saved]
 
         return self._update(change, repair=True)
@@ -299,7 +299,7 @@ class ApprovalStore:
                         os.unlink(entry.path)
 
     def _move_aside(self) -> Path:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         aside = self.path.with_name(f"{self.path.name}.malformed-{stamp}")
         n = 1
         while os.path.lexists(aside):
@@ -389,7 +389,7 @@ def _toml_string(text: str) -> str:
 def _toml_datetime(value: datetime) -> str:
     if value.tzinfo is None:
         return value.isoformat()
-    return value.astimezone(timezone.utc).replace(tzinfo=None).isoformat() + "Z"
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat() + "Z"
 
 
 def render(entries: list[SavedRule]) -> str:

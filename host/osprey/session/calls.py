@@ -7,15 +7,16 @@ order. Results are reported and returned in the model's order whatever finished 
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .events import Event, ToolCallEvent, ToolResultEvent
 from ..messages import Message, ToolCall, ToolResultMessage
 from ..policy.approvals import ApprovalAnswer, ApprovalPolicy, ApprovalRequest, Approver, HeadlessApprover, suggested_rule
 from ..policy.floor import HardlineFloor
 from ..tools.base import ToolContext, ToolRegistry
+from .events import Event, ToolCallEvent, ToolResultEvent
 from .interception import Interceptor, PendingCall, Verdict
 
 CANCELLED_TEXT = "Error (cancelled): the user interrupted this call before it finished."
@@ -51,28 +52,38 @@ class CallPath:
         return [self.floor, *self.interceptors, self.policy]
 
     async def run_batch(self, turn: int, calls: Sequence[ToolCall], into: list[Message]) -> None:
-        """Run one model turn's calls; each result is appended to `into` in the model's order (on
-        cancellation too: calls that did not finish get a cancelled result, then it propagates)."""
+        """Run one model turn's calls; each result is appended to `into` in the model's order. When
+        the batch is cancelled (or a bug raises), calls that finished keep their results, the others
+        get a cancelled result, and the exception propagates: the conversation stays valid."""
         for interceptor in self.chain():
             interceptor.begin_batch(turn)
-        done: set[str] = set()
+        finished: dict[str, CallResult] = {}
+
+        async def one(call: ToolCall) -> None:
+            finished[call.id] = await self._one(turn, call)
+
+        reported = 0
+        announced: set[str] = set()
         try:
             for group in self._groups(calls):
                 for call in group:
                     self.emit(ToolCallEvent(turn=turn, id=call.id, name=call.name, arguments=call.arguments))
+                    announced.add(call.id)
                 if len(group) == 1:
-                    outcomes = [await self._one(turn, group[0])]
+                    await one(group[0])
                 else:
                     async with asyncio.TaskGroup() as tasks:
-                        running = [tasks.create_task(self._one(turn, call)) for call in group]
-                    outcomes = [task.result() for task in running]
-                for call, result in zip(group, outcomes):
-                    into.append(self._report(turn, call, result))
-                    done.add(call.id)
-        except asyncio.CancelledError:
-            for call in calls:
-                if call.id not in done:
-                    into.append(self._report(turn, call, CallResult(False, "cancelled", CANCELLED_TEXT)))
+                        for call in group:
+                            tasks.create_task(one(call))
+                for call in group:
+                    into.append(self._report(turn, call, finished[call.id]))
+                    reported += 1
+        except BaseException:
+            for call in calls[reported:]:
+                if call.id not in announced:
+                    self.emit(ToolCallEvent(turn=turn, id=call.id, name=call.name, arguments=call.arguments))
+                result = finished.get(call.id) or CallResult(False, "cancelled", CANCELLED_TEXT)
+                into.append(self._report(turn, call, result))
             raise
 
     def _read_only(self, call: ToolCall) -> bool:
@@ -129,8 +140,8 @@ class CallPath:
         return CallResult(not outcome.is_error, outcome.category, outcome.text, outcome.truncated_chars)
 
     async def _before(self, call: PendingCall) -> Verdict:
-        original = call.arguments
         verdict = Verdict.allow("default")
+        judged = copy.deepcopy(call.arguments)  # what the floor, first in the chain, will judge
         for interceptor in self.chain():
             said = await interceptor.before_call(call)
             if said is None or said.action == "continue":
@@ -139,8 +150,9 @@ class CallPath:
                 continue
             verdict = said
             break
-        if verdict.action != "deny" and call.arguments != original:
-            # An interceptor replaced the input: the floor judges what will actually run.
+        if verdict.action != "deny" and call.arguments != judged:
+            # The floor judges what will actually run, whatever the interceptors after it did to
+            # the input (replaced it, or changed it in place).
             floor = await self.floor.before_call(call)
             if floor is not None:
                 return floor
@@ -171,4 +183,4 @@ class CallPath:
     def emit_notice(self, message: str, level: str = "warning") -> None:
         from .events import Notice
 
-        self.emit(Notice(message=message, level=level))  # type: ignore[arg-type]
+        self.emit(Notice(message=message, level=level))

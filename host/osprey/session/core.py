@@ -18,19 +18,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import Settings
 from ..errors import ConfigError
-from .events import Event, SessionEnd, SessionStart, TaskEnd
 from ..messages import Message, ToolSpec, Usage
 from ..policy.approvals import ApprovalPolicy, Approver, HeadlessApprover
+from .events import Event, SessionEnd, SessionStart, TaskEnd
 from .interception import Interceptor
 from .outcomes import Outcome, exit_status
 
 if TYPE_CHECKING:
     import httpx
 
-    from .loop import AgentLoop
     from ..dispatch import ToolServiceHome
     from ..providers.base import Provider, TextSink
     from ..tools.base import ToolRegistry
+    from .loop import AgentLoop
 
 
 def new_session_id() -> str:
@@ -78,12 +78,12 @@ class Session:
         *,
         emit: Callable[[Event], None],
         approver: Approver | None = None,
-        on_text: "TextSink | None" = None,
+        on_text: TextSink | None = None,
         on_tool_output: Callable[[str, bytes], None] | None = None,
         progress: Callable[[str], None] = lambda _: None,
         warn: Callable[[str], None] = lambda _: None,
-        provider: "Provider | None" = None,
-        http: "httpx.AsyncClient | None" = None,
+        provider: Provider | None = None,
+        http: httpx.AsyncClient | None = None,
         interceptors: Sequence[Interceptor] = (),
     ) -> None:
         self.options = options
@@ -100,11 +100,11 @@ class Session:
         self.interceptors = list(interceptors)
         self.allow_rules = parse_allow_rules(options.allow)
         self._stack = AsyncExitStack()
-        self.home: "ToolServiceHome | None" = None
+        self.home: ToolServiceHome | None = None
         self.processes: Any = None  # the process tool's ProcessManager in plain host runs
-        self.registry: "ToolRegistry | None" = None
+        self.registry: ToolRegistry | None = None
         self.policy: ApprovalPolicy | None = None
-        self.loop: "AgentLoop | None" = None
+        self.loop: AgentLoop | None = None
         self._task: asyncio.Task[Any] | None = None
         self._cancel_signal: int | None = None
         self._last: TaskEnd | None = None
@@ -113,7 +113,7 @@ class Session:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def __aenter__(self) -> "Session":
+    async def __aenter__(self) -> Session:
         await self.start()
         return self
 
@@ -142,10 +142,10 @@ class Session:
     async def _build(self) -> None:
         from ..config import settings_tool_environment
         from ..dispatch import open_tool_service
-        from .loop import AgentLoop
         from ..policy.store import ApprovalStore
         from ..tools import ToolContext, ToolRegistry, base_tools
         from .calls import CallPath
+        from .loop import AgentLoop
 
         settings = self.settings
         if self.provider is None:
@@ -184,7 +184,7 @@ class Session:
             interceptors=self.interceptors,
         )
 
-    async def _make_provider(self) -> "Provider":
+    async def _make_provider(self) -> Provider:
         import httpx
 
         from ..providers import effort_supported, make_provider

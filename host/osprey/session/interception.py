@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from .events import SessionEnd, SessionStart
     from ..tools.base import Tool, ToolOutcome
+    from .events import SessionEnd, SessionStart
 
 
 @dataclass
@@ -43,19 +43,19 @@ class Verdict:
     category: str = ""
 
     @classmethod
-    def allow(cls, source: str, reason: str = "") -> "Verdict":
+    def allow(cls, source: str, reason: str = "") -> Verdict:
         return cls("allow", reason, source)
 
     @classmethod
-    def deny(cls, source: str, reason: str, category: str = "denied") -> "Verdict":
+    def deny(cls, source: str, reason: str, category: str = "denied") -> Verdict:
         return cls("deny", reason, source, category=category)
 
     @classmethod
-    def ask(cls, source: str, reason: str) -> "Verdict":
+    def ask(cls, source: str, reason: str) -> Verdict:
         return cls("ask", reason, source)
 
     @classmethod
-    def replace(cls, source: str, arguments: Mapping[str, Any]) -> "Verdict":
+    def replace(cls, source: str, arguments: Mapping[str, Any]) -> Verdict:
         return cls("continue", "", source, arguments=arguments)
 
 

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 from ..config import RetrySettings
 from ..errors import ProviderError
-from .events import AssistantText, Event, Notice, UsageEvent, UserMessageEvent
 from ..messages import Message, ModelRequest, ModelTurn, ToolSpec, Usage, UserMessage
 from ..providers.base import Provider, TextSink
 from .calls import CallPath
+from .events import AssistantText, Event, Notice, UsageEvent, UserMessageEvent
 from .interception import CompletionCandidate, Continuation, Interceptor
 from .outcomes import Outcome
 
@@ -35,7 +35,7 @@ async def run_turn(provider: Provider, request: ModelRequest, retry: RetrySettin
             raise TurnTimeout(f"the model did not answer within {retry.turn_timeout:g} s")
         try:
             return await asyncio.wait_for(provider.complete(request, on_text), remaining)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise TurnTimeout(f"the model did not answer within {retry.turn_timeout:g} s") from None
         except ProviderError as exc:
             if not exc.retryable or attempt >= retry.max_retries:
@@ -82,7 +82,7 @@ class AgentLoop:
 
     def add_user_message(self, text: str, origin: str = "user") -> None:
         self.messages.append(UserMessage(content=text))
-        self.emit(UserMessageEvent(text=text, origin=origin))  # type: ignore[arg-type]
+        self.emit(UserMessageEvent(text=text, origin=origin))
 
     async def run_task(self, prompt: str) -> TaskResult:
         """Work one prompt until an outcome; CancelledError propagates after the conversation is made whole."""
@@ -145,4 +145,4 @@ class AgentLoop:
         return None
 
     def _notice(self, message: str, level: str = "info") -> None:
-        self.emit(Notice(message=message, level=level))  # type: ignore[arg-type]
+        self.emit(Notice(message=message, level=level))

@@ -54,7 +54,7 @@ class TestLane:
         """Options that make `osprey agent` use this lane."""
         return ["--sandbox-socket", self.socket_path, "--sandbox-token-file", self.token_file]
 
-    def start(self) -> "TestLane":
+    def start(self) -> TestLane:
         from testcontainers.core.container import DockerContainer
 
         from ..lane_image import docker_client, ensure_image
@@ -119,7 +119,7 @@ class TestLane:
             Path(self.token_file).unlink(missing_ok=True)
             remove_socket_dir(self.socket_dir)
 
-    def __enter__(self) -> "TestLane":
+    def __enter__(self) -> TestLane:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -20,9 +20,10 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterable, Literal, Mapping
+from typing import Any, Literal, TypeGuard
 from urllib.parse import urlsplit
 
 __all__ = [
@@ -331,7 +332,8 @@ def _anthropic_response(
         **message, "content": [], "stop_reason": None, "usage": {"input_tokens": inp, "output_tokens": 1}}})]
     for index, (block, streamed) in enumerate(blocks):
         if block["type"] == "text":
-            start, delta = {"type": "text", "text": ""}, "text_delta"
+            start: dict[str, Any] = {"type": "text", "text": ""}
+            delta = "text_delta"
         else:
             start, delta = {**block, "input": {}}, "input_json_delta"
         events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}))
@@ -369,7 +371,7 @@ def _schema_problem(schema: Any) -> str | None:
     return None
 
 
-def _nonempty_str(value: Any) -> bool:
+def _nonempty_str(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and bool(value)
 
 
@@ -452,7 +454,7 @@ def check_openai_request(body: Any, headers: Mapping[str, str]) -> list[str]:
                     problems.append(f"{at}: function.name is missing")
                 else:
                     try:
-                        args = json.loads(function.get("arguments"))
+                        args = json.loads(function.get("arguments"))  # type: ignore[arg-type]  # a non-string is a TypeError: reported below
                     except (TypeError, ValueError):
                         args = None
                     if not isinstance(args, dict):
@@ -635,7 +637,8 @@ class _HTTPServer(ThreadingHTTPServer):
     def server_bind(self) -> None:
         # HTTPServer.server_bind calls socket.getfqdn(), which can stall on hosts without DNS.
         socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.server_address[:2]
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         exc = sys.exc_info()[1]
@@ -900,7 +903,7 @@ class ModelServer:
     @staticmethod
     def _read_body(h: _Handler) -> bytes:
         if h.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            parts = []
+            parts: list[bytes] = []
             while True:
                 size = int(h.rfile.readline().split(b";")[0].strip() or b"0", 16)
                 if size == 0:

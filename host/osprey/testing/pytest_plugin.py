@@ -21,7 +21,7 @@ def osprey_lane_workspace(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def osprey_lane(osprey_lane_workspace: Path) -> Iterator["object"]:
+def osprey_lane(osprey_lane_workspace: Path) -> Iterator[object]:
     from .lane import TestLane
 
     with TestLane(osprey_lane_workspace) as lane:

@@ -14,6 +14,7 @@ from ..errors import DispatcherError, ToolError, ToolTimeout
 from ..messages import ToolSpec
 from ..toolclient import ToolClient
 
+
 class ToolInput(BaseModel):
     """Base for tool inputs: unknown arguments are refused, so typos surface."""
 
@@ -81,7 +82,7 @@ class Tool:
             self._validator = Draft202012Validator(self.parameters)
 
     @classmethod
-    def from_model(cls, name: str, description: str, input_model: type[BaseModel], run: RunFunction, *, read_only: bool = False, trusted: bool = False) -> "Tool":
+    def from_model(cls, name: str, description: str, input_model: type[BaseModel], run: RunFunction, *, read_only: bool = False, trusted: bool = False) -> Tool:
         """A tool whose schema comes from a pydantic model; its run function gets the model in `call.input`."""
         return cls(name, description, clean_schema(input_model.model_json_schema()), run, read_only=read_only, trusted=trusted, input_model=input_model)
 

@@ -17,7 +17,7 @@ from osprey_sidecar.paths import Roots
 
 from ..config import tool_environment
 from ..errors import ToolError
-from .base import Tool, Invocation, ToolContext, ToolInput
+from .base import Invocation, Tool, ToolContext, ToolInput
 
 BUFFER_BYTES = 1024 * 1024
 MAX_PROCESSES = 16
@@ -107,14 +107,14 @@ class ProcessManager:
             _signal_group(p.proc.pid, signal.SIGTERM)
             try:
                 await asyncio.wait_for(p.proc.wait(), STOP_GRACE_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 _signal_group(p.proc.pid, signal.SIGKILL)
                 await p.proc.wait()
         _signal_group(p.proc.pid, signal.SIGKILL)  # whatever the command left in its group
         if p.reader is not None:
             try:
                 await asyncio.wait_for(p.reader, 1.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 p.reader.cancel()
         return p
 
