@@ -14,7 +14,8 @@ import tomli
 
 from osprey.config import load_settings
 from osprey.testing.model_server import ModelServer, Reply
-from osprey.trust import digest, dumps_toml, load_trust, revoke_project, trust_project
+from osprey.tomlfile import dumps_toml
+from osprey.trust import digest, load_trust, revoke_project, trust_project
 
 OSPREY = str(Path(sys.executable).with_name("osprey"))
 TAKEOVER = (

@@ -17,14 +17,11 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import hmac
-import math
 import os
-import re
-import tempfile
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from .config import MAX_FILE_BYTES, read_bounded
 from .errors import ConfigError
+from .tomlfile import dumps_toml, write_atomic
 
 TRUST_FILE = "trust.toml"
 Digest = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
@@ -163,102 +161,11 @@ def revoke_project(home: Path, root: Path | str) -> bool:
 
 def _save(store: TrustStore) -> None:
     text = "# Projects whose files you trust (`osprey trust`). Edit with care: a bad file trusts nothing.\n"
-    text += dumps_toml(store.data.model_dump(mode="python"))
+    try:
+        text += dumps_toml(store.data.model_dump(mode="python"))
+    except ValueError as exc:
+        raise ConfigError(f"cannot record this in the trust file: {exc}") from None
     if len(text.encode("utf-8")) > MAX_FILE_BYTES:
         raise ConfigError(f"{store.path} would grow past {MAX_FILE_BYTES // (1024 * 1024)} MiB; "
                           "revoke projects you no longer use (`osprey trust --list`, `osprey trust --revoke DIR`)")
     write_atomic(store.path, text)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` in one step: a 0600 temporary file, fsync, rename, fsync the dir."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            os.fchmod(fh.fileno(), 0o600)
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-# A TOML writer for the trust file: tables, inline tables, arrays, strings, numbers, booleans, datetimes.
-
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-
-
-def _toml_string(text: str) -> str:
-    out = ['"']
-    for ch in text:
-        code = ord(ch)
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\u{code:04X}")
-        elif 0xD800 <= code <= 0xDFFF:
-            raise ConfigError(f"cannot record {text!r} in the trust file: it is not valid UTF-8")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else _toml_string(key)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")) if not math.isfinite(value) else repr(value)
-    if isinstance(value, str):
-        return _toml_string(value)
-    if isinstance(value, datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(UTC)
-            return value.replace(tzinfo=None).isoformat() + "Z"
-        return value.isoformat()
-    if isinstance(value, (date, time)):
-        return value.isoformat()
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, Mapping):
-        return "{ " + ", ".join(f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in value.items()) + " }" if value else "{}"
-    raise ConfigError(f"cannot record a {type(value).__name__} in the trust file")
-
-
-def _is_table(value: Any) -> bool:
-    """Mappings holding mappings become [tables]; flat ones stay inline."""
-    return isinstance(value, Mapping) and any(isinstance(v, Mapping) for v in value.values())
-
-
-def _dump_table(lines: list[str], prefix: list[str], table: Mapping[str, Any]) -> None:
-    plain = [(k, v) for k, v in table.items() if not _is_table(v)]
-    nested = [(k, v) for k, v in table.items() if _is_table(v)]
-    if prefix and (plain or not nested):
-        lines.append("")
-        lines.append("[" + ".".join(_toml_key(p) for p in prefix) + "]")
-    for key, value in plain:
-        lines.append(f"{_toml_key(str(key))} = {_toml_value(value)}")
-    for key, value in nested:
-        _dump_table(lines, [*prefix, str(key)], value)
-
-
-def dumps_toml(data: Mapping[str, Any]) -> str:
-    """TOML text for `data` (the subset trust.toml uses)."""
-    lines: list[str] = []
-    _dump_table(lines, [], data)
-    return "\n".join(lines).lstrip("\n") + "\n"

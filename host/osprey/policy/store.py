@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError, OspreyError
+from ..tomlfile import TEMPORARY_PATTERN, toml_string, toml_value, write_atomic
 from .rules import Rule, RuleError
 
 APPROVALS_FILE = "approvals.toml"
@@ -213,7 +214,7 @@ class ApprovalStore:
             parsed.check_workspace(project)
         text = str(parsed)
         for value in (text, project or ""):
-            _toml_string(value)  # refuse what the file cannot hold before taking the lock
+            toml_string(value)  # refuse what the file cannot hold before taking the lock
 
         def change(entries: list[SavedRule]) -> tuple[SavedRule, list[SavedRule] | None]:
             for entry in entries:
@@ -291,7 +292,7 @@ class ApprovalStore:
     def _remove_stale_temporaries(self) -> None:
         """Temporary files left by a writer that died before its rename (we hold the lock, so no
         writer is using one now)."""
-        stale = re.compile(re.escape(self.path.name) + r"\.[0-9a-f]{16}\.tmp")
+        stale = re.compile(re.escape(self.path.name) + TEMPORARY_PATTERN)
         with suppress(OSError), os.scandir(self.path.parent) as it:
             for entry in it:
                 if stale.fullmatch(entry.name):
@@ -313,37 +314,13 @@ class ApprovalStore:
         return aside
 
     def _write(self, text: str) -> None:
-        data = text.encode("utf-8")
-        if len(data) > MAX_BYTES:
+        if len(text.encode("utf-8")) > MAX_BYTES:
             raise ApprovalStoreError(f"{self.path} would grow past {MAX_BYTES // (1024 * 1024)} MiB; "
                                      "revoke rules you no longer need (`osprey approvals list --all`, `osprey approvals revoke ID`)")
-        directory = self.path.parent
-        tmp = directory / f"{self.path.name}.{secrets.token_hex(8)}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            write_atomic(self.path, text)
         except OSError as exc:
-            raise ApprovalStoreError(f"cannot write {tmp}: {exc.strerror}") from None
-        try:
-            try:
-                os.fchmod(fd, 0o600)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-        except BaseException as exc:
-            with suppress(OSError):
-                os.unlink(tmp)
-            if isinstance(exc, OSError):
-                raise ApprovalStoreError(f"cannot write {self.path}: {exc.strerror}") from None
-            raise
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+            raise ApprovalStoreError(f"cannot write {self.path}: {exc.strerror}") from None
 
 
 def _same_scope(a: str | None, b: str | None) -> bool:
@@ -363,44 +340,15 @@ def _parses_to(text: str) -> Rule | None:
 # Writing TOML: the file holds only strings and datetimes, so a small writer is enough.
 
 
-def _toml_string(text: str) -> str:
-    """A TOML basic string: quotes, backslashes and control characters escaped."""
-    out = ['"']
-    for ch in text:
-        code = ord(ch)
-        if ch == '"' or ch == "\\":
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\u{code:04X}")
-        elif 0xD800 <= code <= 0xDFFF:
-            raise ValueError(f"{text!r} cannot be saved: it is not valid Unicode text (an undecodable file name?)")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def _toml_datetime(value: datetime) -> str:
-    if value.tzinfo is None:
-        return value.isoformat()
-    return value.astimezone(UTC).replace(tzinfo=None).isoformat() + "Z"
-
-
 def render(entries: list[SavedRule]) -> str:
     """The text of an approvals file holding `entries`."""
     lines = [HEADER]
     for entry in entries:
         lines.append("[[rules]]")
-        lines.append(f"id = {_toml_string(entry.id)}")
-        lines.append(f"rule = {_toml_string(entry.rule)}")
+        lines.append(f"id = {toml_string(entry.id)}")
+        lines.append(f"rule = {toml_string(entry.rule)}")
         if entry.project is not None:
-            lines.append(f"project = {_toml_string(entry.project)}")
-        lines.append(f"created = {_toml_datetime(entry.created)}")
+            lines.append(f"project = {toml_string(entry.project)}")
+        lines.append(f"created = {toml_value(entry.created)}")
         lines.append("")
     return "\n".join(lines)
