@@ -80,25 +80,23 @@ class Notice(Event):
     message: str
 
 
-class TaskEnd(Event):
-    """One submitted prompt has been worked to an outcome; the session may take another."""
+class _Ending(Event):
+    session_id: str
+    outcome: str
+    exit_status: int
+    turns: int
+    usage: Usage
+    final_text: str = ""
+    error: str | None = None
+
+
+class TaskEnd(_Ending):
+    """One submitted prompt has been worked to an outcome (`turns` of this task; usage so far)."""
 
     type: Literal["task_end"] = "task_end"
-    session_id: str
-    outcome: str
-    exit_status: int
-    turns: int
-    usage: Usage
-    final_text: str = ""
-    error: str | None = None
 
 
-class SessionEnd(Event):
+class SessionEnd(_Ending):
+    """The session is over: the last task's outcome and exit status, the session's turns and usage."""
+
     type: Literal["session_end"] = "session_end"
-    session_id: str
-    outcome: str
-    exit_status: int
-    turns: int
-    usage: Usage
-    final_text: str = ""
-    error: str | None = None
