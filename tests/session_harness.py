@@ -88,10 +88,11 @@ class Harness:
         return SessionOptions(settings=settings.model_copy(update={"retry": retry, "tool_results": limits}), allow=list(allow))
 
     async def start(self, script: list[Step], *, policy: str = "never", max_turns: int | None = None, retry: RetrySettings = FAST_RETRY,
-                    allow: tuple[str, ...] = (), approver: Any = None, interceptors: tuple[Any, ...] = ()) -> tuple[Session, FakeProvider]:
+                    allow: tuple[str, ...] = (), approver: Any = None, interceptors: tuple[Any, ...] = (),
+                    warn: Any = None) -> tuple[Session, FakeProvider]:
         provider = FakeProvider(script)
         self.session = Session(self.options(policy, max_turns, retry, allow), emit=self.events.append, on_text=self.texts.append,
-                               provider=provider, approver=approver, interceptors=interceptors)
+                               provider=provider, approver=approver, interceptors=interceptors, warn=warn or (lambda _: None))
         await self.session.start()
         return self.session, provider
 

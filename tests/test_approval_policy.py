@@ -95,29 +95,46 @@ async def test_policy_by_tool_class_by_saved_rule_state(policy: str, tool_class:
         gate.begin_batch()
         failing = PendingCall(id="f", name="bash", arguments={"command": "false"}, tool=BUILTIN["bash"], turn=1, cwd=WORKSPACE, workspace=WORKSPACE)
         await gate.after_call(failing, ToolOutcome("[exit code 1]", is_error=True))
+        gate.end_batch()
     gate.begin_batch()
     call = PendingCall(id="c", name=tool.name, arguments=arguments, tool=tool, turn=2, cwd=WORKSPACE, workspace=WORKSPACE)
     verdict = await gate.before_call(call)
     assert verdict.action == expected, verdict.reason
 
 
-async def test_the_on_failure_latch_holds_for_the_next_batch_and_a_later_success_clears_it() -> None:
+async def test_the_on_failure_latch_holds_for_the_next_batch_and_only_an_approved_success_clears_it() -> None:
     gate = ApprovalPolicy("on-failure", workspace=WORKSPACE)
-    bash = BUILTIN["bash"]
 
-    def call(i: int) -> PendingCall:
-        return PendingCall(id=str(i), name="bash", arguments={"command": "make"}, tool=bash, turn=i, cwd=WORKSPACE, workspace=WORKSPACE)
+    def call(name: str) -> PendingCall:
+        tool = BUILTIN[name]
+        return PendingCall(id=name, name=name, arguments={"command": "make"} if name == "bash" else {"path": "a"}, tool=tool, turn=1, cwd=WORKSPACE, workspace=WORKSPACE)
 
-    gate.begin_batch()
-    assert (await gate.before_call(call(1))).action == "allow"
-    await gate.after_call(call(1), ToolOutcome("boom", is_error=True))
-    assert (await gate.before_call(call(1))).action == "allow"  # the rest of this batch was approved already
-    await gate.after_call(call(1), ToolOutcome("ok"))  # a success in the failing batch does not clear it
-    gate.begin_batch()
-    assert (await gate.before_call(call(2))).action == "ask"
-    await gate.after_call(call(2), ToolOutcome("ok"))  # the approved call succeeded
-    gate.begin_batch()
-    assert (await gate.before_call(call(3))).action == "allow"
+    async def batch(*results: tuple[str, bool]) -> list[str]:
+        gate.begin_batch()
+        actions = []
+        for name, ok in results:
+            verdict = await gate.before_call(call(name))
+            actions.append(verdict.action)
+            if verdict.action == "allow":
+                await gate.after_call(call(name), ToolOutcome("x", is_error=not ok))
+        gate.end_batch()
+        return actions
+
+    assert await batch(("bash", False), ("bash", True)) == ["allow", "allow"]  # the failing batch was approved already
+    assert gate.failure_latched  # a success in the failing batch does not clear it
+    assert await batch(("read_file", True)) == ["allow"]  # read-only: runs, needed no approval...
+    assert gate.failure_latched  # ...so its success clears nothing
+    assert await batch(("bash", True)) == ["ask"]  # a requesting call must be approved
+    assert gate.failure_latched  # asked, and (here) nobody answered: it never ran
+    # An approved call (a saved rule covers it) that succeeds clears the latch.
+    gate.allow.append(Rule.parse("bash(make)"))
+    assert await batch(("bash", True)) == ["allow"]
+    assert not gate.failure_latched
+    assert await batch(("write_file", True)) == ["allow"]
+    # An approved success next to a failure in the same batch does not clear it.
+    await batch(("bash", False))
+    assert await batch(("bash", True), ("bash", False)) == ["allow", "allow"]
+    assert gate.failure_latched
 
 
 def test_presets_resolve_as_the_spec_says() -> None:
@@ -128,8 +145,11 @@ def test_presets_resolve_as_the_spec_says() -> None:
 
 @pytest.mark.parametrize("tool,arguments,rule", [
     ("bash", {"command": "git diff --stat"}, "bash(git diff *)"),
-    ("bash", {"command": "pytest -q tests"}, "bash(pytest *)"),
-    ("bash", {"command": "make && make install"}, "bash"),
+    ("bash", {"command": "pytest -q tests"}, "bash(pytest -q tests)"),
+    ("bash", {"command": "make && make install"}, "bash(make *)"),
+    ("bash", {"command": "rm -rf build"}, "bash(rm -rf build)"),
+    ("bash", {"command": "rm build"}, "bash(rm build)"),
+    ("bash", {"command": "make && ./configure"}, "bash"),
     ("write_file", {"path": "src/a.py", "content": ""}, "write_file(lib/src/a.py)"),
     ("write_file", {"path": "/work/project/b.py", "content": ""}, "write_file(b.py)"),
     ("write_file", {"path": "../../x.py", "content": ""}, "write_file"),  # outside the workspace
@@ -164,16 +184,16 @@ def h(workspace: Path, tmp_path: Path) -> Harness:
 async def test_allow_always_saves_a_rule_that_later_sessions_use(h: Harness) -> None:
     approver = Scripted(ApprovalAnswer(decision="allow_always", scope="project"))
     await h.run([calls(ToolCall(id="c1", name="bash", arguments={"command": "ls -a ."})),
-                 calls(ToolCall(id="c2", name="bash", arguments={"command": "ls"})), text("ok")],
+                 calls(ToolCall(id="c2", name="bash", arguments={"command": "ls -a ."})), text("ok")],
                 policy="on-request", approver=approver)
-    assert [r.suggested_rule for r in approver.asked] == ["bash(ls *)"]  # the second call was covered
+    assert [r.suggested_rule for r in approver.asked] == ["bash(ls -a .)"]  # the second call was covered
     assert h.result("c1").ok and h.result("c2").ok
     saved = ApprovalStore(h.home / "approvals.toml").load()
-    assert [(s.rule, s.project) for s in saved] == [("bash(ls *)", str(h.workspace))]
+    assert [(s.rule, s.project) for s in saved] == [("bash(ls -a .)", str(h.workspace))]
     # A new session in the same project asks nothing for a covered call, and still asks for others.
     later = Harness(h.workspace, h.home)
     second = Scripted(ApprovalAnswer(decision="deny", reason="no"))
-    await later.run([calls(ToolCall(id="c3", name="bash", arguments={"command": "ls -l"}),
+    await later.run([calls(ToolCall(id="c3", name="bash", arguments={"command": "ls -a ."}),
                            ToolCall(id="c4", name="bash", arguments={"command": "ls && touch x"})), text("ok")],
                     policy="on-request", approver=second)
     assert later.result("c3").ok

@@ -41,7 +41,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "session_start": {"session_id": (str,), "provider": (str,), "model": (str,), "cwd": (str,), "tool_service": (str,),
                       "tools": (list,), "approval_policy": (str,), "max_turns": (int,)},
     "user_message": {"text": (str,), "origin": (str,)},
-    "assistant_text": {"turn": (int,), "text": (str,)},
+    "assistant_text": {"turn": (int,), "text": (str,), "reasoning": (list,)},
     "tool_call": {"turn": (int,), "id": (str,), "name": (str,), "arguments": (dict,)},
     "tool_result": {"turn": (int,), "id": (str,), "name": (str,), "ok": (bool,), "error_category": (str, type(None)),
                     "output": (str,), "truncated_chars": (int,), "duration_ms": (int,)},

@@ -38,7 +38,7 @@ def run_headless(
     sandbox_token_file: str | None = None,
     allow: Sequence[str] | None = None,
 ) -> int:
-    """Run one session and return its exit status (0, 1, or 130 on Ctrl-C)."""
+    """Run one session and return its exit status: 0, 1, 2 (usage), or 128 + a stopping signal."""
     from .config import load_settings
     from .policy.approvals import preset_policy
     from .session.core import parse_allow_rules
@@ -111,7 +111,7 @@ async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | N
         if received:
             if session is not None and session.processes is not None:
                 session.processes.kill_all()  # they live in sessions of their own: nothing else would stop them
-            _flush_and_exit(128 + signum)
+            _flush_and_exit(128 + received[0])  # the status of the signal that stopped the run
         received.append(signum)
         if session is not None and session.cancel(signal=signum):
             return  # the task ends Cancelled; the teardown follows in order

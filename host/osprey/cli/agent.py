@@ -36,7 +36,8 @@ def agent(prompt: str | None, **options: object) -> None:
 
     \b
     Exit status: 0 when the task completed, 1 when it stopped short
-    (MaxContinuations, ActionlessTimeout, a provider error), 130 on Ctrl-C.
+    (MaxContinuations, ActionlessTimeout, a provider error), 2 for a usage
+    error, 128 + the signal on Ctrl-C (130), SIGTERM (143) or SIGHUP (129).
     """
     if prompt in (None, "-"):
         if sys.stdin is None or sys.stdin.isatty():

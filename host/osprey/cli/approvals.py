@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from datetime import UTC
 from pathlib import Path
@@ -159,13 +160,16 @@ def check(as_json: bool, cwd: str | None, command: tuple[str, ...]) -> None:
     """Say whether the hardline floor refuses a bash COMMAND and which saved rule pre-approves it,
     without running it. Exit status 0: the floor allows it; 1: the floor refuses it.
 
+    One argument is the command line as the model would send it; several are its words, quoted
+    back as your shell split them (`-- rm -rf "/a b"` is judged as rm -rf '/a b').
+
     \b
     osprey approvals check -- rm -rf /
     osprey approvals check 'git status && git diff'
     """
     from ..policy import hardline
 
-    line = " ".join(command)
+    line = command[0] if len(command) == 1 else shlex.join(command)
     store, here, workspace = _context(cwd)
     refusal = hardline.check(line)
     saved = store.covering("bash", {"command": line}, cwd=str(here), workspace=str(workspace))

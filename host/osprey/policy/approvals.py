@@ -6,6 +6,7 @@ The policy is an interceptor of the tool-call path. It answers allow, deny or as
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shlex
 from collections.abc import Mapping, Sequence
@@ -64,13 +65,23 @@ class HeadlessApprover:
     async def ask(self, request: ApprovalRequest) -> ApprovalAnswer:
         return ApprovalAnswer(decision="deny", reason=(
             f"{request.tool} needs approval under the policy {request.policy}, and this headless run has no way to ask. "
-            f"The user can pre-approve it with --allow '{request.suggested_rule}', or rerun with --yolo."
+            f"The user can pre-approve it with --allow {shlex.quote(request.suggested_rule)}, or rerun with --yolo."
         ))
 
 
+# Programs whose first argument is not a subcommand but what they act on: "allow always" for
+# `rm build` must not become every `rm`.
+BROAD_PROGRAMS = frozenset({
+    "rm", "rmdir", "mv", "cp", "dd", "chmod", "chown", "chgrp", "ln", "tee", "truncate", "shred", "kill", "pkill", "killall",
+    "sh", "bash", "zsh", "dash", "env", "sudo", "doas", "xargs", "eval", "exec", "nohup", "timeout", "nice", "find",
+    "curl", "wget", "python", "python3", "node", "perl", "ruby", "docker", "ssh", "scp", "rsync",
+})
+
+
 def suggested_rule(tool: str, arguments: Mapping[str, Any], *, cwd: str = "", workspace: str = "") -> str:
-    """The narrowest useful rule for "allow always": the command's first words, or the exact path
-    (relative to the workspace, as rules are); the bare tool name when nothing narrower fits."""
+    """The narrowest useful rule for "allow always": a program and its subcommand, the exact command,
+    or the exact path (relative to the workspace, as rules are); the bare tool name only when
+    nothing narrower fits (a line running several different programs)."""
     if tool in ("bash", "process"):
         from .shell import ShellParseError, simple_commands
 
@@ -82,8 +93,12 @@ def suggested_rule(tool: str, arguments: Mapping[str, Any], *, cwd: str = "", wo
                 commands = []
             if len(commands) == 1 and commands[0]:
                 argv = commands[0]
-                words = argv[:2] if len(argv) > 1 and not argv[1].startswith("-") else argv[:1]
-                return f"{tool}({shlex.join(words)} *)"
+                if len(argv) > 1 and not argv[1].startswith("-") and argv[0] not in BROAD_PROGRAMS:
+                    return f"{tool}({shlex.join(argv[:2])} *)"  # a program and its subcommand: `git diff`
+                return f"{tool}({shlex.join(argv)})"  # exactly this command
+            programs = {c[0] for c in commands if c}
+            if len(programs) == 1 and not programs & BROAD_PROGRAMS:
+                return f"{tool}({shlex.quote(programs.pop())} *)"  # `make && make install`
         return tool
     path = arguments.get("path")
     if isinstance(path, str) and path and tool in ("read_file", "write_file", "edit_file"):
@@ -119,10 +134,24 @@ class ApprovalPolicy(Interceptor):
         self.workspace = workspace
         self.failure_latched = False
         self._batch_latched = False
+        self._batch_failed = False
+        self._approved_success = False
 
     def begin_batch(self, turn: int = 0) -> None:
         """Start deciding the calls of one model turn (the on-failure latch is read per batch)."""
         self._batch_latched = self.failure_latched
+        self._batch_failed = self._approved_success = False
+
+    def end_batch(self, turn: int = 0) -> None:
+        """on-failure: a failure arms the latch for the next batch; a batch that ran under the
+        latch clears it only when a call that needed approval (and got it) succeeded and nothing
+        in the batch failed. Decided when the batch ends, so concurrent calls cannot race it."""
+        if self.policy != "on-failure":
+            return
+        if self._batch_failed:
+            self.failure_latched = True
+        elif self._batch_latched and self._approved_success:
+            self.failure_latched = False
 
     def _requests(self, call: PendingCall) -> bool:
         tool = call.tool
@@ -166,16 +195,14 @@ class ApprovalPolicy(Interceptor):
         return Verdict.ask(self.name, f"{call.name} needs approval under the policy {self.policy}")
 
     async def after_call(self, call: PendingCall, outcome: ToolOutcome) -> None:
-        # on-failure: a failure arms the latch for the next batch; a success in a batch that ran
-        # under the latch (so was approved) clears it.
         if self.policy == "on-failure":
             if outcome.is_error:
-                self.failure_latched = True
-            elif self._batch_latched:
-                self.failure_latched = False
+                self._batch_failed = True
+            elif self._requests(call):
+                self._approved_success = True  # it needed approval, ran, so was approved
         return None
 
-    def remember(self, rule: Rule, scope: Literal["project", "global"]) -> str:
+    async def remember(self, rule: Rule, scope: Literal["project", "global"]) -> str:
         """An "allow always" answer: the rule applies for the rest of the session, and is saved."""
         self.allow.append(rule)
         if self.store is None:
@@ -184,7 +211,8 @@ class ApprovalPolicy(Interceptor):
         from .rules import RuleError
 
         try:
-            saved = self.store.add(rule, project=self.workspace if scope == "project" else None)
+            # The store may wait for its file lock: not on the event loop.
+            saved = await asyncio.to_thread(self.store.add, rule, project=self.workspace if scope == "project" else None)
         except (RuleError, OspreyError, OSError) as exc:
             return f"allowed {rule} for this session; saving it failed: {exc}"
         return f"saved {saved.rule} ({'this project' if saved.project else 'everywhere'}, id {saved.id})"

@@ -53,51 +53,61 @@ class CallPath:
 
     async def run_batch(self, turn: int, calls: Sequence[ToolCall], into: list[Message]) -> None:
         """Run one model turn's calls; each result is appended to `into` in the model's order. When
-        the batch is cancelled (or a bug raises), calls that finished keep their results, the others
-        get a cancelled result, and the exception propagates: the conversation stays valid."""
+        the batch is cancelled, calls that finished keep their results, the others get a cancelled
+        result, and the cancellation propagates: the conversation stays valid."""
         for interceptor in self.chain():
             interceptor.begin_batch(turn)
-        finished: dict[str, CallResult] = {}
+        finished: dict[int, CallResult] = {}  # by position: a model may repeat a call id
 
-        async def one(call: ToolCall) -> None:
-            finished[call.id] = await self._one(turn, call)
+        async def one(position: int) -> None:
+            finished[position] = await self._one(turn, calls[position])
 
-        reported = 0
-        announced: set[str] = set()
+        reported = announced = 0
         try:
             for group in self._groups(calls):
-                for call in group:
+                for position in group:
+                    call = calls[position]
                     self.emit(ToolCallEvent(turn=turn, id=call.id, name=call.name, arguments=call.arguments))
-                    announced.add(call.id)
+                announced = group[-1] + 1
                 if len(group) == 1:
                     await one(group[0])
                 else:
                     async with asyncio.TaskGroup() as tasks:
-                        for call in group:
-                            tasks.create_task(one(call))
-                for call in group:
-                    into.append(self._report(turn, call, finished[call.id]))
+                        for position in group:
+                            tasks.create_task(one(position))
+                for position in group:
+                    into.append(self._report(turn, calls[position], finished[position]))
                     reported += 1
         except BaseException:
-            for call in calls[reported:]:
-                if call.id not in announced:
+            for position in range(reported, len(calls)):
+                call = calls[position]
+                if position >= announced:
                     self.emit(ToolCallEvent(turn=turn, id=call.id, name=call.name, arguments=call.arguments))
-                result = finished.get(call.id) or CallResult(False, "cancelled", CANCELLED_TEXT)
-                into.append(self._report(turn, call, result))
+                into.append(self._report(turn, call, finished.get(position) or CallResult(False, "cancelled", CANCELLED_TEXT)))
             raise
+        finally:
+            for interceptor in self.chain():
+                interceptor.end_batch(turn)
+
+    def refuse_all(self, turn: int, calls: Sequence[ToolCall], into: list[Message]) -> None:
+        """The task stopped before these calls ran: each gets its call event and a cancelled result."""
+        for call in calls:
+            self.emit(ToolCallEvent(turn=turn, id=call.id, name=call.name, arguments=call.arguments))
+            into.append(self._report(turn, call, CallResult(False, "cancelled", CANCELLED_TEXT)))
 
     def _read_only(self, call: ToolCall) -> bool:
         tool = self.registry.get(call.name)
         return tool is not None and tool.read_only and not call.arguments_error
 
-    def _groups(self, calls: Sequence[ToolCall]) -> list[list[ToolCall]]:
-        """Consecutive read-only calls form one concurrent group; any other call is a group of its own."""
-        groups: list[list[ToolCall]] = []
-        for call in calls:
-            if self._read_only(call) and groups and self._read_only(groups[-1][0]):
-                groups[-1].append(call)
+    def _groups(self, calls: Sequence[ToolCall]) -> list[list[int]]:
+        """Positions of the calls, grouped: consecutive read-only calls run concurrently; any other
+        call is a group of its own."""
+        groups: list[list[int]] = []
+        for position, call in enumerate(calls):
+            if self._read_only(call) and groups and self._read_only(calls[groups[-1][0]]):
+                groups[-1].append(position)
             else:
-                groups.append([call])
+                groups.append([position])
         return groups
 
     def _report(self, turn: int, call: ToolCall, result: CallResult) -> ToolResultMessage:
@@ -123,7 +133,10 @@ class CallPath:
         tool = self.registry.get(call.name)
         pending = PendingCall(id=call.id, name=call.name, arguments=dict(call.arguments), tool=tool, turn=turn, cwd=self.context.cwd, workspace=self.workspace or self.context.cwd)
         if tool is not None:
-            verdict = await self._before(pending)
+            try:
+                verdict = await self._before(pending)
+            except Exception as exc:  # noqa: BLE001 - a failing interceptor or approver denies (fails closed)
+                return CallResult(False, "internal", f"Error (internal): the call was not run: deciding whether it may run failed ({type(exc).__name__}: {exc})")
             if verdict.action == "deny":
                 category = verdict.category or "denied"
                 return CallResult(False, category, f"Error ({category}): {verdict.reason}")
@@ -134,10 +147,16 @@ class CallPath:
         )
         if tool is not None:
             for interceptor in self.chain():
-                replaced = await interceptor.after_call(pending, outcome)
+                try:
+                    replaced = await interceptor.after_call(pending, outcome)
+                except Exception as exc:  # noqa: BLE001 - the call ran; keep its result
+                    self.emit_notice(f"the interceptor {interceptor.name} failed after {call.name}: {type(exc).__name__}: {exc}")
+                    continue
                 if replaced is not None:
                     outcome = replaced
-        return CallResult(not outcome.is_error, outcome.category, outcome.text, outcome.truncated_chars)
+        if not outcome.is_error:
+            return CallResult(True, None, outcome.text, outcome.truncated_chars)
+        return CallResult(False, outcome.category or "tool_error", outcome.text, outcome.truncated_chars)
 
     async def _before(self, call: PendingCall) -> Verdict:
         verdict = Verdict.allow("default")
@@ -177,7 +196,7 @@ class CallPath:
                 # The call was approved; only the rule to remember was unusable.
                 self.emit_notice(f"the approval rule {answer.rule!r} is not valid, so it was not saved: {exc}")
             else:
-                self.emit_notice(self.policy.remember(rule, answer.scope), level="info")
+                self.emit_notice(await self.policy.remember(rule, answer.scope), level="info")
         return Verdict.allow("approver")
 
     def emit_notice(self, message: str, level: str = "warning") -> None:

@@ -106,9 +106,13 @@ class Session:
         self.policy: ApprovalPolicy | None = None
         self.loop: AgentLoop | None = None
         self._task: asyncio.Task[Any] | None = None
+        self._submitting: asyncio.Future[None] | None = None  # resolved once the task's task_end is out
+        self._closing: asyncio.Future[None] | None = None
         self._cancel_signal: int | None = None
         self._last: TaskEnd | None = None
+        self._end: SessionEnd | None = None
         self._started = False
+        self._announced = False  # session_start was emitted, so session_end will be
         self._closed = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -121,23 +125,34 @@ class Session:
         await self.close()
 
     async def start(self) -> SessionStart:
-        """Build everything inside one exit stack; emits `session_start`."""
+        """Build everything inside one exit stack; emits `session_start`. A session starts once."""
+        if self._started or self._closed:
+            raise RuntimeError("a session starts once; make a new Session")
+        self._started = True
         try:
             await self._build()
         except BaseException:
+            self._closed = True
             await self._stack.aclose()
             raise
-        self._started = True
         assert self.loop is not None and self.policy is not None
         event = SessionStart(
             session_id=self.session_id, provider=self.loop.provider.name, model=self.loop.provider.model,
             cwd=str(self.settings.cwd), tool_service=self.tool_service_kind, tools=self.tool_names(),
             approval_policy=self.policy.policy, max_turns=self.loop.max_turns,
         )
+        self._announced = True
         self.emit(event)
         for interceptor in self.interceptors:
-            await interceptor.session_start(event)
+            await self._notify(interceptor, "session_start", interceptor.session_start(event))
         return event
+
+    async def _notify(self, interceptor: Interceptor, point: str, call: Any) -> None:
+        """Run an interceptor's start or end hook; its failure is reported, never fatal."""
+        try:
+            await call
+        except Exception as exc:  # noqa: BLE001 - an interceptor's bug must not end the session
+            self.warn(f"the interceptor {interceptor.name} failed at {point}: {type(exc).__name__}: {exc}")
 
     async def _build(self) -> None:
         from ..config import settings_tool_environment
@@ -234,88 +249,114 @@ class Session:
 
     @property
     def started(self) -> bool:
-        return self._started
+        """`session_start` has been emitted (start() finished building)."""
+        return self._announced
 
     @property
     def busy(self) -> bool:
-        return self._task is not None and not self._task.done()
+        """A prompt is being worked on."""
+        return self._submitting is not None
 
     # ------------------------------------------------------------------ driving it
 
     async def submit(self, prompt: str) -> TaskEnd:
         """Work one prompt to an outcome (emits `user_message` ... `task_end`). One at a time."""
-        if not self._started or self._closed:
+        if not self._announced or self._closed:
             raise RuntimeError("the session is not running: start() it first")
-        if self.busy:
+        if self._submitting is not None:
             raise RuntimeError("a prompt is still being worked on: cancel() it or wait for it")
         assert self.loop is not None
+        self._submitting = asyncio.get_running_loop().create_future()
         self._cancel_signal = None
+        self.loop.stopping = False
         turns_before = self.loop.turns
-        self._task = asyncio.ensure_future(self.loop.run_task(prompt))
-        error: str | None = None
-        final = ""
+        self.loop.add_user_message(prompt)
+        self._task = asyncio.ensure_future(self.loop.run_task())
         try:
-            result = await self._task
-            outcome, final, error = result.outcome, result.final_text, result.error
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise  # the caller itself is being cancelled, not just this task
-            outcome = Outcome.CANCELLED if self._cancel_signal is not None else Outcome.STOPPED
-        except Exception as exc:
-            # A bug, not a model or tool problem: end the task in the event stream, then let it surface.
-            self._last = self._task_end(Outcome.ERROR, self.loop.turns - turns_before, "", f"internal error: {type(exc).__name__}: {exc}")
-            self.emit(self._last)
-            raise
+            outcome, final, error = Outcome.ERROR, "", None
+            try:
+                result = await self._task
+                outcome, final, error = result.outcome, result.final_text, result.error
+                if self.loop.stopping:
+                    # Stopped as the task finished: the person asked to stop, so it stopped.
+                    outcome = Outcome.CANCELLED if self._cancel_signal is not None else Outcome.STOPPED
+            except asyncio.CancelledError:
+                outcome = Outcome.CANCELLED if self._cancel_signal is not None else Outcome.STOPPED
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    # The caller itself is being cancelled: end the task in the record, then go.
+                    self._end_task(outcome, turns_before, "", None)
+                    raise
+            except Exception as exc:
+                # A bug, not a model or tool problem: end the task in the event stream, then let it surface.
+                self._end_task(Outcome.ERROR, turns_before, "", f"internal error: {type(exc).__name__}: {exc}")
+                raise
+            return self._end_task(outcome, turns_before, final, error)
         finally:
             self._task = None
-        self._last = self._task_end(outcome, self.loop.turns - turns_before, final, error)
+            done, self._submitting = self._submitting, None
+            done.set_result(None)
+
+    def _end_task(self, outcome: Outcome, turns_before: int, final: str, error: str | None) -> TaskEnd:
+        assert self.loop is not None
+        self._last = TaskEnd(
+            session_id=self.session_id, outcome=outcome.value, exit_status=exit_status(outcome, self._cancel_signal),
+            turns=self.loop.turns - turns_before, usage=self.usage, final_text=final, error=error,
+        )
         self.emit(self._last)
         return self._last
 
     def cancel(self, signal: int | None = None) -> bool:
         """Stop the running task, if any. `signal` says it came from outside (Ctrl-C, SIGTERM):
         the task then ends Cancelled with exit status 128 + signal; otherwise it ends Stopped."""
-        if not self.busy:
+        if self._submitting is None or self.loop is None:
             return False
-        assert self._task is not None
-        self._cancel_signal = signal
-        self._task.cancel()
+        if self._cancel_signal is None:
+            self._cancel_signal = signal
+        self.loop.stopping = True
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
         return True
-
-    def _task_end(self, outcome: Outcome, turns: int, final: str, error: str | None) -> TaskEnd:
-        return TaskEnd(
-            session_id=self.session_id, outcome=outcome.value, exit_status=exit_status(outcome, self._cancel_signal),
-            turns=turns, usage=self.usage, final_text=final, error=error,
-        )
 
     async def close(self) -> SessionEnd | None:
         """Stop any running task, emit `session_end` (the last task's outcome, the session's totals),
-        and tear everything down (lane, dispatcher, processes, HTTP client)."""
-        if self._closed:
-            return None
+        and tear everything down (lane, dispatcher, processes, HTTP client). Idempotent: a second
+        call waits for the first."""
+        if self._closing is not None:
+            await asyncio.shield(self._closing)
+            return self._end
+        self._closing = asyncio.get_running_loop().create_future()
         self._closed = True
-        end = None
         try:
-            if self.busy:
-                assert self._task is not None
-                self._task.cancel()
-                try:
-                    await self._task
-                except BaseException:  # noqa: BLE001 - it was cancelled on purpose
-                    pass
-            if self._started:
+            await self._close()
+        finally:
+            self._closing.set_result(None)
+        return self._end
+
+    async def _close(self) -> None:
+        interrupted: BaseException | None = None
+        try:
+            submitting = self._submitting
+            if submitting is not None:
+                self.cancel()
+                while not submitting.done():  # until its task_end is written
+                    try:
+                        await asyncio.shield(submitting)
+                    except asyncio.CancelledError as exc:
+                        interrupted = exc  # our caller is being cancelled: finish the teardown first
+            if self._announced:
                 last = self._last
-                end = SessionEnd(
+                self._end = SessionEnd(
                     session_id=self.session_id,
                     outcome=last.outcome if last else Outcome.COMPLETED.value,
                     exit_status=last.exit_status if last else 0,
                     turns=self.loop.turns if self.loop else 0, usage=self.usage,
                     final_text=last.final_text if last else "", error=last.error if last else None,
                 )
-                self.emit(end)
+                self.emit(self._end)
                 for interceptor in self.interceptors:
-                    await interceptor.session_end(end)
+                    await self._notify(interceptor, "session_end", interceptor.session_end(self._end))
         finally:
             await self._stack.aclose()
-        return end
+        if interrupted is not None:
+            raise interrupted

@@ -43,6 +43,8 @@ class AssistantText(Event):
     type: Literal["assistant_text"] = "assistant_text"
     turn: int
     text: str
+    # Reasoning blocks as the provider sent them (Anthropic thinking), sent back with the conversation.
+    reasoning: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ToolCallEvent(Event):

@@ -82,6 +82,9 @@ class Interceptor:
     def begin_batch(self, turn: int) -> None:
         """The calls of one model turn are about to be decided."""
 
+    def end_batch(self, turn: int) -> None:
+        """The calls of one model turn have all ended (or the batch was cancelled)."""
+
     async def before_call(self, call: PendingCall) -> Verdict | None:
         return None
 

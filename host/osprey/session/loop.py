@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ..config import RetrySettings
 from ..errors import ProviderError
-from ..messages import Message, ModelRequest, ModelTurn, ToolSpec, Usage, UserMessage
+from ..messages import AssistantMessage, Message, ModelRequest, ModelTurn, ToolSpec, Usage, UserMessage
 from ..providers.base import Provider, TextSink
 from .calls import CallPath
 from .events import AssistantText, Event, Notice, UsageEvent, UserMessageEvent
@@ -34,7 +34,10 @@ async def run_turn(provider: Provider, request: ModelRequest, retry: RetrySettin
         if remaining <= 0:
             raise TurnTimeout(f"the model did not answer within {retry.turn_timeout:g} s")
         try:
-            return await asyncio.wait_for(provider.complete(request, on_text), remaining)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for returns a result that is ready when a
+            # cancellation arrives, and the cancellation is lost.
+            async with asyncio.timeout(remaining):
+                return await provider.complete(request, on_text)
         except TimeoutError:
             raise TurnTimeout(f"the model did not answer within {retry.turn_timeout:g} s") from None
         except ProviderError as exc:
@@ -79,14 +82,17 @@ class AgentLoop:
     messages: list[Message] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     turns: int = 0
+    # Set when the session asked the task to stop; checked at every step, so a stop that lands as
+    # a step finishes is not lost.
+    stopping: bool = False
 
     def add_user_message(self, text: str, origin: str = "user") -> None:
         self.messages.append(UserMessage(content=text))
         self.emit(UserMessageEvent(text=text, origin=origin))
 
-    async def run_task(self, prompt: str) -> TaskResult:
-        """Work one prompt until an outcome; CancelledError propagates after the conversation is made whole."""
-        self.add_user_message(prompt)
+    async def run_task(self) -> TaskResult:
+        """Work the conversation (its last message is the new prompt) to an outcome; CancelledError
+        propagates after the conversation is made whole."""
         first = self.turns
         outcome, final, error = await self._drive()
         return TaskResult(outcome, self.turns - first, final, error)
@@ -96,6 +102,7 @@ class AgentLoop:
         timeout_streak = 0
         task_turns = 0
         while True:
+            self._check_stop()
             if task_turns >= self.max_turns:
                 return Outcome.MAX_CONTINUATIONS, "", f"the model was still working after {self.max_turns} turns (--max-turns)"
             task_turns += 1
@@ -116,8 +123,6 @@ class AgentLoop:
             self.usage = self.usage + turn.usage
             self.emit(UsageEvent(turn=turn_no, usage=turn.usage, total=self.usage))
             message = turn.message
-            if message.text:
-                self.emit(AssistantText(turn=turn_no, text=message.text))
             if not message.text.strip() and not message.tool_calls:
                 empty_streak += 1
                 if empty_streak > EMPTY_COMPLETIONS_TOLERATED:
@@ -126,8 +131,11 @@ class AgentLoop:
                 self.add_user_message(EMPTY_CORRECTION, origin="loop")
                 continue
             empty_streak = 0
+            if message.text or message.reasoning:
+                self.emit(AssistantText(turn=turn_no, text=message.text, reasoning=message.reasoning))
             self.messages.append(message)
             if message.tool_calls:
+                self._check_stop(message)
                 await self.calls.run_batch(turn_no, message.tool_calls, self.messages)
                 continue
             continuation = await self._completion(turn_no, message.text)
@@ -136,10 +144,22 @@ class AgentLoop:
             self._notice(f"{continuation.source or 'an interceptor'} asked for another turn: {continuation.reason}")
             self.add_user_message(continuation.reason, origin="loop")
 
+    def _check_stop(self, pending: AssistantMessage | None = None) -> None:
+        if not self.stopping:
+            return
+        if pending is not None:
+            # Its calls will not run: each gets a result, so the conversation stays valid.
+            self.calls.refuse_all(self.turns, pending.tool_calls, self.messages)
+        raise asyncio.CancelledError
+
     async def _completion(self, turn: int, text: str) -> Continuation | None:
         candidate = CompletionCandidate(turn=turn, text=text, session_id=self.session_id)
         for interceptor in self.interceptors:
-            said = await interceptor.completion_candidate(candidate)
+            try:
+                said = await interceptor.completion_candidate(candidate)
+            except Exception as exc:  # noqa: BLE001 - an interceptor's bug must not end the task
+                self._notice(f"the interceptor {interceptor.name} failed at a completion candidate: {type(exc).__name__}: {exc}", "warning")
+                continue
             if said is not None:
                 return said
         return None

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..errors import DispatcherError, ToolError, ToolTimeout
+from ..errors import DispatcherError, OspreyError, ToolError, ToolTimeout
 from ..messages import ToolSpec
 from ..toolclient import ToolClient
 
@@ -175,6 +175,10 @@ class ToolRegistry:
             return ToolOutcome(_with_recovery(f"Error ({exc.category}): {exc.message}", exc), True, exc.category)
         except DispatcherError as exc:
             return ToolOutcome(_with_recovery(f"Error (tool_service_unavailable): {exc}", exc), True, "tool_service_unavailable")
+        except OspreyError as exc:
+            return ToolOutcome(f"Error: {exc}", True, "tool_error")
+        except Exception as exc:  # noqa: BLE001 - a tool's bug fails its call, not the session
+            return ToolOutcome(f"Error (internal): {name} failed: {type(exc).__name__}: {exc}", True, "internal")
         outcome = result if isinstance(result, ToolOutcome) else ToolOutcome(result)
         outcome.text, outcome.truncated_chars = limit_text(outcome.text, self.max_result_chars)
         return outcome
