@@ -262,3 +262,169 @@ def test_process_rules_look_at_the_command_of_a_start() -> None:
 @pytest.mark.parametrize("command", [None, 42, ["git", "status"], "git status " + "x " * 40_000])
 def test_odd_commands_are_never_covered(command: object) -> None:
     assert not Rule.parse("bash(*)").covers("bash", {"command": command}, cwd=WS, workspace=WS)
+
+
+# -- code no argv word shows (the strings are data: nothing here is ever run)
+
+
+@pytest.mark.parametrize(("rule", "command", "covered"), [
+    # backticks tree-sitter-bash leaves as text: an unquoted here-document body runs them
+    ("bash(cat *)", "cat <<EOF\nhello `touch pwned` x\nEOF", False),
+    ("bash(cat *)", "cat <<EOF\n`touch pwned`\nEOF", False),
+    ("bash(cat *)", "cat <<-EOF\n\t`touch pwned`\nEOF", False),
+    ("bash(cat *)", "cat <<EOF\n${x:-`touch pwned`}\nEOF", False),
+    ("bash(cat *)", "cat <<EOF\n'`touch pwned`'\nEOF", False),  # quotes are plain text in a body
+    ("bash(cat *)", "cat <<EOF\n\"${x:-'$(touch pwned)'}\"\nEOF", False),
+    ("bash(cat *)", "cat <<EOF\n\\\\`touch pwned`\nEOF", False),  # an escaped backslash, then a backtick
+    ("bash(cat *)", "cat <<EOF\n$(touch pwned)\nEOF", False),  # parsed, and touch does not match
+    ("bash(cat *)", "cat <<'EOF'\nhello `touch pwned` $(touch pwned)\nEOF", True),  # quoted: not run
+    ("bash(cat *)", "cat <<\"EOF\"\n`touch pwned`\nEOF", True),
+    ("bash(cat *)", "cat <<\\EOF\n`touch pwned`\nEOF", True),
+    ("bash(cat *)", "cat <<EOF\nnot run: \\`touch pwned\\`\nEOF", True),
+    # ... and in a ${...} operand
+    ("bash(git diff *)", 'git diff "${x:-`touch pwned`}"', False),
+    ("bash(git diff *)", "git diff ${x:-`touch pwned`}", False),
+    ("bash(git diff *)", "git diff ${x:+`touch pwned`} ${x#`touch pwned`} ${x/`touch pwned`/y}", False),
+    ("bash(git diff *)", "git diff \"${x:-'$(touch pwned)'}\"", False),  # ' is a plain character there
+    ("bash(git diff *)", "git diff ${x:-$(touch pwned)}", False),
+    ("bash(git diff *)", "git diff ${x:-'not run'}", True),
+    # escaped backticks inside backticks: bash unescapes them and runs the inner command
+    ("bash(echo *)", "echo `echo \\`touch pwned\\``", False),
+    ("bash(echo *)", "echo `echo hi`", True),
+    # prompt expansion and indirection evaluate a value
+    ("bash(git diff *)", "git diff ${x@P}", False),
+    ("bash(git diff *)", 'git diff "${x@P}"', False),
+    ("bash(git diff *)", "git diff ${x@E}", False),
+    ("bash(git diff *)", "git diff ${x@A}", False),
+    ("bash(git diff *)", "git diff ${!x}", False),
+    ("bash(git diff *)", "git diff ${!x[@]}", False),
+    ("bash(git diff *)", "git diff ${x@Q} ${x,,} ${#x}", True),
+    ("bash(*)", "git diff ${x@P}", False),  # not even bash(*): it parses the line, the line hides code
+    # subscripts evaluated by builtins, test and arithmetic
+    ("bash(printf *)", "printf -v 'a[$(touch pwned)]' x", False),
+    ("bash(printf *)", "printf -v a\\[\\$\\(touch\\ pwned\\)\\] x", False),
+    ("bash(printf *)", "printf -v 'a[n]' x", False),  # n's value may be a[$(cmd)]
+    ("bash(printf *)", 'printf -v "$name" x', False),
+    ("bash(printf *)", "printf -v x '%s' y", True),
+    ("bash(printf *)", "printf '%s\\n' \"$x\" '[ok]'", True),  # no -v: nothing is evaluated
+    ("bash(read *)", "read 'a[$(touch pwned)]'", False),
+    ("bash(read *)", "read -r 'a[i]'", False),
+    ("bash(read *)", "read -r line", True),
+    ("bash(mapfile *)", "mapfile -C 'touch pwned' -c 1 lines < f", False),
+    ("bash(mapfile *)", "mapfile -t lines < f", True),
+    ("bash(test *)", "test -v 'a[$(touch pwned)]'", False),
+    ("bash(test *)", "test -v 'a[n]'", False),
+    ("bash(test *)", "test -f x", True),
+    ("bash(git status)", "[[ -v 'a[$(touch pwned)]' ]] && git status", False),
+    ("bash(git status)", "[[ -v a[n] ]] && git status", False),
+    ("bash(git status)", "[[ $n -eq 1 ]] && git status", False),
+    ("bash(git status)", "[ 'a[$(touch pwned)]' -eq 1 ] && git status", False),
+    ("bash(git status)", "[[ -f x && $n == y ]] && git status", True),
+    ("bash(declare *)", "declare 'a[$(touch pwned)]=1'", False),
+    ("bash(declare *)", "declare -i x=n", True),  # n's value can only come from the line's own declares
+    ("bash(declare *)", 'declare x="$y"', False),
+    ("bash(let *)", "let 'a[$(touch pwned)]'", False),
+    ("bash(let *)", "let i=1+2", True),
+    ("bash(unset *)", "unset 'a[$(touch pwned)]'", False),
+    ("bash(git status)", "(( x )) && git status", False),
+    ("bash(git status)", "(( 1 + 2 )) && git status", True),
+    ("bash(echo *)", "echo $((x))", False),
+    ("bash(echo *)", "echo $(( $(cat n) + 1 ))", False),  # the output is evaluated as arithmetic
+    ("bash(echo *)", "echo $((1 + 2)) $[3]", True),
+    ("bash(echo *)", "echo ${a[i]}", False),
+    ("bash(echo *)", "echo ${a[0]} ${a[@]} ${#a[*]}", True),
+    ("bash(echo *)", "echo ${x:i:1}", False),
+    ("bash(echo *)", "echo ${x: -1} ${x:1:2}", True),
+    ("bash(echo *)", "echo ${x:=default}", False),  # assigns x
+    ("bash(echo *)", "echo ${x:-default}", True),
+    # a word holding `$(` or a backtick after quote removal is never covered
+    ("bash(git commit *)", "git commit -m 'use `make` here'", False),
+    ("bash(git commit *)", 'git commit -m "cost: \\$(x)"', False),
+    ("bash(git commit *)", "git commit -m 'plain message'", True),
+])
+def test_lines_that_hide_code_from_their_words_are_never_covered(rule: str, command: str, covered: bool) -> None:
+    assert Rule.parse(rule).covers("bash", {"command": command}, cwd=WS, workspace=WS) is covered
+
+
+@pytest.mark.parametrize("command", [
+    # loops assign their variable: the header is a command of its own
+    "for PATH in ./bin; do git status; done",
+    "select PATH in ./bin; do git status; done",
+    "for PATH; do git status; done",
+    "for ((i=0; i<1; i++)); do git status; done",
+    # builtins that set variables or change what runs are commands of their own
+    "read PATH; git status",
+    "read -r PATH <<< ./bin; git status",
+    "declare PATH=./bin; git status",
+    "export PATH=./bin; git status",
+    "local PATH=./bin; git status",
+    "typeset PATH=./bin; git status",
+    "readonly PATH=./bin; git status",
+    "printf -v PATH ./bin; git status",
+    "mapfile PATH < f; git status",
+    "readarray PATH < f; git status",
+    "getopts a PATH; git status",
+    "eval PATH=./bin; git status",
+    "source ./env; git status",
+    ". ./env; git status",
+    "alias git=./evil; git status",
+    "shopt -s expand_aliases; git status",
+    "hash -p ./evil git; git status",
+    "enable -f ./evil.so git; git status",
+    "trap ./evil EXIT; git status",
+    "cd ./bin; git status",
+    "PATH=./bin; git status",
+    "PATH=./bin git status",
+    "BASH_ENV=./evil git status",
+    "git status; PATH=./bin",
+    "git status {PATH}>/dev/null; git status",
+    "git status ${PATH:=./bin}",
+    "git() { ./evil; }; git status",
+])
+def test_lines_that_change_what_runs_are_not_covered_by_a_rule_for_the_command(command: str) -> None:
+    assert not Rule.parse("bash(git status)").covers("bash", {"command": command}, cwd=WS, workspace=WS)
+    assert not Rule.parse("bash(git status *)").covers("bash", {"command": command}, cwd=WS, workspace=WS)
+
+
+def test_a_rule_for_the_loop_itself_must_still_match_the_body() -> None:
+    line = "for f in a b; do git diff $f; done"
+    assert not Rule.parse("bash(git diff *)").covers("bash", {"command": line}, cwd=WS, workspace=WS)
+    assert not Rule.parse("bash(for *)").covers("bash", {"command": line}, cwd=WS, workspace=WS)
+    assert Rule.parse("bash(*)").covers("bash", {"command": line}, cwd=WS, workspace=WS)
+
+
+# -- the working directory of a call
+
+
+@pytest.mark.parametrize(("rule", "arguments", "covered"), [
+    ("bash(./scripts/test)", {"command": "./scripts/test"}, True),
+    ("bash(./scripts/test)", {"command": "./scripts/test", "workdir": ""}, True),
+    ("bash(./scripts/test)", {"command": "./scripts/test", "workdir": "."}, True),
+    ("bash(./scripts/test)", {"command": "./scripts/test", "workdir": "./"}, True),
+    ("bash(./scripts/test)", {"command": "./scripts/test", "workdir": WS}, True),
+    ("bash(./scripts/test)", {"command": "./scripts/test", "workdir": WS + "//./"}, True),
+    ("bash(./scripts/test)", {"command": "./scripts/test", "workdir": "other"}, False),  # runs other/scripts/test
+    ("bash(./scripts/test)", {"command": "./scripts/test", "workdir": "/tmp"}, False),
+    ("bash(./scripts/test)", {"command": "./scripts/test", "workdir": "sub/.."}, False),  # sub may be a symlink
+    ("bash(./scripts/test)", {"command": "./scripts/test", "workdir": WS + "/sub/.."}, False),
+    ("bash(./scripts/test)", {"command": "./scripts/test", "workdir": "/work/wsx"}, False),
+    ("bash(./scripts/test)", {"command": "./scripts/test", "workdir": 42}, False),
+    ("bash(scripts/test *)", {"command": "scripts/test -k x", "workdir": "other"}, False),
+    ("bash(bash scripts/test.sh)", {"command": "bash scripts/test.sh", "workdir": "other"}, False),  # a fixed relative path
+    ("bash(*)", {"command": "./scripts/test", "workdir": "other"}, False),
+    ("bash(*)", {"command": "git status && bin/x", "workdir": "other"}, False),
+    # no relative program and no relative path the rule fixes: the directory does not change what runs
+    ("bash(git status)", {"command": "git status", "workdir": "other"}, True),
+    ("bash(npm run test *)", {"command": "npm run test", "workdir": "frontend"}, True),
+    ("bash(python *)", {"command": "python ./tool.py", "workdir": "other"}, True),  # `*` trusts any argument
+    ("bash(/usr/bin/make *)", {"command": "/usr/bin/make all", "workdir": "/tmp"}, True),
+    ("bash(~/bin/tool)", {"command": "~/bin/tool", "workdir": "other"}, True),
+])
+def test_a_command_rule_and_the_calls_workdir(rule: str, arguments: dict[str, object], covered: bool) -> None:
+    assert Rule.parse(rule).covers("bash", arguments, cwd=WS, workspace=WS) is covered
+
+
+def test_a_process_rule_and_the_calls_workdir() -> None:
+    rule = Rule.parse("process(./bin/dev-server *)")
+    assert rule.covers("process", {"action": "start", "command": "./bin/dev-server", "workdir": "."}, cwd=WS, workspace=WS)
+    assert not rule.covers("process", {"action": "start", "command": "./bin/dev-server", "workdir": "web"}, cwd=WS, workspace=WS)

@@ -42,6 +42,8 @@ ACCEPTED_FALSE_REFUSALS = [
     ("d=/; d=./build; rm -rf $d", "recursive-delete-root"),
     # a string given to an exec-like call is checked as shell even when only printed
     ("""python3 -c 'import subprocess; subprocess.run(["echo", "rm -rf /"])'""", "recursive-delete-root"),
+    # a value holding `$(` is checked as shell: arithmetic, PS4 or prompt expansion would run it
+    ("msg='$(rm -rf ~)'; echo \"$msg\"", "recursive-delete-root"),
 ]
 
 
@@ -163,6 +165,12 @@ PATHOLOGICAL = {
     "many exec calls in code": "python3 -c '" + "system(" * 9000 + "'",
     "many backticks in code": "perl -e '" + "`" * 60000 + "'",
     "many substitutions in a string": 'echo "' + "`a" * 30000 + '"',
+    "many backticks in a here-document": "cat <<EOF\n" + "`a` " * 15000 + "\nEOF",
+    "unterminated backtick in a here-document": "cat <<EOF\n`" + "a" * 60000 + "\nEOF",
+    "many backticks in ${...}": "echo " + "${x:-`a`}" * 5000,
+    "many $( in a value": "x='" + "$(" * 20000 + "'; echo $((x))",
+    "long value for @P": "x='" + "`a`" * 15000 + "'; echo ${x@P}",
+    "many test operands": "[[ " + " && ".join(["-v a"] * 5000) + " ]]",
 }
 
 

@@ -15,9 +15,11 @@ from osprey.policy.shell import (
     ShellParseError,
     ansi_c,
     brace_expand,
+    coverage_hazard,
     parse,
     printed,
     simple_commands,
+    substitution_texts,
 )
 
 
@@ -65,7 +67,7 @@ def test_compound_commands_are_followed() -> None:
         "fn() { p; }; function q { r; }; [[ -n $(s) ]] && ! t; time u; echo $(( $(w) + 1 ))"
     )
     names = [argv[0] for argv in simple_commands(line)]
-    assert names == [*"abcdefghijklmnop", "r", "s", "t", "time", "echo", "w"]
+    assert names == [*"abcdefghijk", "for", "l", "for", "m", *"nop", "r", "s", "t", "time", "echo", "w"]
 
 
 def test_assignments_are_words() -> None:
@@ -79,6 +81,93 @@ def test_redirections_and_heredocs_are_not_words() -> None:
     assert simple_commands("cat <<'EOF' | sh\nrm -rf /\n$(not run)\nEOF") == [["cat"], ["sh"]]
     # an unquoted heredoc's substitutions do run
     assert simple_commands("cat <<EOF\n$(whoami)\nEOF") == [["cat"], ["whoami"]]
+
+
+def test_loop_headers_are_listed() -> None:
+    assert simple_commands("for PATH in ./bin 'a b'; do git status; done") == [["for", "PATH", "in", "./bin", "a b"], ["git", "status"]]
+    assert simple_commands("select x in a; do b; done") == [["select", "x", "in", "a"], ["b"]]
+    assert simple_commands("for x; do b; done") == [["for", "x"], ["b"]]
+    assert simple_commands("for ((i=0; i<2; i++)); do b; done") == [["for", "((", "i=0; i<2; i++", "))"], ["b"]]
+
+
+@pytest.mark.parametrize(("line", "inner"), [
+    ("cat <<EOF\nhello `touch a` x\nEOF", [["touch", "a"]]),
+    ("cat <<-EOF\n\t`touch a`\nEOF", [["touch", "a"]]),
+    ("cat <<EOF\n'`touch a`'\nEOF", [["touch", "a"]]),
+    ("cat <<EOF\n${x:-`touch a`}\nEOF", [["touch", "a"]]),
+    ("cat <<EOF\n\"${x:-'$(touch a)'}\"\nEOF", [["touch", "a"]]),
+    ("echo ${x:-`touch a`}", [["touch", "a"]]),
+    ("echo \"${x:-`touch a`}\"", [["touch", "a"]]),
+    ("echo ${x:=`touch a`} ${x#`touch b`} ${x/`touch c`/d} ${x^^`touch e`}", [["touch", "a"], ["touch", "b"], ["touch", "c"], ["touch", "e"]]),
+    ("echo \"${x:-'$(touch a)'}\"", [["touch", "a"]]),
+    ("echo ${x:-${y:-`touch a`}}", [["touch", "a"]]),
+    ("echo `echo \\`touch a\\``", [["echo", "`touch a`"], ["touch", "a"]]),
+])
+def test_substitutions_left_as_text_are_parsed_again(line: str, inner: list[list[str]]) -> None:
+    parsed = parse(line)
+    assert parsed.hidden(), line
+    listed = simple_commands(line)
+    assert listed[-len(inner):] == inner
+    assert coverage_hazard(parsed) is not None
+
+
+@pytest.mark.parametrize("line", [
+    "cat <<'EOF'\n`touch a` $(touch b)\nEOF",
+    "cat <<\"EOF\"\n`touch a`\nEOF",
+    "cat <<\\EOF\n`touch a`\nEOF",
+    "cat <<EOF\n\\`touch a\\`\nEOF",
+    "echo ${x:-'$(touch a)'} '`touch b`' \"\\`touch c\\`\"",
+    "echo $(touch a) `touch b` \"$(touch c)\" $(( 1 + $(touch d) ))",  # parsed by the grammar itself
+    "# `touch a`",
+])
+def test_text_bash_does_not_run_hides_nothing(line: str) -> None:
+    assert parse(line).hidden() == []
+
+
+def test_hidden_substitutions_are_bounded() -> None:
+    with pytest.raises(ShellParseError, match="more than 64"):
+        parse("echo " + " ".join("${x:-`a`}" for _ in range(70))).hidden()
+    nested = "touch a"
+    for depth in range(1, 8):
+        nested = "echo `" + nested.replace("\\", "\\\\").replace("`", "\\`") + "`"
+        if depth <= 5:  # the outer backticks are parsed; the escaped ones inside are found 4 deep
+            assert simple_commands(nested)[-1] == ["touch", "a"]
+    with pytest.raises(ShellParseError, match="levels deep"):
+        simple_commands(nested)
+
+
+def test_substitution_texts() -> None:
+    assert substitution_texts("a[$(touch a)] `touch b` \\`c\\` $((1+2)) $(x $(y) ')' z)") == ["touch a", "touch b", "x $(y) ')' z"]
+    assert substitution_texts("no code here") == []
+
+
+@pytest.mark.parametrize(("line", "why"), [
+    ("git diff ${x@P}", "prompt expansion"),
+    ("git diff ${!x}", "indirect"),
+    ("echo ${x:=y}", "assigns"),
+    ("echo ${a[i]}", "subscript"),
+    ("echo $((x + 1))", "arithmetic"),
+    ("echo ${x:n}", "offset"),
+    ("[[ $x -gt 1 ]]", "test"),
+    ("printf -v 'a[1]' x", "variable name"),
+    ("read \"$name\"", "variable name"),
+    ("mapfile -C f a", "callback"),
+    ("git status {fd}>/dev/null", "assigns a variable"),
+    ("echo 'a `b`'", "backtick"),
+    ("echo a\\$\\(b\\)", "`$(`"),
+])
+def test_coverage_hazards_say_why(line: str, why: str) -> None:
+    reason = coverage_hazard(parse(line))
+    assert reason is not None and why in reason, reason
+
+
+@pytest.mark.parametrize("line", [
+    "git status", "git diff HEAD~1 -- a.py", "echo $HOME ${x:-y} ${#x} ${x@Q} $((1+2)) ${a[0]} ${a[@]}",
+    "printf '%s\\n' \"$x\"", "read -r line", "declare -a xs=(1 2)", "[[ -f x && $y == z ]]", "(( 1 ))",
+    "for x in a; do echo $x; done", "echo $(git rev-parse HEAD)",
+])
+def test_ordinary_lines_have_no_coverage_hazard(line: str) -> None:
+    assert coverage_hazard(parse(line)) is None
 
 
 def test_backslash_newline_joins_words_like_bash() -> None:

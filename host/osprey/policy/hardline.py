@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from tree_sitter import Node
 
 from .shell import (
+    ANYTHING,
     HOME,
+    SETTERS,
     UNKNOWN,
     Budget,
     Command,
@@ -29,8 +31,11 @@ from .shell import (
     Parsed,
     Shell,
     ShellParseError,
+    evaluated_operands,
+    literal,
     parse,
     printed,
+    substitution_texts,
 )
 
 RULES: dict[str, str] = {
@@ -75,7 +80,7 @@ def analyse(command: str) -> Refusal | None:
     """The parsed verdict; raises ShellParseError when the line cannot be analysed within the bounds."""
     # The analysis marks home and unknown text with two private-use characters; the line's own
     # copies of them must not pass for either.
-    command = command.replace(HOME, "\ufffd").replace(UNKNOWN, "\ufffd")
+    command = command.replace(HOME, "\ufffd").replace(UNKNOWN, "\ufffd").replace(ANYTHING, "\ufffd")
     return _Analysis(Budget()).run(command, Shell(), 0, {})
 
 
@@ -110,7 +115,7 @@ def _name(word: str) -> str:
 
 
 def _show(text: str) -> str:
-    text = text.replace(HOME, "~").replace(UNKNOWN, "<unknown>")
+    text = text.replace(HOME, "~").replace(UNKNOWN, "<unknown>").replace(ANYTHING, "<anything>")
     return text if len(text) <= CUT else text[: CUT - 1] + "…"
 
 
@@ -125,17 +130,17 @@ def _join(words: list[str]) -> str:
 def _match_all(component: str) -> bool:
     """A glob component that names everything in its directory (`*`, `.*`, `[a-z]*`, an unknown)."""
     rest = re.sub(r"\[[^]]*\]", "", component)
-    return bool(rest) and set(rest) <= set("*?." + UNKNOWN + HOME) and bool(set(rest) & {"*", UNKNOWN, HOME})
+    return bool(rest) and set(rest) <= set("*?." + UNKNOWN + HOME + ANYTHING) and bool(set(rest) & {"*", UNKNOWN, HOME, ANYTHING})
 
 
 def _has_wild(component: str) -> bool:
-    return any(c in component for c in "*?[" + UNKNOWN + HOME)
+    return any(c in component for c in "*?[" + UNKNOWN + HOME + ANYTHING)
 
 
 def _could_name_system_dir(component: str) -> bool:
     if len(component) > 255:
         return True
-    pattern = component.replace(UNKNOWN, "*").replace(HOME, "*")
+    pattern = component.replace(UNKNOWN, "*").replace(HOME, "*").replace(ANYTHING, "*")
     return any(fnmatch.fnmatchcase(d, pattern) for d in SYSTEM_DIRS)
 
 
@@ -144,6 +149,8 @@ def danger(path: str, cwd: str | None) -> tuple[str, bool] | None:
     top-level system directory: (description, named through a glob). None otherwise."""
     if not path:
         return None
+    if path.startswith(ANYTHING):
+        return "a path computed only when the command runs (it may be / or a home directory)", False
     if path.startswith(HOME):
         comps = ["~"]
         rest = path[1:]
@@ -202,7 +209,7 @@ def _normal(path: str) -> str:
 def _could_be(path: str, exact: str) -> bool:
     """Whether `path` names `exact`, or may once its unknown or glob part is known."""
     path = _normal(path)
-    cut = min((i for i, c in enumerate(path) if c in "*?[" + UNKNOWN + HOME), default=-1)
+    cut = min((i for i, c in enumerate(path) if c in "*?[" + UNKNOWN + HOME + ANYTHING), default=-1)
     if cut < 0:
         return path == exact
     head = path[:cut]
@@ -215,7 +222,7 @@ def is_device(path: str) -> bool:
     if not path.startswith("/dev/"):
         return False
     name = path[5:]
-    cut = min((i for i, c in enumerate(name) if c in "*?[" + UNKNOWN + HOME), default=-1)
+    cut = min((i for i, c in enumerate(name) if c in "*?[" + UNKNOWN + HOME + ANYTHING), default=-1)
     if cut >= 0:
         head = name[:cut]
         return any(p.startswith(head) or head.startswith(p) for p in DEVICE_PREFIXES)
@@ -301,7 +308,14 @@ def unwrap(argv: list[Arg]) -> _Unwrapped:
             opts, rest = _getopt(args, 1, "")
             if any(o in ("-v", "-V") for o, _ in opts):
                 return _Unwrapped([], out.strings, out.env)
-        elif name in ("builtin", "nohup", "nocorrect", "noglob", "eatmydata", "unbuffer", "catchsegv", "busybox", "toybox", "coproc"):
+        elif name == "coproc":
+            # coproc CMD, coproc { CMD; }, coproc NAME { CMD; } (the grammar splits the group at `;`)
+            rest = 1
+            if len(args) > 2 and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", args[1][0]) and args[2][0] in ("{", "("):
+                rest = 3
+            elif len(args) > 1 and args[1][0] in ("{", "("):
+                rest = 2
+        elif name in ("builtin", "nohup", "nocorrect", "noglob", "eatmydata", "unbuffer", "catchsegv", "busybox", "toybox"):
             rest = 1 if not (len(args) > 1 and args[1][0] == "--") else 2
         elif name == "exec":
             _, rest = _getopt(args, 1, "a")
@@ -396,7 +410,7 @@ class _Level:
         shell = self.start
         for cmd in self.parsed.commands:
             self.budget.spend()
-            if cmd.kind == "for":
+            if cmd.kind == "for" and cmd.variable:
                 values: list[str] = []
                 for node in cmd.values:
                     values.extend(self.expander.word(node, shell))
@@ -420,13 +434,133 @@ class _Level:
                 self._add(run)
                 if cmd.words and not cmd.words[0].is_named:  # export/declare/local/readonly
                     shell = self._assign(cmd.assigns, shell)
+                    shell = self._nameref(run, shell)
                 if run.name in ("cd", "pushd"):
                     shell = self._cd(run, shell)
+                elif run.name == "printf":
+                    shell = self._printf_v(run, shell)
+                elif run.name in ("read", "mapfile", "readarray"):
+                    shell = self._read(run, shell)
+                elif run.name in ("alias", "hash"):
+                    self._alias(run)
         for run in self.runs:
             refusal = self._judge_run(run)
             if refusal is not None:
                 return refusal
+        return self._evaluated(shell)
+
+    def _evaluated(self, shell: Shell) -> Refusal | None:
+        """Code bash runs that no command of the parse shows: command substitutions the grammar
+        left as text, the substitutions in values bash expands again (prompt expansion, indirection,
+        a subscript met by arithmetic: `x='a[$(cmd)]'; echo $((x))`), in names with subscripts given
+        to builtins (`printf -v 'a[$(cmd)]'`, `read`, `declare`, `let`, `test -v`, `[[ -v ]]`), and
+        mapfile callbacks. Each is checked as a shell string run by the line."""
+        texts = [h.text for h in self.parsed.hidden()]
+        texts.extend(self.expander.code)
+        for run in self.runs:
+            if run.cmd.kind == "command" and run.inner:
+                texts.extend(self._evaluated_words(run))
+        for node in evaluated_operands(self.parsed):
+            self.budget.spend()
+            texts.extend(substitution_texts(literal(self.parsed, node)))
+        for values in shell.variables.values():
+            for value in values:
+                self.budget.spend(1 + len(value) // 4096)
+                texts.extend(substitution_texts(value))
+        for text in dict.fromkeys(texts):
+            refusal = self.analysis.nested(text, shell, self.depth + 1, self.functions)
+            if refusal is not None:
+                return refusal
         return None
+
+    def _evaluated_words(self, run: _Run) -> list[str]:
+        words = [a for a, _ in run.inner[1:]]
+        texts: list[str] = []
+        if run.name in ("mapfile", "readarray"):
+            texts.extend(_option_values([run.name] + words, ("-C",)))  # the callback is shell code
+        options = SETTERS.get(run.name)
+        if options is None or (options and not any(w.startswith(o) for w in words for o in options)):
+            return texts
+        for word in words:
+            self.budget.spend(1 + len(word) // 4096)
+            texts.extend(substitution_texts(word))
+        return texts
+
+    def _nameref(self, run: _Run, shell: Shell) -> Shell:
+        """`declare -n r=HOME` (also local, typeset): r stands for the variable it names."""
+        words = [a for a, _ in run.inner[1:]]
+        if not any(re.fullmatch(r"-[A-Za-z]*n[A-Za-z]*", w) for w in words):
+            return shell
+        refs: dict[str, list[str]] = {}
+        for w in words:
+            name, eq, target = w.partition("=")
+            if eq and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                refs.setdefault(name, []).extend(self.expander.indirect(target, shell))
+        return self._with(shell, refs) if refs else shell
+
+    def _alias(self, run: _Run) -> None:
+        """`alias x='rm -rf'` (used on a later line) and `hash -p /bin/rm ls` make a name run other
+        code: the name is then followed like a function whose body is that code plus its arguments."""
+        words = [a for a, _ in run.inner[1:]]
+        if run.name == "alias":
+            for w in words:
+                name, eq, value = w.partition("=")
+                if eq and name and not name.startswith("-"):
+                    self.functions[name] = value + ' "$@"'
+            return
+        opts, rest = _getopt([(w, None) for w in ["hash"] + words], 1, "p")
+        paths = [v for o, v in opts if o == "-p"]
+        if paths:
+            for name in ["hash", *words][rest:]:
+                self.functions[name] = shlex.quote(paths[-1]) + ' "$@"'
+
+    def _printf_v(self, run: _Run, shell: Shell) -> Shell:
+        """`printf -v NAME FORMAT ARGS...` assigns what printf would print."""
+        words = [a for a, _ in run.inner[1:]]
+        if words and words[0] == "-v" and len(words) > 1:
+            target, rest = words[1], words[2:]
+        elif words and words[0].startswith("-v") and len(words[0]) > 2:
+            target, rest = words[0][2:], words[1:]
+        else:
+            return shell
+        if rest and rest[0] == "--":
+            rest = rest[1:]
+        name = re.match(r"[A-Za-z_][A-Za-z0-9_]*", target)
+        if name is None:
+            return shell
+        return self._with(shell, {name.group(0): [printed("printf", rest) if rest else ""]})
+
+    def _read(self, run: _Run, shell: Shell) -> Shell:
+        """`read NAME... <<< TEXT` and `mapfile NAME < <<EOF`: the variables may hold the text given
+        on standard input by the line (whole, or one line of it), or anything when it gives none."""
+        words = [a for a, _ in run.inner[1:]]
+        with_arg = "adinNptu" if run.name == "read" else "dnOsuCc"
+        names: list[str] = []
+        i = 0
+        while i < len(words):
+            w = words[i]
+            if w == "--":
+                names.extend(words[i + 1:])
+                break
+            if w.startswith("-") and len(w) > 1:
+                for j in range(1, len(w)):
+                    if w[j] in with_arg:
+                        value = w[j + 1:] or (words[i + 1] if i + 1 < len(words) else "")
+                        if not w[j + 1:]:
+                            i += 1
+                        if w[j] == "a" and run.name == "read":
+                            names.append(value)
+                        break
+                i += 1
+                continue
+            names.append(w)
+            i += 1
+        if run.name != "read":
+            names = names[-1:] or ["MAPFILE"]
+        texts = self._own_input(run.cmd, shell)
+        values = list(dict.fromkeys([t for t in texts] + [line for t in texts for line in t.splitlines()])) or [UNKNOWN]
+        plain = [n for n in names if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)] or (["REPLY"] if run.name == "read" else [])
+        return self._with(shell, {n: values[:64] for n in plain}) if plain else shell
 
     def _add(self, run: _Run) -> None:
         self.runs.append(run)
@@ -457,7 +591,7 @@ class _Level:
         operands = [a for a, _ in run.inner[1:] if not (a.startswith("-") and len(a) > 1)]
         target = operands[0] if operands else HOME
         new = shell.copy()
-        if target == "-" or target.startswith(UNKNOWN) or len(target) > 4096:
+        if target == "-" or target.startswith((UNKNOWN, ANYTHING)) or len(target) > 4096:
             new.cwd = None
         elif target.startswith(("/", HOME)):
             new.cwd = target
@@ -485,7 +619,19 @@ class _Level:
             return None
         if run.cmd.words and self._downloads_within(run.cmd.words[0]):
             return self._refuse("download-exec", run, "the command name is the output of a download, so downloaded text would run as a command")
-        return self.judge(run.argv, run.shell, run, self.parsed.text(run.cmd.node), 0)
+        shown = self.parsed.text(run.cmd.node)
+        if run.cmd.words and run.cmd.words[0].type != "word":
+            # A first word with several values (`x=a; x='rm -rf /'; $x`, a word split on an IFS the
+            # line sets) is judged once per value: each may be the command.
+            first = run.cmd.words[0]
+            alternatives = self.expander.alternatives(first, run.shell)
+            if len(alternatives) > 1:
+                rest = [(a, n) for a, n in run.argv if n is not first]
+                for fields in alternatives:
+                    refusal = self.judge([(w, first) for w in fields] + rest, run.shell, run, shown, 0)
+                    if refusal is not None:
+                        return refusal
+        return self.judge(run.argv, run.shell, run, shown, 0)
 
     def _refuse(self, rule: str, run: _Run | None, reason: str, shown: str | None = None) -> Refusal:
         text = shown if shown is not None else (self.parsed.text(run.cmd.node) if run is not None else "")
@@ -513,7 +659,7 @@ class _Level:
         def refuse(rule: str, reason: str) -> Refusal:
             return Refusal(rule, reason, _show(shown))
 
-        if UNKNOWN in name:
+        if UNKNOWN in name or ANYTHING in name:
             # An unresolved command name (`$CMD -rf /`) is judged as if it were rm.
             what = _rm(words[1:], shell.cwd)
             if what:
@@ -890,7 +1036,7 @@ class _Level:
         for target in targets:
             if _could_be(target, SYSRQ):
                 return "sysrq-trigger", f"{name} would write to {SYSRQ}, which reboots, crashes or powers off the kernel at once"
-            if is_device(target) or (formats and target.startswith(UNKNOWN) and target.strip(UNKNOWN) == ""):
+            if is_device(target) or (formats and target.startswith((UNKNOWN, ANYTHING)) and target.strip(UNKNOWN + ANYTHING) == ""):
                 return "device-write", f"{name} would overwrite the disk device {_show(target)}, destroying its file systems; write to an image file instead"
         return None
 
@@ -941,7 +1087,7 @@ class _Level:
 def _base64(text: str) -> str | None:
     try:
         decoded = base64.b64decode("".join(text.split()), validate=True).decode("utf-8")
-        return decoded.replace(HOME, "\ufffd").replace(UNKNOWN, "\ufffd")
+        return decoded.replace(HOME, "\ufffd").replace(UNKNOWN, "\ufffd").replace(ANYTHING, "\ufffd")
     except (ValueError, UnicodeDecodeError):
         return None
 
@@ -966,7 +1112,7 @@ def _rm(args: list[str], cwd: str | None) -> str | None:
         elif not options_done and a.startswith("-") and len(a) > 1:
             recursive = recursive or "r" in a or "R" in a
         else:
-            if a and a.strip(UNKNOWN) == "":
+            if a and a.strip(UNKNOWN + ANYTHING) == "":
                 maybe = True  # `rm $flags /`: the unknown word may be -rf
             operands.append(a)
     for operand in operands:

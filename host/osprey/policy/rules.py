@@ -4,7 +4,11 @@
 - `bash(git diff *)`, `process(npm run test:*)`, `bash(git status)`: a command prefix, in shell
   words. A last word `*` (or a last word ending in `:*`) stands for any further arguments; without
   it the words must be the whole command. A command line is covered only when every simple command
-  in it matches, so `bash(git status)` does not cover `git status && curl x | sh`.
+  in it matches, so `bash(git status)` does not cover `git status && curl x | sh`; a `for` loop's
+  header counts as a command. A line that runs code no argv word shows (`shell.coverage_hazard`:
+  a substitution left as text, an evaluated subscript, `${x@P}`...) or writes a file through a
+  redirection is never covered, and a call whose `workdir` is another directory is covered only
+  when neither its programs nor the rule's words are relative paths.
 - `write_file(src/**)`, `read_file(docs/*.md)`: a path glob relative to the workspace root (`**`
   any number of segments, `*` any characters within one segment, `?` one character). The call's
   path is taken relative to the call's working directory and normalised without touching the
@@ -115,7 +119,7 @@ class Rule:
             return False
         try:
             if tool in COMMAND_TOOLS:
-                return _covers_command(self.pattern, arguments)
+                return _covers_command(self.pattern, arguments, cwd)
             if tool in PATH_TOOLS:
                 return _covers_path(self.pattern, arguments, cwd, workspace)
         except RuleError:  # a Rule built by hand with a pattern `parse` would refuse
@@ -174,27 +178,64 @@ def _argv_matches(words: tuple[str, ...], rest: bool, argv: list[str]) -> bool:
     return tuple(argv) == words
 
 
-def _covers_command(pattern: str, arguments: Mapping[str, Any]) -> bool:
+def _covers_command(pattern: str, arguments: Mapping[str, Any], cwd: str) -> bool:
     command = arguments.get("command")
     if not isinstance(command, str) or not command.strip() or len(command) > MAX_COMMAND:
         return False
     words, rest = _command_parts(pattern)
     commands = _simple_commands(command)
     if not commands:
-        return False  # unparseable, empty, or writing a file through a redirection
-    return all(_argv_matches(words, rest, argv) for argv in commands)
+        return False  # unparseable, empty, hiding code from its words, or writing a file through a redirection
+    if not all(_argv_matches(words, rest, argv) for argv in commands):
+        return False
+    return _workdir_keeps_meaning(arguments.get("workdir"), cwd, words, commands)
+
+
+def _workdir_keeps_meaning(workdir: Any, cwd: str, words: tuple[str, ...], commands: tuple[list[str], ...]) -> bool:
+    """Whether the call's `workdir` leaves the rule's meaning alone: it is empty or names the call's
+    working directory, or no program the line runs and no word the rule fixes is a relative path
+    (`bash(./scripts/test)` approves the file in the working directory, not one in another)."""
+    if workdir is None or workdir == "":
+        return True
+    if not isinstance(workdir, str):
+        return False
+    if _same_directory(workdir, cwd):
+        return True
+    fixed = list(words) + [argv[0] for argv in commands if argv]
+    return not any(_relative_path(w) for w in fixed)
+
+
+def _same_directory(workdir: str, cwd: str) -> bool:
+    """`workdir` names `cwd` lexically, with no `..` (which a symlink could send elsewhere) and no
+    backslash (the tool service reads `\\xNN` escapes in paths)."""
+    if "\\" in workdir or "\x00" in workdir or len(workdir) > MAX_PATH:
+        return False
+    segments = [s for s in workdir.split("/") if s not in ("", ".")]
+    if ".." in segments:
+        return False
+    if not workdir.startswith("/"):
+        return not segments
+    here = _norm_abs(cwd)
+    return here is not None and segments == here
+
+
+def _relative_path(word: str) -> bool:
+    return "/" in word and not word.startswith(("/", "~"))
 
 
 @functools.lru_cache(maxsize=64)
 def _simple_commands(command: str) -> tuple[list[str], ...]:
     """The line's simple commands, or () when no command pattern may cover it: it cannot be
-    parsed, or it writes a file through a redirection (`git status > ~/.bashrc` is not `git status`)."""
-    from .shell import ShellParseError, parse, simple_commands
+    parsed, it runs code no argv word shows (`shell.coverage_hazard`: a substitution the parser
+    sees only as text, an evaluated subscript, `${x@P}`, `${!x}`...), or it writes a file through a
+    redirection (`git status > ~/.bashrc` is not `git status`)."""
+    from .shell import ShellParseError, commands_of, coverage_hazard, parse
 
     try:
-        commands = simple_commands(command)
-        if _writes_through_redirection(parse(command)):
+        parsed = parse(command)
+        if coverage_hazard(parsed) is not None or _writes_through_redirection(parsed):
             return ()
+        commands = commands_of(parsed)
     except (ShellParseError, RecursionError, ValueError):
         return ()
     return tuple(commands)

@@ -3,7 +3,8 @@
 Two views of one parse:
 
 - `simple_commands`: every simple command as literal argv words after quote removal, the view saved
-  approval rules are matched against;
+  approval rules are matched against, with `coverage_hazard` saying when a line runs code no argv
+  word shows;
 - `parse` plus `Expander`: the same commands with their syntax nodes, pipeline positions and
   redirections, and words expanded the way the hardline floor needs them (variables assigned earlier
   in the line, `~` and `$HOME`, brace expansion, `$(echo ...)`), with unknowable parts marked.
@@ -32,6 +33,13 @@ MAX_EXPANSION_DEPTH = 12  # $( "$( ... )" ) resolution depth
 # Markers inside expanded words. They are private-use characters, so they never clash with text.
 HOME = "\ue001"  # a home directory (`~`, `~user`, `$HOME`), only ever at the start of a word
 UNKNOWN = "\ue000"  # text the parser cannot know (an unset variable, `$(make_path)`, `$RANDOM`)
+# Text that may be anything at all, computed by code the line hides in a value: `${x@P}` (prompt
+# expansion runs the value's command substitutions) or `${!x}` (indirection) of a value the line
+# does not show.
+ANYTHING = "\ue002"
+MARKERS = (HOME, UNKNOWN, ANYTHING)
+MAX_HIDDEN = 64  # command substitutions per line that the grammar leaves as text
+MAX_HIDDEN_DEPTH = 4  # such substitutions inside such substitutions, parsed again as shell
 
 _LANGUAGE = Language(tree_sitter_bash.language())
 _EXPANSIONS = frozenset({"simple_expansion", "expansion", "command_substitution", "process_substitution", "arithmetic_expansion"})
@@ -72,7 +80,8 @@ class Command:
     """One thing the line does, in source order.
 
     kind: "command" (a simple command, a declaration such as `export A=1`, or `unset`), "assign"
-    (a bare `a=1 b=2`), "for" (a for loop: `variable` takes each of `values`), "function" (a
+    (a bare `a=1 b=2`), "for" (a for or select loop: `variable` takes each of `values`; a
+    `for ((...))` loop has no variable), "function" (a
     definition: `variable` is its name, `body` its body), "redirect" (a file redirection anywhere,
     in `node`).
     """
@@ -99,9 +108,29 @@ class Parsed:
     source: bytes
     root: Node
     commands: list[Command]
+    _hidden: list[Hidden] | None = field(default=None, repr=False)
 
     def text(self, node: Node) -> str:
         return self.source[node.start_byte:node.end_byte].decode("utf-8", "replace")
+
+    def hidden(self) -> list[Hidden]:
+        """The command substitutions bash would run that the grammar leaves as text (computed once)."""
+        if self._hidden is None:
+            self._hidden = _hidden_substitutions(self)
+        return self._hidden
+
+    def hides(self, node: Node) -> bool:
+        """Whether a hidden command substitution starts inside this node."""
+        return any(node.start_byte <= h.start < node.end_byte for h in self.hidden())
+
+
+@dataclass(frozen=True)
+class Hidden:
+    """A command substitution the grammar leaves as text: where it starts, and its command text
+    (backslash escapes of backticks already undone)."""
+
+    start: int
+    text: str
 
 
 def parse(command: str) -> Parsed:
@@ -157,6 +186,8 @@ def _walk(root: Node) -> Iterator[Command]:
         elif kind == "for_statement":
             var = node.child_by_field_name("variable")
             yield Command("for", node, variable=_node_text(var), values=node.children_by_field_name("value"), pipes=pipes)
+        elif kind == "c_style_for_statement":
+            yield Command("for", node, pipes=pipes)
         elif kind == "function_definition":
             name = node.child_by_field_name("name")
             yield Command("function", node, variable=_node_text(name), body=node.child_by_field_name("body"), pipes=pipes)
@@ -214,6 +245,175 @@ def _node_text(node: Node | None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# Command substitutions the grammar leaves as text
+#
+# tree-sitter-bash parses `$(...)` almost everywhere, but leaves some substitutions bash runs as
+# plain text: backticks in an unquoted here-document body and in a `${x:-...}` (or `#`, `%`, `/`,
+# `^`, `,`) operand, quotes inside a double-quoted `${...}` (where bash keeps `'` as a character,
+# so `"${x:-'$(cmd)'}"` runs cmd) and in here-document bodies, and escaped backticks or dollars
+# inside backticks (`` `echo \`cmd\`` ``, which bash unescapes before parsing the inner command).
+# These are found by scanning every piece of text the grammar did not parse as a substitution.
+
+_DELIMITED = frozenset({"command_substitution", "process_substitution", "arithmetic_expansion"})
+_QUOTED_LITERALS = frozenset({"raw_string", "ansi_c_string"})
+_BACKSLASH, _BACKTICK, _DOLLAR, _OPEN, _CLOSE, _SQUOTE, _DQUOTE = 0x5C, 0x60, 0x24, 0x28, 0x29, 0x27, 0x22
+
+
+def _hidden_substitutions(parsed: Parsed) -> list[Hidden]:
+    src = parsed.source
+    found: list[Hidden] = []
+    # Pieces of text to scan: (start, end, end of the enclosing context, double-quote-like context)
+    spans: list[tuple[int, int, int, bool]] = []
+    stack: list[tuple[Node, bool, int, int]] = [(parsed.root, False, len(src), 0)]
+    while stack:
+        node, dq, context_end, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise ShellParseError(f"the command line is nested more than {MAX_NESTING} levels deep")
+        kind = node.type
+        if kind in ("comment", "heredoc_start", "heredoc_end"):
+            continue
+        if kind == "heredoc_body":
+            if _quoted_heredoc(node):
+                continue  # <<'EOF', <<"EOF", <<\EOF: the body is not expanded
+            dq, context_end = True, node.end_byte
+        elif kind in ("string", "translated_string"):
+            dq, context_end = True, node.end_byte
+        elif kind == "expansion":
+            context_end = node.end_byte
+        elif kind == "command_substitution":
+            if src[node.start_byte] == _BACKTICK and node.end_byte - node.start_byte >= 2:
+                content = src[node.start_byte + 1:node.end_byte - 1].decode("utf-8", "replace")
+                unescaped = _backtick_unescape(content, dq)
+                if unescaped != content:
+                    # bash undoes \` \$ \\ before it parses the inner command; the grammar did not
+                    found.append(Hidden(node.start_byte, unescaped))
+                    continue
+            dq, context_end = False, node.end_byte - 1
+        elif kind == "process_substitution":
+            dq, context_end = False, node.end_byte - 1
+        elif kind in _QUOTED_LITERALS:
+            if dq:  # `'` and `$'` are plain characters in a double-quote-like context
+                spans.append((node.start_byte, node.end_byte, context_end, dq))
+            continue
+        children = node.children
+        if not children:
+            spans.append((node.start_byte, node.end_byte, context_end, dq))
+            continue
+        pos = node.start_byte
+        for child in children:
+            if child.start_byte > pos:
+                spans.append((pos, child.start_byte, context_end, dq))
+            pos = max(pos, child.end_byte)
+        if node.end_byte > pos:
+            spans.append((pos, node.end_byte, context_end, dq))
+        for child in reversed(children):
+            if kind in _DELIMITED and not child.is_named:
+                continue  # the `$(`, backticks, `$((` and `)` of a substitution the grammar parsed
+            stack.append((child, dq, context_end, depth + 1))
+    spans.sort()
+    resume = 0
+    for start, end, context_end, dq in spans:
+        i = max(start, resume)
+        while i < end:
+            byte = src[i]
+            if byte == _DOLLAR and src[i + 1:i + 3] == b"((":
+                i += 3  # arithmetic; a substitution inside it is found on the way
+                continue
+            if (byte == _BACKTICK or (byte == _DOLLAR and src[i + 1:i + 2] == b"(")) and not _escaped(src, i):
+                text, after = _extract(src, i, max(context_end, end), dq)
+                found.append(Hidden(i, text))
+                if len(found) > MAX_HIDDEN:
+                    raise ShellParseError(f"the command line hides more than {MAX_HIDDEN} command substitutions in text")
+                resume = i = after
+                continue
+            i += 1
+    found.sort(key=lambda h: h.start)
+    return found
+
+
+def _quoted_heredoc(body: Node) -> bool:
+    parent = body.parent
+    if parent is None:
+        return False
+    for child in parent.children:
+        if child.type == "heredoc_start":
+            return any(c in (child.text or b"") for c in b"'\"\\")
+    return False
+
+
+def _escaped(src: bytes, i: int) -> bool:
+    """Whether the character at i follows an odd run of backslashes."""
+    n = 0
+    while i - n - 1 >= 0 and src[i - n - 1] == _BACKSLASH:
+        n += 1
+    return n % 2 == 1
+
+
+def _backtick_unescape(content: str, dq: bool) -> str:
+    """The command inside backticks as bash reads it: `\\\\`, `\\``, `\\$` (and `\\"` inside double
+    quotes) lose their backslash."""
+    keep = '\\`$"' if dq else "\\`$"
+    return re.sub(r"\\(.)", lambda m: m.group(1) if m.group(1) in keep else m.group(0), content, flags=re.DOTALL)
+
+
+def _extract(src: bytes, i: int, limit: int, dq: bool) -> tuple[str, int]:
+    """The command text of the substitution starting at i (a backtick or `$(`), and where it ends.
+    An unterminated one runs to `limit`."""
+    limit = min(limit, len(src))
+    if src[i] == _BACKTICK:
+        j = i + 1
+        while j < limit and src[j] != _BACKTICK:
+            j += 2 if src[j] == _BACKSLASH else 1
+        content = src[i + 1:min(j, limit)].decode("utf-8", "replace")
+        return _backtick_unescape(content, dq), min(j + 1, limit)
+    j = i + 2
+    depth = 1
+    while j < limit:
+        c = src[j]
+        if c == _BACKSLASH:
+            j += 2
+            continue
+        if c in (_SQUOTE, _BACKTICK):
+            close = src.find(bytes([c]), j + 1, limit)
+            j = limit if close < 0 else close + 1
+            continue
+        if c == _DQUOTE:
+            j += 1
+            while j < limit and src[j] != _DQUOTE:
+                j += 2 if src[j] == _BACKSLASH else 1
+            j += 1
+            continue
+        if c == _OPEN:
+            depth += 1
+        elif c == _CLOSE:
+            depth -= 1
+            if depth == 0:
+                return src[i + 2:j].decode("utf-8", "replace"), j + 1
+        j += 1
+    return src[i + 2:limit].decode("utf-8", "replace"), limit
+
+
+def substitution_texts(text: str, limit: int = MAX_HIDDEN) -> list[str]:
+    """The commands of the `$(...)` and backtick substitutions in a piece of text, wherever they
+    are (quotes are not taken into account): what bash would run if it expanded the text again,
+    as prompt expansion (`${x@P}`) and array subscripts in arithmetic do."""
+    src = text.encode("utf-8", "surrogatepass")
+    found: list[str] = []
+    i = 0
+    while i < len(src) and len(found) < limit:
+        byte = src[i]
+        if byte == _DOLLAR and src[i + 1:i + 3] == b"((":
+            i += 3
+            continue
+        if (byte == _BACKTICK or (byte == _DOLLAR and src[i + 1:i + 2] == b"(")) and not _escaped(src, i):
+            inner, i = _extract(src, i, len(src), False)
+            found.append(inner)
+            continue
+        i += 1
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
 # Literal words (quote removal only): the approvals view
 
 
@@ -229,20 +429,226 @@ def simple_commands(command: str) -> list[list[str]]:
 
     Assignments are kept as words: `CC=gcc make` yields ["CC=gcc", "make"] (they change what the
     command does), `export A=1` yields ["export", "A=1"] and a bare `a=1 b=2` yields ["a=1", "b=2"].
-    Redirections are not argv words and are not listed."""
-    parsed = parse(command)
-    budget = Budget()
+    A `for` or `select` loop assigns its variable, so its header is listed too: `for p in a b` yields
+    ["for", "p", "in", "a", "b"], `for ((i=0; i<3; i++))` yields ["for", "((", "i=0; i<3; i++", "))"].
+    Command substitutions the grammar leaves as text (backticks in a here-document body or in a
+    `${x:-...}` operand, see `Parsed.hidden`) are parsed as shell and their commands listed after
+    the line's own. Redirections are not argv words and are not listed."""
+    return commands_of(parse(command))
+
+
+def commands_of(parsed: Parsed) -> list[list[str]]:
+    """`simple_commands` of a line already parsed."""
+    return _listed(parsed, Budget(), 0)
+
+
+def _listed(parsed: Parsed, budget: Budget, depth: int) -> list[list[str]]:
     result: list[list[str]] = []
     for cmd in parsed.commands:
-        if cmd.kind not in ("command", "assign"):
-            continue
-        argv = []
-        for node in cmd.prefix + cmd.words:
-            budget.spend()
-            argv.append(literal(parsed, node))
+        argv: list[str] = []
+        if cmd.kind == "for":
+            argv = loop_header(parsed, cmd)
+            budget.spend(len(argv))
+        elif cmd.kind in ("command", "assign"):
+            for node in cmd.prefix + cmd.words:
+                budget.spend()
+                argv.append(literal(parsed, node))
         if argv:
             result.append(argv)
+    for hidden in parsed.hidden():
+        if depth >= MAX_HIDDEN_DEPTH:
+            raise ShellParseError(f"command substitutions are hidden in text more than {MAX_HIDDEN_DEPTH} levels deep")
+        budget.spend()
+        result.extend(_listed(parse(hidden.text), budget, depth + 1))
     return result
+
+
+def loop_header(parsed: Parsed, cmd: Command) -> list[str]:
+    """A `for`/`select` loop's header as argv words: the keyword, the variable, `in` and the values
+    (after quote removal), or for `for ((...))` the keyword and the arithmetic."""
+    node = cmd.node
+    keyword = next((parsed.text(c) for c in node.children if not c.is_named), "for")
+    if node.type == "c_style_for_statement":
+        body = node.child_by_field_name("body")
+        header_end = body.start_byte if body is not None else node.end_byte
+        opening = next((c for c in node.children if c.type == "(("), None)
+        closing = next((c for c in node.children if c.type == "))"), None)
+        start = opening.end_byte if opening is not None else node.start_byte
+        end = closing.start_byte if closing is not None else header_end
+        return [keyword, "((", parsed.source[start:end].decode("utf-8", "replace").strip(), "))"]
+    argv = [keyword, cmd.variable]
+    if any(c.type == "in" for c in node.children):
+        argv.append("in")
+        argv.extend(literal(parsed, v) for v in cmd.values)
+    return argv
+
+
+# ---------------------------------------------------------------------------------------------
+# Lines no command rule may cover
+#
+# A rule matches argv words. Some lines run code that no argv word shows, through bash evaluating
+# text a second time: array subscripts are evaluated as arithmetic, and arithmetic expands a
+# subscript it finds in a variable's value (`x='a[$(cmd)]'; echo $((x))`, `printf -v 'a[$(cmd)]'`,
+# `read 'a[$(cmd)]'`, `test -v`, `[[ -v ]]`, `declare`, `let`, `unset`); prompt expansion runs the
+# value's substitutions (`${x@P}`); indirection names a variable by a value (`${!x}`). Such lines
+# are never covered by a command rule: `coverage_hazard` says why.
+
+_PLACEHOLDER = "\ue000"
+_WORDISH = frozenset({"word", "raw_string", "ansi_c_string", "string", "translated_string", "concatenation"})
+_WORD_PARTS = frozenset({"concatenation", "string", "translated_string"})
+_ARITHMETIC_TEXT = re.compile(r"[0-9\s+\-*/%<>=!&|^~?:,()]*")
+_PLAIN_INDEX = re.compile(r"\s*(?:-?[0-9]+|@|\*)\s*")
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TEST_ARITHMETIC = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
+_TEST_NAMES = frozenset({"-v", "-R"})
+# Builtins that take variable names (which may carry an evaluated subscript) or evaluate arithmetic;
+# with the option that makes them do so where it takes one.
+SETTERS: dict[str, tuple[str, ...]] = {
+    "read": (), "mapfile": (), "readarray": (), "getopts": (), "declare": (), "typeset": (), "local": (),
+    "export": (), "readonly": (), "unset": (), "let": (), "printf": ("-v",), "wait": ("-p",),
+    "test": tuple(_TEST_NAMES), "[": tuple(_TEST_NAMES),
+}
+_PROMPT_OPERATORS = frozenset({"P", "E", "A"})
+
+
+def coverage_hazard(parsed: Parsed) -> str | None:
+    """Why no command rule may cover this line (code that runs without an argv word showing it),
+    or None. See the section comment above and docs/approvals.md."""
+    if parsed.hidden():
+        return "it hides a command substitution in text (a backtick in a here-document or in a ${...} operand, or an escaped one in backticks)"
+    stack: list[tuple[Node, int]] = [(parsed.root, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise ShellParseError(f"the command line is nested more than {MAX_NESTING} levels deep")
+        why = _node_hazard(parsed, node)
+        if why is not None:
+            return why
+        stack.extend((c, depth + 1) for c in node.children)
+    for cmd in parsed.commands:
+        if cmd.kind == "command":
+            why = _command_hazard(parsed, cmd)
+            if why is not None:
+                return why
+    return None
+
+
+def _node_hazard(parsed: Parsed, node: Node) -> str | None:
+    kind = node.type
+    if kind in _WORDISH and (node.parent is None or node.parent.type not in _WORD_PARTS):
+        text = _placeheld(parsed, node)
+        if "$(" in text or "`" in text:
+            return f"the word {_cut(parsed.text(node))} holds `$(` or a backtick, which bash evaluates where it takes a variable name or arithmetic"
+        if kind == "concatenation" and re.fullmatch(r"\{[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\}", text) and parsed.source[node.end_byte:node.end_byte + 1] in (b"<", b">"):
+            return f"the redirection {_cut(parsed.text(node))}> assigns a variable"
+    elif kind == "expansion":
+        named = node.named_children
+        target = named[0] if named else None
+        anon = [(c.type, c.start_byte) for c in node.children if not c.is_named]
+        if target is not None and any(t == "!" and at < target.start_byte for t, at in anon):
+            return f"the indirect expansion {_cut(parsed.text(node))} names a variable by a value"
+        after = [t for t, at in anon if target is None or at > target.end_byte - 1]
+        for i, t in enumerate(after):
+            if t == "@" and i + 1 < len(after) and after[i + 1] in _PROMPT_OPERATORS:
+                return f"the expansion {_cut(parsed.text(node))} evaluates a value (prompt expansion runs its command substitutions)"
+            if t in (":=", "="):
+                return f"the expansion {_cut(parsed.text(node))} assigns a variable"
+        if ":" in after and target is not None:
+            offset = parsed.source[target.end_byte:node.end_byte - 1].decode("utf-8", "replace").lstrip(":")
+            if not _ARITHMETIC_TEXT.fullmatch(offset):
+                return f"the offset in {_cut(parsed.text(node))} is evaluated as arithmetic"
+    elif kind == "subscript":
+        index = node.child_by_field_name("index")
+        text = parsed.text(index) if index is not None else ""
+        if not _PLAIN_INDEX.fullmatch(text):
+            return f"the array subscript in {_cut(parsed.text(node))} is evaluated as arithmetic"
+    elif kind in ("arithmetic_expansion", "c_style_for_statement") or (kind == "compound_statement" and node.children and node.children[0].type == "(("):
+        text = _arithmetic_text(parsed, node)
+        if not _ARITHMETIC_TEXT.fullmatch(text):
+            return f"the arithmetic {_cut(text)} evaluates variables, whose values bash may evaluate again"
+    elif kind == "test_operator":
+        operator = parsed.text(node)
+        parent = node.parent
+        if parent is not None and (operator in _TEST_ARITHMETIC or operator in _TEST_NAMES):
+            for operand in parent.named_children:
+                if operand == node:
+                    continue
+                text = _placeheld(parsed, operand)
+                plain = _PLAIN_NAME.fullmatch(text) if operator in _TEST_NAMES else _ARITHMETIC_TEXT.fullmatch(text)
+                if not plain:
+                    return f"the test {_cut(parsed.text(parent))} evaluates {_cut(parsed.text(operand))}"
+    return None
+
+
+def evaluated_operands(parsed: Parsed) -> list[Node]:
+    """The operands `[[ ]]` and `[ ]` evaluate as a variable name or arithmetic (of -v, -R, -eq,
+    -lt, ...), where a subscript runs its command substitutions."""
+    found: list[Node] = []
+    stack: list[tuple[Node, int]] = [(parsed.root, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise ShellParseError(f"the command line is nested more than {MAX_NESTING} levels deep")
+        if node.type == "test_operator" and node.parent is not None:
+            if parsed.text(node) in _TEST_ARITHMETIC or parsed.text(node) in _TEST_NAMES:
+                found.extend(c for c in node.parent.named_children if c != node)
+        stack.extend((c, depth + 1) for c in node.children)
+    return found
+
+
+def _arithmetic_text(parsed: Parsed, node: Node) -> str:
+    parts = [c for c in node.children if c.type not in ("$((", "$[", "((", "))", "]", "for", "do_group", ";")]
+    if node.type == "c_style_for_statement":
+        body = node.child_by_field_name("body")
+        parts = [c for c in parts if c != body]
+    return " ".join(parsed.text(c) for c in parts)
+
+
+def _command_hazard(parsed: Parsed, cmd: Command) -> str | None:
+    nodes = list(cmd.words)
+    names = [_placeheld(parsed, n) for n in nodes]
+    while names and names[0] in ("command", "builtin"):
+        nodes, names = nodes[1:], names[1:]
+        while names and names[0].startswith("-"):
+            nodes, names = nodes[1:], names[1:]
+    if not names:
+        return None
+    name = names[0]
+    if name in ("mapfile", "readarray") and any(w.startswith("-C") for w in names[1:]):
+        return f"{name} -C runs a callback given as shell code"
+    options = SETTERS.get(name)
+    if options is None or (options and not any(w.startswith(o) for w in names[1:] for o in options)):
+        return None
+    for node, text in zip(nodes[1:], names[1:], strict=True):
+        if "[" in text or _PLACEHOLDER in text or _has_expansion(node):
+            return f"{name} takes {_cut(parsed.text(node))} as a variable name or arithmetic, which bash evaluates"
+    return None
+
+
+def _placeheld(parsed: Parsed, node: Node) -> str:
+    """A word after quote removal, each expansion replaced by one placeholder character."""
+    kind = node.type
+    if kind in _EXPANSIONS:
+        return _PLACEHOLDER
+    if kind == "word":
+        return _unescape(parsed.text(node))
+    if kind == "raw_string":
+        return parsed.text(node)[1:-1]
+    if kind == "ansi_c_string":
+        return ansi_c(parsed.text(node)[2:-1])
+    if kind in ("string", "translated_string"):
+        return "".join(_string_parts(parsed, node, lambda n: _placeheld(parsed, n)))
+    if kind == "concatenation":
+        return "".join(_placeheld(parsed, c) for c in node.children)
+    if kind == "variable_assignment":
+        value = node.child_by_field_name("value")
+        head = parsed.text(node)[: (value.start_byte - node.start_byte) if value is not None else None]
+        return head + (_placeheld(parsed, value) if value is not None else "")
+    return parsed.text(node)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def literal(parsed: Parsed, node: Node) -> str:
@@ -346,7 +752,7 @@ def ansi_c(body: str) -> str:
         if ctrl:
             return chr(ord(ctrl) & 0x1F)
         number = int(hx, 16) if hx else int(u4 or u8, 16) if (u4 or u8) else int(octal, 8)
-        if number >= 0x110000 or 0xD800 <= number < 0xE000 or chr(number) in (HOME, UNKNOWN):
+        if number >= 0x110000 or 0xD800 <= number < 0xE000 or chr(number) in MARKERS:
             return "\ufffd"  # not a character, or one of the floor's markers
         return chr(number)
 
@@ -484,6 +890,9 @@ class Expander:
     def __init__(self, parsed: Parsed, budget: Budget) -> None:
         self.parsed = parsed
         self.budget = budget
+        # Shell code bash would run while expanding: the command substitutions in values given to
+        # prompt expansion (`${x@P}`) or named through indirection with a subscript (`${!x}`).
+        self.code: list[str] = []
 
     def argv(self, nodes: list[Node], shell: Shell) -> list[tuple[str, Node | None]]:
         """Each node's expanded words, with the node each came from."""
@@ -509,6 +918,17 @@ class Expander:
             raise ShellParseError(f"a word expands to more than {MAX_ALTERNATIVES} words")
         return words
 
+    def alternatives(self, node: Node, shell: Shell) -> list[list[str]]:
+        """The argv pieces one source word may become, one list per alternative value."""
+        self.budget.spend()
+        out: list[list[str]] = []
+        for fields in self._expand(node, shell, True, True, 0):
+            words = [unescape(w) for f in fields for w in brace_expand(f)]
+            if node.type in _EXPANSIONS:
+                words = [w for w in words if w]
+            out.append(words)
+        return [list(a) for a in dict.fromkeys(tuple(a) for a in out)][:MAX_ALTERNATIVES]
+
     def value(self, node: Node | None, shell: Shell) -> list[str]:
         """The values an assignment's right-hand side may give (no splitting, no brace expansion)."""
         if node is None:
@@ -529,6 +949,8 @@ class Expander:
 
     def _expand(self, node: Node, shell: Shell, split: bool, at_start: bool, depth: int) -> _Alts:
         kind = node.type
+        if kind not in _WORD_PARTS and kind != "expansion" and self.parsed.hides(node):
+            return [[UNKNOWN]]  # the output of a command substitution the grammar left as text
         if kind == "word":
             text = self.text(node)
             if at_start and text.startswith("~"):
@@ -550,9 +972,9 @@ class Expander:
             if self._all_positional(node, shell):
                 assert shell.positional is not None
                 return [[_escape(p) for p in shell.positional[1:]] or [""]]
-            return _values(self._parameter(node, shell, depth), split)
+            return _values(self._parameter(node, shell, depth), split, _ifs(shell) if split else "")
         if kind == "command_substitution":
-            return _values(self._substitution(node, shell, depth), split)
+            return _values(self._substitution(node, shell, depth), split, _ifs(shell) if split else "")
         if kind in ("number", "brace_expression"):
             return [[self.text(node)]]
         if kind in ("process_substitution", "arithmetic_expansion"):
@@ -569,8 +991,10 @@ class Expander:
             if child.start_byte > pos:
                 gap = self.parsed.source[pos:child.start_byte].decode("utf-8", "replace")
                 result = _concat(result, [[_escape(_dq_unescape(gap))]])
-            if child.type == "string_content":
-                part: _Alts = [[_escape(_dq_unescape(self.text(child)))]]
+            if child.type == "string_content" and self.parsed.hides(child):
+                part: _Alts = [[UNKNOWN]]
+            elif child.type == "string_content":
+                part = [[_escape(_dq_unescape(self.text(child)))]]
             elif self._all_positional(child, shell):
                 part = self._expand(child, shell, False, False, depth)  # "$@": one word per parameter
             else:
@@ -606,12 +1030,18 @@ class Expander:
             return shell.lookup(name)
         # ${...}: `#` or `!` before the name (length, indirection), else the operator after it.
         before = [c.type for c in node.children if not c.is_named and c.start_byte < target.start_byte]
-        if "#" in before or "!" in before:
-            return [UNKNOWN]
         after = [c.type for c in node.children if not c.is_named and c.start_byte > target.start_byte]
+        if "!" in before:
+            if target.type == "subscript" or any(t in ("*", "@") for t in after):
+                return [UNKNOWN]  # ${!a[@]} keys, ${!prefix*} names
+            return self._indirect(name, shell)
+        if "#" in before:
+            return [UNKNOWN]
         operator = next((t for t in after if t not in ("}", "[", "]")), "")
         values = shell.lookup(name)
         rest = named[1:]
+        if operator == "@":
+            return self._transform(after[after.index("@") + 1] if after.index("@") + 1 < len(after) else "", values)
         if operator in (":-", "-", ":=", "=", ":+", "+"):
             default: list[str] = []
             for alt in (self._expand(rest[0], shell, False, True, depth + 1) if rest else [[""]]):
@@ -620,6 +1050,40 @@ class Expander:
             return list(dict.fromkeys(default + alternates))
         if operator in ("%", "%%", "#", "##", ":?", "?", ""):
             return values  # suffix/prefix removal is not applied: the unreduced value is kept
+        return [UNKNOWN]
+
+    def _indirect(self, name: str, shell: Shell) -> list[str]:
+        """`${!x}`: the values of the variables x's values name."""
+        values: list[str] = []
+        for value in shell.lookup(name):
+            values.extend(self.indirect(value, shell))
+        return list(dict.fromkeys(values)) or [""]
+
+    def indirect(self, value: str, shell: Shell) -> list[str]:
+        """The values of the variable `value` names (`${!x}` where x holds it, a `declare -n`
+        target). A value the line does not show may name anything; a subscript in one is
+        evaluated, running its command substitutions."""
+        if any(m in value for m in MARKERS):
+            return [ANYTHING]
+        ref = _REFERENCE.fullmatch(value)
+        if ref is None:
+            return []  # bash refuses an invalid name: nothing is expanded
+        if ref.group(2):
+            self.code.extend(substitution_texts(ref.group(2)))
+            return [UNKNOWN]
+        return shell.lookup(ref.group(1))
+
+    def _transform(self, letter: str, values: list[str]) -> list[str]:
+        """`${x@P}` (prompt expansion: runs the value's command substitutions), `${x@E}` (escapes),
+        `${x@A}`, `${x@Q}`...: a value the line does not show may become anything under P, E, A."""
+        if letter in ("P", "E", "A") and any(m in v for v in values for m in MARKERS):
+            return [ANYTHING]
+        if letter == "P":
+            for v in values:
+                self.code.extend(substitution_texts(v))
+            return [v if not any(c in v for c in "\\$`") else UNKNOWN for v in values]
+        if letter == "E":
+            return [ansi_c(v) for v in values]
         return [UNKNOWN]
 
     def _substitution(self, node: Node, shell: Shell, depth: int) -> list[str]:
@@ -647,6 +1111,7 @@ class Expander:
         return [" ".join([a for a in args if not a.startswith("-")][:1])]
 
 
+_REFERENCE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*#?$!-])(\[.*\])?", re.DOTALL)
 _PRINTF = re.compile(r"%%|%[-+ #0-9.]*[a-zA-Z]")
 
 
@@ -684,18 +1149,32 @@ def printed(name: str, words: list[str]) -> str:
     return ansi_c(text) if escapes else text
 
 
-def _values(values: list[str], split: bool) -> _Alts:
-    """Expansion values as alternatives: split on blanks when unquoted, escaped for the pattern form."""
+def _values(values: list[str], split: bool, ifs: str = "") -> _Alts:
+    """Expansion values as alternatives: split on blanks when unquoted (and, when the line sets
+    IFS, also on its characters), escaped for the pattern form."""
     alts: _Alts = []
+    separators = re.compile("[" + re.escape(ifs) + r"\s]+") if ifs else None
     for v in values:
         if len(v) > MAX_FIELD:
             raise ShellParseError(f"an expansion is longer than {MAX_FIELD} characters")
         if split:
             parts = v.split()
             alts.append([_escape(p) for p in parts] if parts else [""])
+            if separators is not None:
+                other = [p for p in separators.split(v) if p]
+                if other != parts:
+                    alts.append([_escape(p) for p in other] or [""])
         else:
             alts.append([_escape(v)])
     return alts
+
+
+def _ifs(shell: Shell) -> str:
+    """The characters the line may have put in IFS (besides blanks), or "" when it sets none."""
+    values = shell.variables.get("IFS")
+    if not values:
+        return ""
+    return "".join(sorted({c for v in values for c in v if c not in MARKERS and not c.isspace()}))[:64]
 
 
 def _concat(left: _Alts, right: _Alts) -> _Alts:
