@@ -164,7 +164,7 @@ def test_check_json(run: Run, project: Path) -> None:
     assert data["rule"] in floor.RULES and isinstance(data["reason"], str) and data["reason"]
     assert data["approved_by"] is None
     ok = json.loads(run("check", "--json", "-C", str(project), "ls", "-la").stdout)
-    assert ok == {"command": "ls -la", "refused": False, "rule": None, "reason": "", "refused_command": None,
+    assert ok == {"command": "ls -la", "refused": False, "rule": None, "reason": "no hardline rule matches", "refused_command": None,
                   "approved_by": None, "approved_rule": None}
     chained = json.loads(run("check", "--json", "-C", str(project), "git status && rm -rf /").stdout)
     assert chained["refused"] is True and "rm" in chained["refused_command"] and "git" not in chained["refused_command"]

@@ -178,7 +178,7 @@ def check(as_json: bool, cwd: str | None, command: tuple[str, ...]) -> None:
             "command": line,
             "refused": refusal is not None,
             "rule": refusal.rule if refusal else None,
-            "reason": refusal.reason if refusal else "",
+            "reason": refusal.reason if refusal else "no hardline rule matches",
             "refused_command": refusal.command if refusal else None,
             "approved_by": saved.id if saved else None,
             "approved_rule": saved.rule if saved else None,
