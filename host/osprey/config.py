@@ -40,6 +40,8 @@ DEFAULT_MODELS = {"openai": "gpt-4.1", "anthropic": "claude-sonnet-4-5", "replay
 DEFAULT_BASE_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com/v1"}
 API_KEY_VARS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 DEFAULT_APPROVAL_POLICY: ApprovalPolicy = "deny-untrusted"
+# The TUI's default: a person is there to answer the asks.
+INTERACTIVE_APPROVAL_POLICY: ApprovalPolicy = "on-request"
 # Loosest first: how much runs before a person says yes. A project may only move rightwards.
 APPROVAL_STRICTNESS: tuple[ApprovalPolicy, ...] = ("never", "on-failure", "unless-trusted", "on-request", "deny-untrusted")
 INHERIT_STRICTNESS: tuple[Inherit, ...] = ("all", "core", "none")
@@ -676,10 +678,12 @@ def load_settings(
     environ: Mapping[str, str] | None = None,
     *,
     need_provider: bool = True,
+    interactive: bool = False,
 ) -> Settings:
     """Resolve the settings of one run; `flags` holds only the options given on the command line.
 
-    With `need_provider=False` (commands that call no model) a missing API key is no error."""
+    With `need_provider=False` (commands that call no model) a missing API key is no error. With
+    `interactive=True` (the TUI) the approval policy no layer sets is on-request, not deny-untrusted."""
     cwd = Path(cwd or os.getcwd()).resolve()
     if not cwd.is_dir():
         raise ConfigError(f"working directory {cwd} does not exist or is not a directory")
@@ -728,7 +732,7 @@ def load_settings(
         effort=fc.effort,
         max_turns=fc.max_turns or 150,
         max_tokens=fc.max_tokens or 16_384,
-        approval_policy=fc.approval_policy or DEFAULT_APPROVAL_POLICY,
+        approval_policy=fc.approval_policy or (INTERACTIVE_APPROVAL_POLICY if interactive else DEFAULT_APPROVAL_POLICY),
         replay_file=replay_file,
         tool_results=fc.tool_results,
         retry=fc.retry,
