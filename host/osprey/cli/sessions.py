@@ -1,0 +1,128 @@
+"""`osprey sessions`: the sessions saved in the journal, and their transcripts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+# Control characters from a model or a workspace must not reach the terminal as escape sequences.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+PREVIEW_LINES = 6
+PREVIEW_CHARS = 2000
+
+
+def _clean(text: str) -> str:
+    return _CONTROL.sub("\ufffd", text)
+
+
+def _path() -> Path:
+    from ..config import load_home
+    from ..sessions.journal import journal_path
+
+    return journal_path(load_home())
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+@click.group()
+def sessions() -> None:
+    """List the saved sessions and show their transcripts.
+
+    \b
+    Every session is saved in $OSPREY_HOME/sessions.db as it runs;
+    `osprey agent --resume ID "PROMPT"` goes on with one.
+    """
+
+
+@sessions.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array of objects.")
+@click.option("--all", "all_dirs", is_flag=True, help="Sessions of every working directory, not only this one.")
+@click.option("-C", "--cwd", type=click.Path(file_okay=False), help="The working directory whose sessions to list (default: the current one).")
+def list_command(as_json: bool, all_dirs: bool, cwd: str | None) -> None:
+    """The sessions run in this working directory (or all), newest first."""
+    from ..sessions.journal import JournalError, list_sessions
+
+    where = None if all_dirs else str(Path(cwd or os.getcwd()).resolve())
+    try:
+        rows = list_sessions(_path(), where)
+    except JournalError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps([row.model_dump() for row in rows], ensure_ascii=False, indent=2))
+        return
+    if not rows:
+        scope = "anywhere" if where is None else f"in {where} (--all lists every directory's)"
+        click.echo(f"no saved sessions {scope}")
+        return
+    click.echo(f"{'ID':<12}  {'UPDATED':<16}  {'OUTCOME':<16}  TITLE")
+    for row in rows:
+        click.echo(f"{row.id:<12}  {_when(row.updated):<16}  {(row.outcome or '-'):<16}  {_clean(row.title)}")
+        if where is None:
+            click.echo(f"{'':<12}  {_clean(row.cwd)}")
+
+
+@sessions.command("show")
+@click.argument("session_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print the session's events as JSON Lines.")
+def show_command(session_id: str, as_json: bool) -> None:
+    """The transcript of session ID (its full id, or the start of it)."""
+    from ..sessions.journal import JournalError, find_session, load_events
+
+    path = _path()
+    try:
+        row = find_session(path, session_id)
+        events = load_events(path, row.id)
+    except JournalError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        for event in events:
+            click.echo(json.dumps(event, ensure_ascii=False))
+        return
+    click.echo(f"session {row.id}  {_clean(row.cwd)}  {row.provider}/{_clean(row.model)}  started {_when(row.created)}")
+    for event in events:
+        line = _transcript_line(event)
+        if line:
+            click.echo(line)
+
+
+def _preview(text: str) -> str:
+    lines = _clean(text[:PREVIEW_CHARS]).splitlines()
+    more = len(lines) > PREVIEW_LINES or len(text) > PREVIEW_CHARS
+    shown = "\n".join("    " + line for line in lines[:PREVIEW_LINES])
+    return shown + ("\n    ..." if more else "")
+
+
+def _transcript_line(e: dict[str, Any]) -> str:
+    kind = e.get("type")
+    if kind == "session_start":
+        return f"--- session started: {e.get('provider')}/{_clean(str(e.get('model')))}, {e.get('approval_policy')}, tools {e.get('tool_service')}"
+    if kind == "user_message":
+        who = "you" if e.get("origin") == "user" else "osprey"
+        return f"\n{who}> {_clean(str(e.get('text', '')))}"
+    if kind == "assistant_text":
+        return f"\nassistant> {_clean(str(e.get('text', '')))}" if e.get("text") else ""
+    if kind == "tool_call":
+        arguments = json.dumps(e.get("arguments", {}), ensure_ascii=False)
+        if len(arguments) > 300:
+            arguments = arguments[:300] + "..."
+        return f"  -> {_clean(str(e.get('name')))} {_clean(arguments)}"
+    if kind == "tool_result":
+        status = "ok" if e.get("ok") else f"error ({e.get('error_category')})"
+        output = str(e.get("output", ""))
+        return f"  <- {_clean(str(e.get('name')))}: {status}" + (f"\n{_preview(output)}" if output else "")
+    if kind == "notice":
+        return f"  [{e.get('level')}] {_clean(str(e.get('message', '')))}"
+    if kind == "task_end":
+        error = f": {_clean(str(e['error']))}" if e.get("error") else ""
+        return f"--- task ended: {e.get('outcome')}{error}"
+    if kind == "session_end":
+        return f"--- session ended: {e.get('outcome')} after {e.get('turns')} turns"
+    return ""
