@@ -1,0 +1,87 @@
+"""The conversation as the TUI keeps it: for /export, /copy and the prompt history."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+Role = Literal["user", "assistant", "tool", "notice"]
+MAX_ARGUMENT_CHARS = 4000  # in an exported transcript; the approval prompt shows the whole call
+
+
+@dataclass
+class Entry:
+    role: Role
+    text: str
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+def format_arguments(arguments: dict[str, Any]) -> str:
+    """A call's arguments, one `key: value` a line; strings as they are (a bash command whole)."""
+    lines = []
+    for key, value in arguments.items():
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        lines.append(f"{key}: {shown}")
+    return "\n".join(lines)
+
+
+@dataclass
+class Transcript:
+    entries: list[Entry] = field(default_factory=list)
+
+    def add(self, role: Role, text: str) -> Entry:
+        entry = Entry(role, text)
+        self.entries.append(entry)
+        return entry
+
+    def last_answer(self) -> str | None:
+        for entry in reversed(self.entries):
+            if entry.role == "assistant" and entry.text.strip():
+                return entry.text
+        return None
+
+    def to_markdown(self, *, title: str = "Osprey transcript") -> str:
+        parts = [f"# {title}\n"]
+        for entry in self.entries:
+            if entry.role == "user":
+                parts.append("## You\n\n" + entry.text.strip() + "\n")
+            elif entry.role == "assistant":
+                parts.append("## Osprey\n\n" + entry.text.strip() + "\n")
+            elif entry.role == "tool":
+                body = entry.text[:MAX_ARGUMENT_CHARS]
+                fence = "````" if "```" in body else "```"
+                parts.append(f"{fence}text\n{body.rstrip()}\n{fence}\n")
+            else:
+                parts.append(f"> {entry.text.strip()}\n")
+        return "\n".join(parts)
+
+
+class PromptHistory:
+    """This session's prompts, walked with up and down; the line being typed is kept."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self._index = 0
+        self._draft = ""
+
+    def add(self, prompt: str) -> None:
+        if prompt and (not self.items or self.items[-1] != prompt):
+            self.items.append(prompt)
+        self._index = len(self.items)
+        self._draft = ""
+
+    def previous(self, current: str) -> str | None:
+        if self._index == 0:
+            return None
+        if self._index == len(self.items):
+            self._draft = current
+        self._index -= 1
+        return self.items[self._index]
+
+    def next(self) -> str | None:
+        if self._index >= len(self.items):
+            return None
+        self._index += 1
+        return self._draft if self._index == len(self.items) else self.items[self._index]

@@ -1,0 +1,168 @@
+"""The conversation's rows: prompts, answers (streamed Markdown), tool calls, notices; the prompt input."""
+
+from __future__ import annotations
+
+import codecs
+from datetime import datetime
+
+from textual import events
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import Collapsible, Markdown, Static, TextArea
+
+from ..session.events import ToolCallEvent, ToolResultEvent
+from . import commands
+from .transcript import PromptHistory, format_arguments
+
+MAX_LIVE_OUTPUT = 20_000  # characters of a command's live output kept on screen
+MAX_RESULT_SHOWN = 20_000
+
+
+def _time(at: datetime) -> str:
+    return at.astimezone().strftime("%H:%M:%S")
+
+
+class Stamp(Static):
+    """A message's time; shown when the app has the `-timestamps` class."""
+
+    DEFAULT_CSS = "Stamp { display: none; color: $text-muted; height: 1; }"
+
+
+class UserRow(Vertical):
+    DEFAULT_CSS = "UserRow { height: auto; margin: 1 0 0 0; } UserRow > .text { color: $accent; text-style: bold; }"
+
+    def __init__(self, text: str, at: datetime) -> None:
+        super().__init__()
+        self.text, self.at = text, at
+
+    def compose(self) -> ComposeResult:
+        yield Stamp(_time(self.at))
+        yield Static("> " + self.text, markup=False, classes="text")
+
+
+class AnswerRow(Vertical):
+    """An assistant answer; its Markdown is written through a stream as the text arrives."""
+
+    DEFAULT_CSS = "AnswerRow { height: auto; } AnswerRow > Markdown { margin: 0; padding: 0 1; }"
+
+    def __init__(self, at: datetime) -> None:
+        super().__init__()
+        self.at = at
+        self.markdown = Markdown()
+
+    def compose(self) -> ComposeResult:
+        yield Stamp(_time(self.at))
+        yield self.markdown
+
+
+class NoticeRow(Static):
+    DEFAULT_CSS = "NoticeRow { color: $text-muted; height: auto; } NoticeRow.warning { color: $warning; } NoticeRow.error { color: $error; }"
+
+
+def _summary(event: ToolCallEvent) -> str:
+    args = event.arguments
+    for key in ("command", "path", "pattern", "action"):
+        value = args.get(key)
+        if isinstance(value, str) and value:
+            line = value.splitlines()[0] if value.strip() else value
+            return line[:80] + ("…" if len(value) > 80 or "\n" in value.strip() else "")
+    return ""
+
+
+class ToolRow(Collapsible):
+    """One tool call: name and arguments, live output while it runs, the result when it ends."""
+
+    DEFAULT_CSS = """
+    ToolRow { height: auto; margin: 0; padding: 0; border: none; }
+    ToolRow .arguments { color: $text-muted; }
+    ToolRow .output { height: auto; }
+    ToolRow.failed > CollapsibleTitle { color: $error; }
+    ToolRow .category { color: $error; text-style: bold; }
+    """
+
+    def __init__(self, event: ToolCallEvent) -> None:
+        self.call = event
+        self.arguments = Static(format_arguments(event.arguments), markup=False, classes="arguments")
+        self.output = Static("", markup=False, classes="output")
+        self.category = Static("", markup=False, classes="category")
+        self._live = ""
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        super().__init__(self.arguments, self.category, self.output, title=self._heading("…"), collapsed=event.name != "bash")
+
+    def _heading(self, mark: str) -> str:
+        summary = _summary(self.call)
+        return f"{mark} {self.call.name}" + (f"  {summary}" if summary else "")
+
+    def add_output(self, chunk: bytes) -> None:
+        self._live = (self._live + self._decoder.decode(chunk))[-MAX_LIVE_OUTPUT:]
+        self.output.update(self._live)
+
+    def finish(self, result: ToolResultEvent) -> None:
+        self.title = self._heading("✓" if result.ok else "✗")
+        shown = result.output[:MAX_RESULT_SHOWN]
+        if len(result.output) > MAX_RESULT_SHOWN or result.truncated_chars:
+            shown += "\n[…]"
+        self.output.update(shown)
+        if not result.ok:
+            self.add_class("failed")
+            self.category.update(f"error: {result.error_category or 'failed'}")
+        else:
+            self.collapsed = True
+
+
+class PromptArea(TextArea):
+    """The prompt: Enter submits; shift+enter or ctrl+j adds a line; up and down walk the history
+    (from the first and last line); Tab completes a slash command."""
+
+    DEFAULT_CSS = "PromptArea { height: auto; max-height: 10; min-height: 3; }"
+
+    class Submitted(Message):
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(soft_wrap=True, show_line_numbers=False, compact=False, **kwargs)  # type: ignore[arg-type]
+        self.prompts = PromptHistory()
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key == "enter":
+            event.prevent_default()
+            event.stop()
+            text = self.text
+            if text.strip():
+                self.prompts.add(text)
+                self.post_message(self.Submitted(text))
+                self.clear()
+            return
+        if event.key in ("shift+enter", "ctrl+j"):
+            event.prevent_default()
+            event.stop()
+            self.insert("\n")
+            return
+        if event.key == "tab":
+            completed = commands.complete(self.text)
+            if completed is not None:
+                event.prevent_default()
+                event.stop()
+                self.load_text(completed)
+                self.move_cursor(self.document.end)
+            return
+        if event.key == "up" and self.cursor_location[0] == 0:
+            found = self.prompts.previous(self.text)
+            if found is not None:
+                event.prevent_default()
+                event.stop()
+                self.load_text(found)
+                self.move_cursor((0, len(found.split("\n")[0])))
+            return
+        if event.key == "down" and self.cursor_location[0] == self.document.line_count - 1:
+            found = self.prompts.next()
+            if found is not None:
+                event.prevent_default()
+                event.stop()
+                self.load_text(found)
+                self.move_cursor(self.document.end)
+            return
+        await super()._on_key(event)

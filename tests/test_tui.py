@@ -1,0 +1,346 @@
+"""Pilot tests of the TUI, driving it against a scripted provider and a real local ToolService."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from session_harness import FAST_RETRY, FakeProvider, calls, hang, text
+
+from osprey.config import load_settings
+from osprey.messages import ModelRequest, ModelTurn
+from osprey.session.core import Session, SessionOptions
+from osprey.session.events import Event, TaskEnd, ToolResultEvent
+from osprey.tui.app import Hooks, OspreyApp
+from osprey.tui.approval_screen import ApprovalScreen
+from osprey.tui.widgets import AnswerRow, NoticeRow, PromptArea, ToolRow, UserRow
+
+SIZE = (100, 30)
+
+
+@dataclass
+class ChunkedProvider(FakeProvider):
+    """A FakeProvider that streams a turn's text in small pieces, as real providers do."""
+
+    piece: int = 4
+
+    async def complete(self, request: ModelRequest, on_text: Any = None) -> ModelTurn:
+        self.requests.append(request.model_copy(deep=True))
+        if not self.script:
+            raise AssertionError(f"the loop asked for turn {len(self.requests)} but the script is exhausted")
+        step = self.script.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        if callable(step):
+            return await step(request)
+        text = step.message.text
+        if on_text and text:
+            for start in range(0, len(text), self.piece):
+                on_text(text[start:start + self.piece])
+                await asyncio.sleep(0)
+        return step
+
+
+@dataclass
+class TuiRig:
+    """Builds the app's sessions: each `/new` takes the next script."""
+
+    workspace: Path
+    home: Path
+    scripts: list[list[Any]]
+    policy: str | None = None
+    events: list[Event] = field(default_factory=list)
+    providers: list[ChunkedProvider] = field(default_factory=list)
+
+    def factory(self, hooks: Hooks) -> Session:
+        flags = {"approval_policy": self.policy} if self.policy else {}
+        settings = load_settings(self.workspace, flags, {"OSPREY_HOME": str(self.home), "OPENAI_API_KEY": "unused"}, interactive=True)
+        provider = ChunkedProvider(self.scripts.pop(0) if self.scripts else [])
+        self.providers.append(provider)
+
+        def emit(event: Event) -> None:
+            self.events.append(event)
+            hooks.emit(event)
+
+        kwargs = {**hooks.kwargs(), "emit": emit}
+        options = SessionOptions(settings=settings.model_copy(update={"retry": FAST_RETRY}), interactive=True, session_id="tui-test-0001")
+        return Session(options, provider=provider, **kwargs)
+
+    def app(self) -> OspreyApp:
+        return OspreyApp(self.factory)
+
+    def ends(self) -> list[TaskEnd]:
+        return [e for e in self.events if isinstance(e, TaskEnd)]
+
+
+async def until(pilot: Any, condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Let the app run until `condition` holds (fails after `timeout` seconds)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError("timed out waiting for the app")
+        await pilot.pause(0.02)
+
+
+async def started(pilot: Any, app: OspreyApp) -> None:
+    await until(pilot, lambda: app.session is not None and app.session.started)
+
+
+async def type_prompt(pilot: Any, app: OspreyApp, text: str) -> None:
+    from osprey.tui.widgets import PromptArea
+
+    area = app.query_one(PromptArea)
+    area.load_text(text)
+    area.move_cursor(area.document.end)
+    await pilot.press("enter")
+
+
+# ---------------------------------------------------------------------------------------------- tests
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> TuiRig:
+    workspace, home = tmp_path / "ws", tmp_path / "home"
+    workspace.mkdir()
+    home.mkdir()
+    return TuiRig(workspace, home, [])
+
+
+def notices(app: OspreyApp) -> str:
+    return "\n".join(str(row.render()) for row in app.query(NoticeRow))
+
+
+async def test_a_prompt_streams_an_answer_as_markdown(rig: TuiRig) -> None:
+    answer = "Here is **the answer**:\n\n- one\n- two\n"
+    rig.scripts.append([text(answer, usage=(120, 34))])
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await type_prompt(pilot, app, "explain it")
+        await until(pilot, lambda: bool(rig.ends()))
+        await app.workers.wait_for_complete()
+        [user] = app.query(UserRow)
+        assert user.text == "explain it"
+        [row] = app.query(AnswerRow)
+        assert row.markdown.source == answer
+        assert len(rig.providers[0].requests) == 1
+        status = str(app.query_one("#status").render())
+        assert "fake-1" in status and "on-request" in status and "local" in status
+        assert "120 in / 34 out" in status
+        assert rig.ends()[0].outcome == "Completed"
+        assert app.transcript.last_answer() == answer
+
+
+def _bash_script(command: str) -> list[Any]:
+    return [calls(("bash", {"command": command})), text("finished")]
+
+
+async def _approval(pilot: Any, app: OspreyApp, command: str) -> ApprovalScreen:
+    await type_prompt(pilot, app, "run it")
+    await until(pilot, lambda: isinstance(app.screen, ApprovalScreen))
+    screen = app.screen
+    assert isinstance(screen, ApprovalScreen)
+    shown = "\n".join(str(s.render()) for s in screen.query("#arguments Static"))
+    assert command in shown  # the whole command, not a summary
+    return screen
+
+
+LONG = "echo approved-output && echo " + "x" * 150 + " > /dev/null"
+
+
+async def test_y_allows_a_bash_call_once(rig: TuiRig) -> None:
+    rig.scripts.append(_bash_script(LONG))
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await _approval(pilot, app, LONG)
+        await pilot.press("y")
+        await until(pilot, lambda: bool(rig.ends()))
+        [result] = [e for e in rig.events if isinstance(e, ToolResultEvent)]
+        assert result.ok and "approved-output" in result.output
+        [row] = app.query(ToolRow)
+        assert "approved-output" in str(row.output.render())
+        assert not (rig.home / "approvals.toml").exists()
+
+
+async def test_n_denies_with_a_reason_the_model_sees(rig: TuiRig) -> None:
+    rig.scripts.append(_bash_script("touch made-by-bash"))
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await _approval(pilot, app, "touch made-by-bash")
+        await pilot.press("n")
+        await pilot.press(*"use the tests instead")
+        await pilot.press("enter")
+        await until(pilot, lambda: bool(rig.ends()))
+        [result] = [e for e in rig.events if isinstance(e, ToolResultEvent)]
+        assert not result.ok and "use the tests instead" in result.output
+        assert "use the tests instead" in rig.providers[0].requests[1].model_dump_json()
+        assert not (rig.workspace / "made-by-bash").exists()
+        [row] = app.query(ToolRow)
+        assert row.has_class("failed") and result.error_category in str(row.category.render())
+
+
+async def test_a_saves_a_rule_for_this_project(rig: TuiRig) -> None:
+    rig.scripts.append(_bash_script("echo saved-rule"))
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await _approval(pilot, app, "echo saved-rule")
+        await pilot.press("a")
+        assert isinstance(app.screen, ApprovalScreen)  # it asks for the scope first
+        await pilot.press("p")
+        await until(pilot, lambda: bool(rig.ends()))
+        saved = (rig.home / "approvals.toml").read_text()
+        assert 'rule = "bash(echo saved-rule)"' in saved or 'rule = "bash(echo saved-rule *)"' in saved
+        assert f'project = "{rig.workspace}"' in saved
+
+
+async def test_a_then_g_saves_a_rule_for_everywhere(rig: TuiRig) -> None:
+    rig.scripts.append(_bash_script("echo everywhere"))
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await _approval(pilot, app, "echo everywhere")
+        await pilot.press("a", "g")
+        await until(pilot, lambda: bool(rig.ends()))
+        saved = (rig.home / "approvals.toml").read_text()
+        assert "echo everywhere" in saved and "project" not in saved.split("[[rules]]", 1)[1]
+
+
+async def test_esc_stops_a_running_task(rig: TuiRig) -> None:
+    rig.scripts.append([hang])
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await type_prompt(pilot, app, "take forever")
+        await until(pilot, lambda: bool(rig.providers[0].requests))
+        await pilot.press("escape")
+        await until(pilot, lambda: bool(rig.ends()))
+        assert rig.ends()[0].outcome == "Stopped"
+        assert "Stopped" in notices(app)
+        assert app.session is not None and not app.session.busy
+
+
+async def test_quitting_denies_a_pending_approval_and_closes_the_session(rig: TuiRig) -> None:
+    rig.scripts.append(_bash_script("touch never-made"))
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await _approval(pilot, app, "touch never-made")
+        await pilot.press("ctrl+q")
+        await until(pilot, lambda: any(e.type == "session_end" for e in rig.events))
+    results = [e for e in rig.events if isinstance(e, ToolResultEvent)]
+    assert all(not r.ok for r in results)
+    assert not (rig.workspace / "never-made").exists()
+    assert rig.events[-1].type == "session_end"
+
+
+async def test_concurrent_asks_queue(rig: TuiRig) -> None:
+    rig.scripts.append([calls(("bash", {"command": "echo first-call"}), ("bash", {"command": "echo second-call"})), text("ok")])
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await _approval(pilot, app, "echo first-call")
+        await pilot.press("y")
+        await until(pilot, lambda: isinstance(app.screen, ApprovalScreen) and "second-call" in str(app.screen.query_one("#arguments Static").render()))
+        await pilot.press("y")
+        await until(pilot, lambda: bool(rig.ends()))
+        outputs = [e.output for e in rig.events if isinstance(e, ToolResultEvent)]
+        assert any("first-call" in o for o in outputs) and any("second-call" in o for o in outputs)
+
+
+async def test_prompt_keys_newline_history_and_completion(rig: TuiRig) -> None:
+    rig.scripts.append([text("one"), text("two")])
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        area = app.query_one(PromptArea)
+        await pilot.press(*"first", "ctrl+j", *"line")
+        assert area.text == "first\nline"
+        await pilot.press("enter")
+        await until(pilot, lambda: len(rig.ends()) == 1)
+        await pilot.press(*"second", "enter")
+        await until(pilot, lambda: len(rig.ends()) == 2)
+        assert area.text == ""
+        await pilot.press("up")
+        assert area.text == "second"
+        await pilot.press("up")
+        assert area.text == "first\nline"
+        await pilot.press("down", "down")
+        assert area.text == "second"
+        area.load_text("/exp")
+        area.move_cursor(area.document.end)
+        await pilot.pause()
+        suggestions = app.query_one("#suggestions")
+        assert suggestions.has_class("shown") and "/export" in str(suggestions.render())
+        await pilot.press("tab")
+        assert area.text == "/export "
+
+
+async def _command(pilot: Any, app: OspreyApp, line: str) -> None:
+    await type_prompt(pilot, app, line)
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+async def test_slash_commands(rig: TuiRig) -> None:
+    rig.scripts.append([text("The **answer** is 42.")])
+    rig.scripts.append([text("fresh")])
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await _command(pilot, app, "/help")
+        assert "/export [PATH]" in notices(app) and "/timestamps" in notices(app)
+        await _command(pilot, app, "/tools")
+        assert "bash:" in notices(app) and "read_file:" in notices(app)
+        await _command(pilot, app, "/status")
+        assert "session: tui-test-0001" in notices(app) and "approval policy: on-request" in notices(app)
+        await _command(pilot, app, "/approvals")
+        assert "no saved approval rules apply here" in notices(app)
+        from osprey.policy.store import ApprovalStore
+
+        ApprovalStore(rig.home / "approvals.toml").add("bash(make test *)", project=str(rig.workspace))
+        ApprovalStore(rig.home / "approvals.toml").add("bash(ls *)", project=str(rig.home))  # another project's
+        await _command(pilot, app, "/approvals")
+        assert "bash(make test *)" in notices(app) and "bash(ls *)" not in notices(app)
+
+        await type_prompt(pilot, app, "what is it?")
+        await until(pilot, lambda: bool(rig.ends()))
+        await app.workers.wait_for_complete()
+        await _command(pilot, app, "/copy")
+        assert app.clipboard == "The **answer** is 42."
+        await _command(pilot, app, "/copy all")
+        assert "## You\n\nwhat is it?" in app.clipboard and "The **answer** is 42." in app.clipboard
+        await _command(pilot, app, "/export notes/out.md")
+        assert "could not write" in notices(app)  # the directory does not exist
+        await _command(pilot, app, "/export out.md")
+        exported = (rig.workspace / "out.md").read_text()
+        assert exported.startswith("# Osprey transcript") and "what is it?" in exported and "The **answer** is 42." in exported
+
+        stamp = app.query_one(UserRow).query_one("Stamp")
+        assert not stamp.display
+        await _command(pilot, app, "/timestamps")
+        assert stamp.display
+        await _command(pilot, app, "/timestamps")
+        assert not stamp.display
+
+        first = app.session
+        await _command(pilot, app, "/new")
+        await until(pilot, lambda: app.session is not None and app.session is not first and app.session.started)
+        assert not app.query(UserRow) and not app.query(AnswerRow)
+        assert [e.type for e in rig.events].count("session_end") == 1
+        await type_prompt(pilot, app, "again")
+        await until(pilot, lambda: len(rig.ends()) == 2)
+        await app.workers.wait_for_complete()
+        assert app.transcript.last_answer() == "fresh"
+
+        await _command(pilot, app, "/nonsense")
+        await _command(pilot, app, "/quit")
+        await until(pilot, lambda: [e.type for e in rig.events].count("session_end") == 2)
+    assert app.return_code == 0
