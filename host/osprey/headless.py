@@ -37,8 +37,14 @@ def run_headless(
     sandbox_socket: str | None = None,
     sandbox_token_file: str | None = None,
     allow: Sequence[str] | None = None,
+    journal: bool = True,
+    resume: str | None = None,
 ) -> int:
-    """Run one session and return its exit status: 0, 1, 2 (usage), or 128 + a stopping signal."""
+    """Run one session and return its exit status: 0, 1, 2 (usage), or 128 + a stopping signal.
+
+    The session is journaled in `$OSPREY_HOME/sessions.db` unless `journal` is false; `resume`
+    (a journaled session's id, or the start of one) goes on with that session's conversation, in
+    its working directory unless `cwd` says otherwise."""
     from .config import load_settings
     from .policy.approvals import preset_policy
     from .session.core import parse_allow_rules
@@ -50,6 +56,15 @@ def run_headless(
         approval_policy = preset_policy("yolo", interactive=False)
     elif read_only:
         approval_policy = preset_policy("read-only", interactive=False)
+    if cwd is not None:
+        cwd = os.path.abspath(cwd)
+    resumed: tuple[str, Any] | None = None
+    if resume:
+        try:
+            resumed, cwd = _resume(resume, cwd)
+        except OspreyError as exc:
+            _error(str(exc))
+            return 1
     if replay_file:
         replay_file = os.path.abspath(replay_file)  # a flag's path is relative to where the user is, not to -C
     lane: dict[str, Any] = {
@@ -79,10 +94,25 @@ def run_headless(
         return 2
     jsonl = events_jsonl or not sys.stdout.isatty()
     try:
-        return asyncio.run(_session(settings, prompt, jsonl, record_file, list(allow or [])))
+        return asyncio.run(_session(settings, prompt, jsonl, record_file, list(allow or []), journal=journal, resumed=resumed))
     except OspreyError as exc:
         _error(str(exc))
         return 1
+
+
+def _resume(session_id: str, cwd: str | None) -> tuple[tuple[str, Any], str | None]:
+    """The journaled session's full id and resume point, and the working directory to use: `cwd`,
+    or the session's own when it still exists."""
+    from .config import load_home
+    from .sessions.journal import find_session, journal_path, load_events
+    from .sessions.resume import resume_point
+
+    path = journal_path(load_home())
+    row = find_session(path, session_id)
+    point = resume_point(load_events(path, row.id))
+    if cwd is None and os.path.isdir(row.cwd):
+        cwd = row.cwd
+    return (row.id, point), cwd
 
 
 def _progress(line: str) -> None:
@@ -93,9 +123,11 @@ def _error(message: str) -> None:
     sys.stderr.write(f"osprey: error: {message}\n")
 
 
-async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | None, allow: list[str]) -> int:
+async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | None, allow: list[str], *,
+                   journal: bool = True, resumed: tuple[str, Any] | None = None) -> int:
     from .render import JsonlWriter, TerminalRenderer
     from .session.core import Session, SessionOptions
+    from .sessions.journal import Journal, journal_path
 
     task = asyncio.current_task()
     assert task is not None
@@ -123,8 +155,11 @@ async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | N
         loop.add_signal_handler(signum, on_signal, signum)
     out = JsonlWriter() if jsonl else TerminalRenderer()
     options = SessionOptions(settings=settings, allow=allow, record_file=Path(record_file) if record_file else None)
+    if resumed is not None:
+        options.session_id, options.resume = resumed
     try:
-        session = Session(options, emit=out, on_text=out.text, progress=_progress, warn=_warn)
+        recorder = Journal(journal_path(settings.home), warn=_warn) if journal else None
+        session = Session(options, emit=out, on_text=out.text, progress=_progress, warn=_warn, journal=recorder)
         async with session:
             end = await session.submit(prompt)
         if jsonl and end.error:

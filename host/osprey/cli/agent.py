@@ -31,6 +31,8 @@ EFFORTS = ["minimal", "low", "medium", "high"]
 @click.option("--sandbox-network", is_flag=True, default=None, help="With --sandbox: allow network egress from the lane (off by default).")
 @click.option("--sandbox-socket", type=click.Path(), help="With --sandbox: use a lane already serving on this unix socket (compose, CI fixtures).")
 @click.option("--sandbox-token-file", type=click.Path(dir_okay=False), help="With --sandbox-socket: the file holding that lane's token.")
+@click.option("--no-journal", "journal", is_flag=True, default=True, flag_value=False, help="Do not save this session in $OSPREY_HOME/sessions.db (it then cannot be resumed).")
+@click.option("--resume", "resume", metavar="ID", help="Go on with a saved session (see `osprey sessions list`), in its working directory unless -C says otherwise.")
 def agent(prompt: str | None, **options: object) -> None:
     """Run the agent loop headless on PROMPT (or on standard input when PROMPT is - or absent).
 

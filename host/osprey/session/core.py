@@ -20,6 +20,7 @@ from ..config import Settings
 from ..errors import ConfigError
 from ..messages import Message, ToolSpec, Usage
 from ..policy.approvals import ApprovalPolicy, Approver, HeadlessApprover
+from ..sessions.resume import ResumePoint
 from .events import Event, SessionEnd, SessionStart, TaskEnd
 from .interception import Interceptor
 from .outcomes import Outcome, exit_status
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
     from ..dispatch import ToolServiceHome
     from ..providers.base import Provider, TextSink
+    from ..sessions.journal import Journal
     from ..tools.base import ToolRegistry
     from .loop import AgentLoop
 
@@ -50,6 +52,8 @@ class SessionOptions(BaseModel):
     record_file: Path | None = None
     # Whether a person can answer approval prompts (the TUI); headless runs cannot.
     interactive: bool = False
+    # Go on with a journaled session: its conversation, turns and usage (keep its session_id).
+    resume: ResumePoint | None = None
 
 
 def parse_allow_rules(texts: Sequence[str]) -> list[Any]:
@@ -85,11 +89,14 @@ class Session:
         provider: Provider | None = None,
         http: httpx.AsyncClient | None = None,
         interceptors: Sequence[Interceptor] = (),
+        journal: Journal | None = None,
     ) -> None:
         self.options = options
         self.settings = options.settings
         self.session_id = options.session_id
-        self.emit = emit
+        # Every event is journaled (queued, never waiting on the disk) before a front end sees it.
+        self.journal = journal
+        self.emit = emit if journal is None else self._journaled(journal, emit)
         self.approver = approver or HeadlessApprover()
         self.on_text = on_text
         self.on_tool_output = on_tool_output
@@ -117,6 +124,15 @@ class Session:
 
     # ------------------------------------------------------------------ lifecycle
 
+    def _journaled(self, journal: Journal, emit: Callable[[Event], None]) -> Callable[[Event], None]:
+        workspace = str(self.settings.workspace_root)
+
+        def emit_and_record(event: Event) -> None:
+            journal.record(event, self.session_id, workspace)
+            emit(event)
+
+        return emit_and_record
+
     async def __aenter__(self) -> Session:
         await self.start()
         return self
@@ -133,7 +149,11 @@ class Session:
             await self._build()
         except BaseException:
             self._closed = True
-            await self._stack.aclose()
+            try:
+                await self._stack.aclose()
+            finally:
+                if self.journal is not None:
+                    await asyncio.shield(asyncio.to_thread(self.journal.close))
             raise
         assert self.loop is not None and self.policy is not None
         event = SessionStart(
@@ -198,6 +218,11 @@ class Session:
             retry=settings.retry, max_turns=settings.max_turns, on_text=self.on_text, session_id=self.session_id,
             interceptors=self.interceptors,
         )
+        resume = self.options.resume
+        if resume is not None:
+            self.loop.messages = list(resume.messages)
+            self.loop.turns = resume.turns
+            self.loop.usage = resume.usage
 
     async def _make_provider(self) -> Provider:
         import httpx
@@ -357,6 +382,10 @@ class Session:
                 for interceptor in self.interceptors:
                     await self._notify(interceptor, "session_end", interceptor.session_end(self._end))
         finally:
-            await self._stack.aclose()
+            try:
+                await self._stack.aclose()
+            finally:
+                if self.journal is not None:
+                    await asyncio.shield(asyncio.to_thread(self.journal.close))
         if interrupted is not None:
             raise interrupted

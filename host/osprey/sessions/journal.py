@@ -278,10 +278,17 @@ def _read(path: Path) -> sqlite3.Connection:
         raise JournalError(f"no session journal at {path} yet: sessions are saved there as they run")
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
-        conn.execute("SELECT 1 FROM sessions LIMIT 1")
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.Error as exc:
         raise JournalError(f"cannot read the session journal {path}: {exc}") from None
+    if not {"sessions", "events"} <= tables:
+        conn.close()
+        raise _Empty(f"the session journal {path} holds no sessions yet")
     return conn
+
+
+class _Empty(JournalError):
+    """The journal's file exists but its tables are not made yet (a session is opening it)."""
 
 
 def _rows(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> list[SessionRow]:
@@ -294,9 +301,10 @@ _COLUMNS = "id, cwd, workspace, title, provider, model, created, updated, outcom
 
 def list_sessions(path: Path, cwd: str | None = None, limit: int = 1000) -> list[SessionRow]:
     """Journaled sessions, newest first; only those run in `cwd` when it is given."""
-    if not path.is_file():
+    try:
+        conn = _read(path)
+    except _Empty:
         return []
-    conn = _read(path)
     try:
         if cwd is None:
             return _rows(conn, f"SELECT {_COLUMNS} FROM sessions ORDER BY updated DESC LIMIT ?", (limit,))

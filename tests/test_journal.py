@@ -1,0 +1,271 @@
+"""The session journal: events stored in order, concurrent sessions in one database, the
+conversation rebuilt from it, resuming, and a journal that cannot be used never stopping a session."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from session_harness import FAST_RETRY, FakeProvider, Harness, calls, check_stream, text
+
+from osprey.messages import AssistantMessage, ToolCall, ToolResultMessage, Usage, UserMessage
+from osprey.session.core import Session
+from osprey.session.events import AssistantText, Event, Notice, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent
+from osprey.sessions.journal import TRUNCATED_KEY, Journal, JournalError, find_session, journal_path, list_sessions, load_events, make_title
+from osprey.sessions.resume import ENDED_TEXT, rebuild_conversation, resume_point
+
+
+@pytest.fixture
+def harness(workspace: Path, tmp_path: Path) -> Harness:
+    (workspace / "notes.txt").write_text("alpha\nbeta\n")
+    return Harness(workspace=workspace, home=tmp_path / "home")
+
+
+def dumped(events: list[Event]) -> list[dict[str, Any]]:
+    return [json.loads(e.model_dump_json()) for e in events]
+
+
+def start_event(session_id: str, cwd: str = "/w") -> SessionStart:
+    return SessionStart(session_id=session_id, provider="openai", model="m-1", cwd=cwd, tool_service="local",
+                        tools=["read_file"], approval_policy="never", max_turns=5)
+
+
+def new_session(h: Harness, script: list[Any], journal: Journal | None, *, session_id: str | None = None,
+                resume: Any = None, warn: Any = None) -> tuple[Session, FakeProvider, list[Event]]:
+    options = h.options("never", None, FAST_RETRY, ())
+    update: dict[str, Any] = {"resume": resume}
+    if session_id is not None:
+        update["session_id"] = session_id
+    events: list[Event] = []
+    provider = FakeProvider(script)
+    session = Session(options.model_copy(update=update), emit=events.append, provider=provider, journal=journal,
+                      warn=warn or (lambda _: None))
+    return session, provider, events
+
+
+# ------------------------------------------------------------------ storing events
+
+
+def test_events_round_trip_in_order_with_the_session_row(tmp_path: Path) -> None:
+    path = journal_path(tmp_path / "home")
+    journal = Journal(path)
+    events: list[Event] = [start_event("s1"), UserMessageEvent(text="  Fix   the\nbug " + "x" * 200)]
+    for turn in range(1, 60):
+        events += [UsageEvent(turn=turn, usage=Usage(input_tokens=1), total=Usage(input_tokens=turn)),
+                   ToolCallEvent(turn=turn, id=f"c{turn}", name="read_file", arguments={"path": f"f{turn}", "é": "\u2603"}),
+                   ToolResultEvent(turn=turn, id=f"c{turn}", name="read_file", ok=turn % 2 == 0,
+                                   error_category=None if turn % 2 == 0 else "not_found", output=f"out {turn}")]
+    events += [TaskEnd(session_id="s1", outcome="Completed", exit_status=0, turns=59, usage=Usage()),
+               SessionEnd(session_id="s1", outcome="Completed", exit_status=0, turns=59, usage=Usage())]
+    for event in events:
+        journal.record(event, "s1", workspace="/ws")
+    journal.close()
+    assert load_events(path, "s1") == dumped(events)
+    [row] = list_sessions(path)
+    assert (row.id, row.cwd, row.workspace, row.provider, row.model, row.outcome) == ("s1", "/w", "/ws", "openai", "m-1", "Completed")
+    assert row.title == make_title(events[1].text) and row.title.startswith("Fix the bug xxx") and len(row.title) <= 80
+    assert row.created == events[0].ts and row.updated == events[-1].ts
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").stat().st_size == 0, "close checkpoints the log"
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        seqs = [seq for (seq,) in conn.execute("SELECT seq FROM events WHERE session_id = 's1' ORDER BY seq")]
+    assert seqs == list(range(len(events)))
+
+
+def test_each_event_is_committed_promptly_without_close(tmp_path: Path) -> None:
+    path = journal_path(tmp_path)
+    journal = Journal(path)
+    try:
+        journal.record(start_event("s2"), "s2")
+        journal.record(UserMessageEvent(text="hello"), "s2")
+        deadline = time.monotonic() + 5
+        seen: list[dict[str, Any]] = []
+        while time.monotonic() < deadline and len(seen) < 2:
+            try:
+                seen = load_events(path, "s2")
+            except JournalError:
+                pass  # the writer has not made the file or its tables yet
+            time.sleep(0.01)
+        assert [e["type"] for e in seen] == ["session_start", "user_message"], "another process sees committed events before close"
+    finally:
+        journal.close()
+
+
+def test_a_huge_event_is_stored_truncated_and_marked(tmp_path: Path) -> None:
+    path = journal_path(tmp_path)
+    journal = Journal(path, max_event_bytes=64 * 1024)
+    big = ToolResultEvent(turn=1, id="c1", name="bash", ok=True, output="y" * 500_000)
+    journal.record(big, "s3")
+    journal.record(Notice(message="after"), "s3")
+    journal.close()
+    [stored, after] = load_events(path, "s3")
+    assert stored[TRUNCATED_KEY] > 500_000
+    assert len(json.dumps(stored)) <= 64 * 1024
+    assert stored["type"] == "tool_result" and stored["output"].startswith("yyy") and "not kept in the session journal" in stored["output"]
+    assert after["message"] == "after"
+
+
+def test_a_resumed_session_continues_the_sequence(tmp_path: Path) -> None:
+    path = journal_path(tmp_path)
+    for text_ in ("first", "second"):
+        journal = Journal(path)
+        journal.record(start_event("s4"), "s4")
+        journal.record(UserMessageEvent(text=text_), "s4")
+        journal.close()
+    assert [e.get("text") for e in load_events(path, "s4")] == [None, "first", None, "second"]
+    row = find_session(path, "s4")
+    assert row.title == "first", "the title stays the first prompt"
+    assert find_session(path, "s").id == "s4", "a unique prefix finds the session"
+
+
+# ------------------------------------------------------------------ real sessions
+
+
+async def test_concurrent_sessions_share_one_database(harness: Harness) -> None:
+    path = journal_path(harness.home)
+
+    async def one(n: int) -> tuple[str, list[Event]]:
+        script = [calls(("read_file", {"path": "notes.txt"}), ("grep", {"pattern": "beta"})) for _ in range(3)] + [text(f"done {n}")]
+        session, _, events = new_session(harness, script, Journal(path))
+        async with session:
+            await session.submit(f"task {n}")
+        return session.session_id, events
+
+    results = await asyncio.gather(*(one(n) for n in range(3)))
+    assert len({sid for sid, _ in results}) == 3
+    for session_id, events in results:
+        check_stream(events)
+        assert load_events(path, session_id) == dumped(events)
+    assert {row.id for row in list_sessions(path, str(harness.workspace.resolve()))} == {sid for sid, _ in results}
+
+
+async def test_the_rebuilt_conversation_is_the_sessions_and_resuming_goes_on_with_it(harness: Harness) -> None:
+    path = journal_path(harness.home)
+    script = [
+        calls(("read_file", {"path": "notes.txt"}), ("find_files", {"pattern": "*.txt"}), say="Looking."),
+        calls(("bash", {"command": "echo hi"})),
+        text("First done."),
+        text(""),  # an empty reply: the loop sends a correction as the user's
+        calls(("write_file", {"path": "out.txt", "content": "x"}), ("read_file", {"path": "missing.txt"})),
+        text("Second done."),
+    ]
+    session, _, events = new_session(harness, script, Journal(path))
+    async with session:
+        await session.submit("First task.")
+        await session.submit("Second task.")
+        messages = list(session.messages)
+        turns = session.loop.turns if session.loop else 0
+    assert any(isinstance(e, AssistantText) and e.text == "Looking." for e in events)
+    stored = load_events(path, session.session_id)
+    assert stored == dumped(events)
+    assert rebuild_conversation(stored) == messages
+    assert rebuild_conversation(events) == messages
+    point = resume_point(stored)
+    assert point.turns == turns == 6 and point.usage == session.usage
+
+    resumed, provider, new_events = new_session(harness, [text("Third done.")], Journal(path), session_id=session.session_id, resume=point)
+    async with resumed:
+        await resumed.submit("Go on.")
+    assert provider.requests[0].messages == [*messages, UserMessage(content="Go on.")]
+    assert isinstance(new_events[0], SessionStart) and new_events[0].session_id == session.session_id
+    usage_events = [e for e in new_events if isinstance(e, UsageEvent)]
+    assert usage_events[0].turn == 7, "turn numbers continue"
+    assert usage_events[0].total == point.usage + usage_events[0].usage
+    all_events = load_events(path, session.session_id)
+    assert all_events == dumped(events) + dumped(new_events)
+    assert rebuild_conversation(all_events) == resumed.messages
+    assert len(list_sessions(path)) == 1
+
+
+def test_a_call_killed_mid_run_gets_a_result_saying_so() -> None:
+    events = [
+        UserMessageEvent(text="go"),
+        AssistantText(turn=1, text="reading", reasoning=[{"type": "thinking", "thinking": "hm", "signature": "s"}]),
+        ToolCallEvent(turn=1, id="a", name="read_file", arguments={"path": "x"}),
+        ToolCallEvent(turn=1, id="b", name="grep", arguments={"pattern": "y"}),
+        ToolResultEvent(turn=1, id="a", name="read_file", ok=True, output="X"),
+        ToolCallEvent(turn=2, id="c", name="bash", arguments={"command": "sleep 9"}),
+    ]
+    assert rebuild_conversation(events) == [
+        UserMessage(content="go"),
+        AssistantMessage(text="reading", reasoning=[{"type": "thinking", "thinking": "hm", "signature": "s"}], tool_calls=[
+            ToolCall(id="a", name="read_file", arguments={"path": "x"}), ToolCall(id="b", name="grep", arguments={"pattern": "y"})]),
+        ToolResultMessage(tool_call_id="a", name="read_file", content="X"),
+        ToolResultMessage(tool_call_id="b", name="grep", content=ENDED_TEXT, is_error=True),
+        AssistantMessage(tool_calls=[ToolCall(id="c", name="bash", arguments={"command": "sleep 9"})]),
+        ToolResultMessage(tool_call_id="c", name="bash", content=ENDED_TEXT, is_error=True),
+    ]
+
+
+# ------------------------------------------------------------------ a journal that cannot be used
+
+
+async def run_warned(harness: Harness, path: Path) -> tuple[list[Event], list[str]]:
+    """A session whose journal at `path` warns into the returned list (the session's own warnings are not in it)."""
+    warnings: list[str] = []
+    script = [calls(("read_file", {"path": "notes.txt"})), text("ok")]
+    session, _, events = new_session(harness, script, Journal(path, warn=warnings.append))
+    async with session:
+        end = await asyncio.wait_for(session.submit("Read the notes."), 60)
+    assert end.outcome == "Completed"
+    check_stream(events)
+    return events, warnings
+
+
+async def test_a_corrupt_database_warns_once_and_the_session_runs(harness: Harness) -> None:
+    path = journal_path(harness.home)
+    path.parent.mkdir(parents=True)
+    garbage = b"this is not a database\n" * 400
+    path.write_bytes(garbage)
+    _, warnings = await run_warned(harness, path)
+    assert len(warnings) == 1 and str(path) in warnings[0] and "goes on without" in warnings[0], warnings
+    assert path.read_bytes() == garbage, "the journal leaves a file it cannot read alone"
+
+
+LOCKER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA journal_mode = WAL")
+conn.execute("CREATE TABLE IF NOT EXISTS other (x)")
+conn.execute("BEGIN EXCLUSIVE")
+conn.execute("INSERT INTO other VALUES (1)")
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def locked_journal(harness: Harness) -> Iterator[Path]:
+    """The journal's path, its database held under an exclusive lock by another process."""
+    path = journal_path(harness.home)
+    path.parent.mkdir(parents=True)
+    locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
+        yield path
+    finally:
+        locker.communicate("", timeout=30)
+
+
+async def test_a_database_locked_by_another_process_warns_and_the_session_runs(harness: Harness, locked_journal: Path) -> None:
+    _, warnings = await run_warned(harness, locked_journal)
+    assert len(warnings) == 1 and "locked" in warnings[0], warnings
+
+
+async def test_a_home_that_cannot_be_created_warns_and_the_session_runs(harness: Harness, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    path = journal_path(blocker / "home")
+    _, warnings = await run_warned(harness, path)
+    assert len(warnings) == 1 and "cannot be opened" in warnings[0], warnings
