@@ -47,3 +47,34 @@ def test_conflicting_policy_flags(tmp_path: Path, osprey_env: dict[str, str]) ->
 def test_unknown_provider_is_refused(tmp_path: Path) -> None:
     run = osprey("agent", "--provider", "nope", "hi", cwd=tmp_path)
     assert run.returncode == 2 and "nope" in run.stderr
+
+
+def test_bare_osprey_help_lists_the_subcommands_and_the_tui_options() -> None:
+    run = osprey("--help")
+    assert run.returncode == 0
+    for name in ("agent", "approvals", "docs", "sandbox", "trust"):
+        assert f"\n  {name} " in run.stdout
+    for option in ("--cwd", "--approval-policy", "--yolo", "--read-only", "--sandbox", "--allow"):
+        assert option in run.stdout
+
+
+def test_agent_keeps_its_own_options() -> None:
+    run = osprey("agent", "--help")
+    assert run.returncode == 0 and "--max-turns" in run.stdout and "--replay" in run.stdout and "--events-jsonl" in run.stdout
+
+
+def test_tui_options_before_a_subcommand_are_a_usage_error() -> None:
+    run = osprey("--yolo", "agent", "hi")
+    assert run.returncode == 2 and "option of the terminal UI" in run.stderr
+
+
+def test_bare_osprey_config_error_exits_1_before_the_ui(tmp_path: Path, osprey_env: dict[str, str]) -> None:
+    env = {k: v for k, v in osprey_env.items() if k != "OPENAI_API_KEY"}
+    run = osprey("-C", str(tmp_path), stdin=subprocess.DEVNULL, env=env)
+    assert run.returncode == 1 and run.stderr.startswith("osprey: error: OPENAI_API_KEY is not set")
+    assert "\x1b[" not in run.stdout  # no screen was drawn
+
+
+def test_bare_osprey_needs_a_terminal(tmp_path: Path, osprey_env: dict[str, str]) -> None:
+    run = osprey("-C", str(tmp_path), stdin=subprocess.DEVNULL, env=osprey_env)
+    assert run.returncode == 2 and "needs a terminal" in run.stderr and "osprey agent" in run.stderr

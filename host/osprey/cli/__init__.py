@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import sys
+from typing import Any
 
 import click
 
 from .. import __version__
+from .tui import given, tui_options
 
 # name -> (module, attribute, one-line help); modules load lazily so --help stays fast.
 SUBCOMMANDS = {
@@ -35,12 +38,22 @@ class LazyGroup(click.Group):
             formatter.write_dl([(name, SUBCOMMANDS[name][2]) for name in sorted(SUBCOMMANDS)])
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="osprey")
-def main() -> None:
+@tui_options
+@click.pass_context
+def main(ctx: click.Context, **options: Any) -> None:
     """Osprey: a coding agent whose file and shell tools run behind one gRPC ToolService.
 
     \b
-    Run `osprey agent "PROMPT"` for a headless session (JSON Lines when stdout is not a terminal).
+    Run `osprey` for the terminal UI (the options below are its own), or
+    `osprey agent "PROMPT"` for a headless session (JSON Lines when stdout is not a terminal).
     Configuration: `osprey docs configuration`. Event schema: `osprey docs events`.
     """
+    if ctx.invoked_subcommand is not None:
+        if given(options):
+            raise click.UsageError(f"--{given(options)[0].replace('_', '-')} is an option of the terminal UI: put a subcommand's options after it")
+        return
+    from .tui import run_tui
+
+    sys.exit(run_tui(**options))

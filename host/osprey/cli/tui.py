@@ -1,0 +1,99 @@
+"""`osprey` without a subcommand: the terminal UI. Its options, and the launch; heavy imports happen at launch."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from ..policy import POLICIES
+
+PROVIDERS = ["openai", "anthropic"]
+EFFORTS = ["minimal", "low", "medium", "high"]
+
+OPTIONS: list[Callable[[Any], Any]] = [
+    click.option("-C", "--cwd", type=click.Path(exists=True, file_okay=False), help="Working directory (default: the current one)."),
+    click.option("--provider", type=click.Choice(PROVIDERS), help="Model provider (default: openai)."),
+    click.option("--model", help="Model name as the provider knows it."),
+    click.option("--base-url", help="API base URL, e.g. http://localhost:8080/v1 for an OpenAI-compatible server."),
+    click.option("--effort", type=click.Choice(EFFORTS), help="Reasoning effort, where the model supports it."),
+    click.option("--approval-policy", type=click.Choice(POLICIES), help="Which tool calls run without asking (TUI default: on-request)."),
+    click.option("--yolo", is_flag=True, help="Run every tool call without asking (policy never)."),
+    click.option("--read-only", is_flag=True, help="Ask before anything but the trusted read-only tools (policy unless-trusted)."),
+    click.option("--sandbox", is_flag=True, default=None, help="Run the tools in a sandbox lane, made at start and removed on quit."),
+    click.option("--sandbox-network", is_flag=True, default=None, help="With --sandbox: allow network egress from the lane."),
+    click.option("--allow", "allow", multiple=True, metavar="RULE", help="Pre-approve calls matching RULE for this session (repeatable)."),
+]
+
+
+def tui_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(OPTIONS):
+        function = option(function)
+    return function
+
+
+def given(options: dict[str, Any]) -> list[str]:
+    """The TUI options set on the command line (they mean nothing before a subcommand)."""
+    return [name for name, value in options.items() if value not in (None, False, ())]
+
+
+def _error(message: str) -> None:
+    sys.stderr.write(f"osprey: error: {message}\n")
+
+
+def run_tui(
+    *, cwd: str | None = None, provider: str | None = None, model: str | None = None, base_url: str | None = None,
+    effort: str | None = None, approval_policy: str | None = None, yolo: bool = False, read_only: bool = False,
+    sandbox: bool | None = None, sandbox_network: bool | None = None, allow: tuple[str, ...] = (),
+) -> int:
+    """Resolve the settings (a configuration error exits 1 before the UI opens), then run the app."""
+    from .. import crash
+    from ..config import load_settings
+    from ..errors import OspreyError
+    from ..policy.approvals import preset_policy
+    from ..session.core import Session, SessionOptions, parse_allow_rules
+    from ..tui.app import Hooks, OspreyApp
+
+    if sum(bool(x) for x in (yolo, read_only, approval_policy)) > 1:
+        _error("choose one of --yolo, --read-only and --approval-policy")
+        return 2
+    if yolo:
+        approval_policy = preset_policy("yolo", interactive=True)
+    elif read_only:
+        approval_policy = preset_policy("read-only", interactive=True)
+    lane = {"enabled": sandbox, "network": sandbox_network}
+    flags: dict[str, Any] = {
+        "provider": provider, "model": model, "base_url": base_url, "effort": effort, "approval_policy": approval_policy,
+        "sandbox": {k: v for k, v in lane.items() if v is not None},
+    }
+    try:
+        settings = load_settings(cwd, flags, interactive=True)
+        parse_allow_rules(allow)
+    except OspreyError as exc:
+        _error(str(exc))
+        return 1
+    if settings.sandbox.network and not settings.sandbox.enabled:
+        _error("--sandbox-network needs --sandbox")
+        return 2
+    if not sys.stdin.isatty() or not sys.stdout.isatty():
+        _error("the terminal UI needs a terminal; for scripts use `osprey agent PROMPT`")
+        return 2
+    for warning in settings.warnings:
+        sys.stderr.write(f"osprey: warning: {warning}\n")
+
+    def factory(hooks: Hooks) -> Session:
+        return Session(SessionOptions(settings=settings, allow=list(allow), interactive=True), **hooks.kwargs())
+
+    previous = crash.install(settings.home)
+    try:
+        app = OspreyApp(factory, title=f"osprey · {os.path.basename(str(settings.cwd)) or '/'}")
+        status = app.run()
+    finally:
+        sys.excepthook = previous
+    if app.crash is not None:
+        crash.report(app.crash, settings.home)  # textual has restored the terminal and shown the traceback
+        return 1
+    return status if isinstance(status, int) else app.exit_status
