@@ -359,6 +359,8 @@ def _status_message(label: str, url: str, status: int, detail: str) -> str:
         hint = " Check the API key (OPENAI_API_KEY, ANTHROPIC_API_KEY or the variable api_key_env names)."
     elif status == 404:
         hint = " The server lists no models there; check --base-url, or type the model name with --model."
+    elif status in (301, 302, 303, 307, 308):
+        hint = " The server sends the request elsewhere; set --base-url to the address it should be."
     elif status == 429 or status >= 500:
         hint = " Try again later."
     return f"{label} answered HTTP {status} at {url}: {detail}.{hint}"
