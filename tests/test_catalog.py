@@ -204,6 +204,14 @@ async def test_gateway_models_dev_does_not_list_falls_back_to_its_models(
     assert [s.path for s in server.seen] == ["/api.json", "/v1/models"]
 
 
+async def test_models_dev_without_our_providers_keeps_the_cache(server: Loopback, client: httpx.AsyncClient, tmp_path: Path) -> None:
+    save_cache(tmp_path, builtin_catalog("openai", None))
+    server.route("/api.json", Route(b'{"google": {"models": {"gemini-2.5-pro": {}}}}'))
+    with pytest.raises(CatalogError, match="lists no OpenAI or Anthropic models"):
+        await refresh(client, "openai", None, None, home=tmp_path, models_dev_url=server.url + "/api.json")
+    assert load_cached(tmp_path) == builtin_catalog("openai", None)
+
+
 def test_models_dev_hostile_entries() -> None:
     data = {"openai": {"models": {
         "ok": {"name": "Fine\x1b[31m\u202e", "limit": {"context": 1.0e3, "output": -5}, "cost": {"input": "NaN", "output": 1e400},
@@ -436,6 +444,20 @@ async def test_picker_shows_cache_then_fresh(server: Loopback, client: httpx.Asy
     assert _ids(first) == [("openai", "old-model")] and not first.stale
     assert len(second.models) == 5 and not second.stale and second.problem is None
     assert load_cached(tmp_path) == second
+
+
+async def test_picker_shows_the_cache_before_the_network_answers(server: Loopback, client: httpx.AsyncClient, tmp_path: Path) -> None:
+    cached = Catalog(models=[ModelInfo(provider="openai", id="gpt-5")], source="models.dev", scope=catalog_scope("openai", None))
+    save_cache(tmp_path, cached)
+    server.route("/api.json", Route(hang=True))
+    started = time.monotonic()
+    picker = catalog_for_picker(client, tmp_path, "openai", None, None, models_dev_url=server.url + "/api.json", timeout=0.5)
+    assert await anext(picker) == cached
+    assert time.monotonic() - started < 0.3
+    stale = await anext(picker)
+    assert stale.stale and stale.problem and "within 0.5 s" in stale.problem
+    with pytest.raises(StopAsyncIteration):
+        await anext(picker)
 
 
 async def test_picker_offline_keeps_the_cache_then_the_builtin_list(client: httpx.AsyncClient, tmp_path: Path) -> None:

@@ -436,6 +436,8 @@ async def refresh(
             if keep is None or (gateway and not models):
                 source = "endpoint"
                 models = await _from_endpoint(client, provider, base_url or DEFAULT_BASE_URLS[provider], key, timeout, max_bytes)
+            elif not models:  # an empty answer must not replace a good cache
+                raise CatalogError("models.dev lists no OpenAI or Anthropic models (a partial answer?); try again later")
     except TimeoutError:
         raise CatalogError(f"the model list did not arrive within {timeout:g} s; check your network connection "
                            f"or the server, then open the picker again") from None
