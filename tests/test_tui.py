@@ -344,3 +344,14 @@ async def test_slash_commands(rig: TuiRig) -> None:
         await _command(pilot, app, "/quit")
         await until(pilot, lambda: [e.type for e in rig.events].count("session_end") == 2)
     assert app.return_code == 0
+
+
+async def test_an_app_that_exits_otherwise_still_closes_its_session(rig: TuiRig) -> None:
+    rig.scripts.append(_bash_script("touch not-made-either"))
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await _approval(pilot, app, "touch not-made-either")
+        app.exit()
+    assert rig.events[-1].type == "session_end"
+    assert not (rig.workspace / "not-made-either").exists()

@@ -16,6 +16,7 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.css.query import NoMatches
 from textual.widgets import Markdown, Static
 
 from ..policy.approvals import ApprovalAnswer, ApprovalRequest
@@ -94,6 +95,7 @@ class OspreyApp(App[int]):
         self._start: SessionStart | None = None
         self._tokens = (0, 0)
         self._quitting = False
+        self._unmounting = False
         self.task_done = asyncio.Event()
 
     # ------------------------------------------------------------------ layout
@@ -113,7 +115,19 @@ class OspreyApp(App[int]):
     def conversation(self) -> VerticalScroll:
         return self.query_one("#conversation", VerticalScroll)
 
+    @property
+    def _gone(self) -> bool:
+        """The screen is being torn down: events go to the transcript only."""
+        if self._unmounting:
+            return True
+        try:
+            return not self.conversation.is_attached
+        except NoMatches:
+            return True
+
     def _refresh_status(self) -> None:
+        if self._gone:
+            return
         start = self._start
         if start is None:
             text = self._state
@@ -128,7 +142,8 @@ class OspreyApp(App[int]):
 
     def _note(self, text: str, level: str = "info") -> None:
         self.transcript.add("notice", text)
-        self.conversation.mount(NoticeRow(text, markup=False, classes=level))
+        if not self._gone:
+            self.conversation.mount(NoticeRow(text, markup=False, classes=level))
 
     # ------------------------------------------------------------------ the session
 
@@ -173,7 +188,8 @@ class OspreyApp(App[int]):
         assert session is not None
         self.task_done.clear()
         entry = self.transcript.add("user", prompt)
-        await self.conversation.mount(UserRow(prompt, entry.at))
+        if not self._gone:
+            await self.conversation.mount(UserRow(prompt, entry.at))
         self._set_state("working (Esc stops)")
         try:
             await session.submit(prompt)
@@ -196,6 +212,12 @@ class OspreyApp(App[int]):
         self.approver.deny_all()
         await self._close_session()
         self.exit(self.exit_status)
+
+    async def on_unmount(self) -> None:
+        # However the app ends (a crash, app.exit()), the session is closed: asks denied, lane removed.
+        self._unmounting = True
+        self.approver.deny_all()
+        await self._close_session()
 
     async def _close_session(self) -> None:
         session, self.session = self.session, None
@@ -221,7 +243,8 @@ class OspreyApp(App[int]):
             self._finish_answer()
             self._tool_rows[event.id] = ToolRow(event)
             self.transcript.add("tool", f"{event.name}\n{format_arguments(event.arguments)}")
-            self.conversation.mount(self._tool_rows[event.id])
+            if not self._gone:
+                self.conversation.mount(self._tool_rows[event.id])
         elif isinstance(event, ToolResultEvent):
             finished = self._tool_rows.pop(event.id, None)
             if finished is not None:
@@ -249,6 +272,8 @@ class OspreyApp(App[int]):
         self._chunks.put_nowait(chunk)
 
     async def _stream(self, row: AnswerRow, chunks: asyncio.Queue[str | None]) -> None:
+        if self._gone:
+            return
         await self.conversation.mount(row)
         stream = Markdown.get_stream(row.markdown)
         try:
