@@ -321,6 +321,13 @@ async def test_credentials_in_the_base_url_stay_out_of_messages_and_scope(server
     assert "hunter2" not in catalog_scope("openai", base + "?token=hunter2")
 
 
+@pytest.mark.parametrize("base_url", ["http://[::1/v1", "http://127.0.0.1:notaport/v1", "ftp://127.0.0.1/v1"])
+async def test_malformed_base_url(client: httpx.AsyncClient, tmp_path: Path, base_url: str) -> None:
+    with pytest.raises(CatalogError, match="not a valid http:// or https:// URL; check --base-url"):
+        await refresh(client, "openai", base_url, None)
+    assert catalog.initial_catalog(tmp_path, "openai", base_url, "m").models == [ModelInfo(provider="openai", id="m")]
+
+
 async def test_replay_has_no_catalog(client: httpx.AsyncClient) -> None:
     with pytest.raises(CatalogError, match="choose openai or anthropic"):
         await refresh(client, "replay", None, None)

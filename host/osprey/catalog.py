@@ -134,16 +134,23 @@ def save_cache(home: Path, catalog: Catalog) -> None:
 
 def _redact(url: str) -> str:
     """`url` without a user part, query or fragment: nothing that may hold a credential."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "(malformed)"
     netloc = f"[{host}]" if ":" in host else host
-    if parts.port:
-        netloc += f":{parts.port}"
+    if port:
+        netloc += f":{port}"
     return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
 def _host(base_url: str | None) -> str:
-    return (urlsplit(base_url).hostname or "").lower() if base_url else ""
+    try:
+        return (urlsplit(base_url).hostname or "").lower() if base_url else ""
+    except ValueError:
+        return ""
 
 
 def models_dev_providers(provider: str, base_url: str | None) -> tuple[str, ...] | None:
@@ -344,6 +351,8 @@ async def _get_json(
     except httpx.TimeoutException as exc:
         raise CatalogError(f"{label} did not answer in time ({type(exc).__name__} at {shown}); check your "
                            f"network connection or the server, then open the picker again") from None
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol):
+        raise CatalogError(f"{label}'s address {shown} is not a valid http:// or https:// URL; check --base-url") from None
     except httpx.HTTPError as exc:
         raise CatalogError(f"{label} could not be reached at {shown} ({type(exc).__name__}); you may be "
                            f"offline: the cached list is shown until a refresh succeeds") from None
