@@ -212,7 +212,7 @@ def _price(value: Any, scale: float = 1.0) -> float | None:
             return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    price = float(value) * scale
+    price = round(float(value) * scale, 9)  # per-token strings scaled up: 3.0000000000000004 is 3.0
     return price if math.isfinite(price) and price >= 0 else None
 
 
