@@ -150,6 +150,10 @@ def test_sessions_list_and_show(workspace: Path, tmp_path: Path, model_server: M
 
     table = osprey(osprey_env, "sessions", "list", cwd=workspace)
     assert table.rc == 0 and first["id"] in table.stdout and every[0]["id"] not in table.stdout
+    assert table.stdout.splitlines()[0].split() == ["ID", "UPDATED", "DIRECTORY", "OUTCOME", "TITLE"]
+    assert "Completed" in table.stdout and "First" in table.stdout and str(workspace.name) in table.stdout
+    both = osprey(osprey_env, "sessions", "list", "--all")
+    assert first["id"] in both.stdout and every[0]["id"] in both.stdout and "other" in both.stdout
     assert "\x1b" not in table.stdout, "control characters from a prompt never reach the terminal"
 
     shown = osprey(osprey_env, "sessions", "show", first["id"])

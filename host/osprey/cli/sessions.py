@@ -15,6 +15,7 @@ import click
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 PREVIEW_LINES = 6
 PREVIEW_CHARS = 2000
+DIR_CHARS = 40
 
 
 def _clean(text: str) -> str:
@@ -62,11 +63,20 @@ def list_command(as_json: bool, all_dirs: bool, cwd: str | None) -> None:
         scope = "anywhere" if where is None else f"in {where} (--all lists every directory's)"
         click.echo(f"no saved sessions {scope}")
         return
-    click.echo(f"{'ID':<12}  {'UPDATED':<16}  {'OUTCOME':<16}  TITLE")
-    for row in rows:
-        click.echo(f"{row.id:<12}  {_when(row.updated):<16}  {(row.outcome or '-'):<16}  {_clean(row.title)}")
-        if where is None:
-            click.echo(f"{'':<12}  {_clean(row.cwd)}")
+    dirs = [_short_dir(row.cwd) for row in rows]
+    width = max(len("DIRECTORY"), *(len(d) for d in dirs))
+    click.echo(f"{'ID':<12}  {'UPDATED':<16}  {'DIRECTORY':<{width}}  {'OUTCOME':<17}  TITLE")
+    for row, directory in zip(rows, dirs, strict=True):
+        click.echo(f"{row.id:<12}  {_when(row.updated):<16}  {directory:<{width}}  {(row.outcome or '-'):<17}  {_clean(row.title)}")
+
+
+def _short_dir(path: str, limit: int = DIR_CHARS) -> str:
+    """A working directory for the table: `~` for the home directory, its end kept when too long."""
+    home = os.path.expanduser("~")
+    if home not in ("", "/", "~") and (path == home or path.startswith(home + os.sep)):
+        path = "~" + path[len(home):]
+    path = _clean(path)
+    return path if len(path) <= limit else "…" + path[-(limit - 1):]
 
 
 @sessions.command("show")
