@@ -17,7 +17,7 @@ class ApprovalScreen(ModalScreen[ApprovalAnswer]):
 
     DEFAULT_CSS = """
     ApprovalScreen { align: center middle; }
-    ApprovalScreen > Vertical { width: 90%; max-height: 90%; height: auto; border: thick $warning; background: $surface; padding: 0 1; }
+    ApprovalScreen > Vertical { width: 100%; margin: 0 2; max-height: 90%; height: auto; border: round $warning; background: $surface; padding: 0 1; }
     ApprovalScreen #arguments { height: auto; max-height: 16; border: round $panel; }
     ApprovalScreen Horizontal { height: auto; }
     ApprovalScreen Button { margin: 0 1 0 0; }
@@ -44,14 +44,14 @@ class ApprovalScreen(ModalScreen[ApprovalAnswer]):
             with VerticalScroll(id="arguments"):
                 yield Static(format_arguments(r.arguments), markup=False)
             with Horizontal(id="choose"):
-                yield Button("Allow once [y]", id="allow_once", variant="success")
-                yield Button("Allow always [a]", id="allow_always", variant="primary")
-                yield Button("Deny [n]", id="deny", variant="error")
+                yield Button("Allow once \\[y]", id="allow_once", variant="success")
+                yield Button("Allow always \\[a]", id="allow_always", variant="primary")
+                yield Button("Deny \\[n]", id="deny", variant="error")
             with Vertical(id="scope", classes="hidden"):
                 yield Static(f"Always allow {r.suggested_rule}:", markup=False)
                 with Horizontal():
-                    yield Button("In this project [p]", id="scope_project", variant="primary")
-                    yield Button("Everywhere [g]", id="scope_global")
+                    yield Button("In this project \\[p]", id="scope_project", variant="primary")
+                    yield Button("Everywhere \\[g]", id="scope_global")
             with Vertical(id="reason", classes="hidden"):
                 yield Static("Why not? (the model sees this; Enter to deny, empty for no reason)")
                 yield Input(placeholder="reason", id="reason_input", max_length=2000)
