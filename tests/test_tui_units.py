@@ -1,0 +1,114 @@
+"""The TUI's plain parts: slash-command parsing and completion, the transcript, the prompt history, TuiApprover."""
+
+from __future__ import annotations
+
+import asyncio
+
+from osprey.policy.approvals import ApprovalAnswer, ApprovalRequest
+from osprey.tui import commands
+from osprey.tui.approver import CLOSING_REASON, TuiApprover
+from osprey.tui.transcript import PromptHistory, Transcript, format_arguments
+
+
+def test_parse_commands() -> None:
+    assert commands.parse("/export  notes.md ") == ("export", "notes.md")
+    assert commands.parse("  /HELP") == ("help", "")
+    assert commands.parse("fix /etc/hosts parsing") is None
+    assert commands.parse("//not a command") is None
+
+
+def test_matching_and_completion() -> None:
+    assert [c.name for c in commands.matching("/")] == [c.name for c in commands.COMMANDS]
+    assert [c.name for c in commands.matching("/t")] == ["tools", "timestamps"]
+    assert commands.matching("/export x") == [] and commands.matching("hello") == []
+    assert commands.complete("/ex") == "/export "
+    assert commands.complete("/t") is None  # tools and timestamps share only the t
+    assert commands.complete("/ti") == "/timestamps "
+    assert commands.complete("/zzz") is None
+    assert all(c.usage.startswith(f"/{c.name}") for c in commands.COMMANDS)
+    assert "/copy [all]" in commands.help_text()
+
+
+def test_transcript_markdown_and_last_answer() -> None:
+    t = Transcript()
+    assert t.last_answer() is None
+    t.add("user", "why?")
+    t.add("assistant", "Because.")
+    t.add("tool", "bash\ncommand: echo ```")
+    t.add("assistant", "  ")
+    t.add("notice", "Stopped")
+    assert t.last_answer() == "Because."
+    md = t.to_markdown()
+    assert md.startswith("# Osprey transcript")
+    assert "## You\n\nwhy?" in md and "## Osprey\n\nBecause." in md
+    assert "````text\nbash\ncommand: echo ```\n````" in md  # a fence the output cannot close
+    assert "> Stopped" in md
+
+
+def test_format_arguments_keeps_a_command_whole() -> None:
+    command = "echo " + "x" * 500 + " && make test"
+    assert format_arguments({"command": command, "timeout": 30}) == f"command: {command}\ntimeout: 30"
+
+
+def test_prompt_history_walks_and_keeps_the_draft() -> None:
+    h = PromptHistory()
+    assert h.previous("draft") is None
+    h.add("one")
+    h.add("two")
+    h.add("two")
+    assert h.items == ["one", "two"]
+    assert h.previous("half typed") == "two"
+    assert h.previous("two") == "one"
+    assert h.previous("one") is None
+    assert h.next() == "two"
+    assert h.next() == "half typed"
+    assert h.next() is None
+
+
+def _request(n: int) -> ApprovalRequest:
+    return ApprovalRequest(call_id=f"c{n}", tool="bash", arguments={"command": f"echo {n}"}, policy="on-request", reason="", suggested_rule="bash")
+
+
+async def test_approver_asks_one_at_a_time_in_order() -> None:
+    shown: list[str] = []
+    gate: asyncio.Queue[ApprovalAnswer] = asyncio.Queue()
+
+    async def show(request: ApprovalRequest) -> ApprovalAnswer:
+        shown.append(request.call_id)
+        return await gate.get()
+
+    approver = TuiApprover(show)
+    asks = [asyncio.ensure_future(approver.ask(_request(n))) for n in range(3)]
+    await asyncio.sleep(0.01)
+    assert shown == ["c0"] and approver.pending == 3
+    await gate.put(ApprovalAnswer(decision="allow_once"))
+    await asyncio.sleep(0.01)
+    assert shown == ["c0", "c1"]
+    await gate.put(ApprovalAnswer(decision="deny", reason="no"))
+    await gate.put(ApprovalAnswer(decision="allow_always", scope="global"))
+    answers = await asyncio.gather(*asks)
+    assert [a.decision for a in answers] == ["allow_once", "deny", "allow_always"]
+    assert approver.pending == 0
+
+
+async def test_deny_all_answers_pending_and_later_asks() -> None:
+    cancelled: list[str] = []
+
+    async def show(request: ApprovalRequest) -> ApprovalAnswer:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(request.call_id)
+            raise
+        raise AssertionError("unreachable")
+
+    approver = TuiApprover(show)
+    asks = [asyncio.ensure_future(approver.ask(_request(n))) for n in range(2)]
+    await asyncio.sleep(0.01)
+    assert approver.deny_all() == 2
+    answers = await asyncio.wait_for(asyncio.gather(*asks), 5)
+    assert all(a.decision == "deny" and a.reason == CLOSING_REASON for a in answers)
+    await asyncio.sleep(0)
+    assert cancelled == ["c0"]  # the prompt on screen was taken down; the queued one never shown
+    later = await asyncio.wait_for(approver.ask(_request(9)), 5)
+    assert later.decision == "deny"
