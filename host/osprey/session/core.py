@@ -74,7 +74,8 @@ class Session:
 
     `provider`, `http` and `interceptors` may be passed in (tests pass fakes or loopback clients);
     by default the session builds them from its settings. Use as an async context manager, or call
-    `start()` and `close()`."""
+    `start()` and `close()`. A `journal` records every event the session emits and is closed (drained
+    and checkpointed) with the session; `options.resume` starts from a journaled conversation."""
 
     def __init__(
         self,
