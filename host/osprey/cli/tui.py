@@ -78,7 +78,7 @@ def run_tui(
     if settings.sandbox.network and not settings.sandbox.enabled:
         _error("--sandbox-network needs --sandbox")
         return 2
-    if not sys.stdin.isatty() or not sys.stdout.isatty():
+    if not sys.stdin.isatty() or not sys.stderr.isatty():  # textual reads keys from stdin and draws on stderr
         _error("the terminal UI needs a terminal; for scripts use `osprey agent PROMPT`")
         return 2
     for warning in settings.warnings:
