@@ -355,3 +355,21 @@ async def test_an_app_that_exits_otherwise_still_closes_its_session(rig: TuiRig)
         app.exit()
     assert rig.events[-1].type == "session_end"
     assert not (rig.workspace / "not-made-either").exists()
+
+
+async def test_bash_output_shows_while_the_command_runs(rig: TuiRig) -> None:
+    rig.policy = "never"
+    marker = rig.workspace / "go-on"
+    command = f"echo first-part; while [ ! -e {marker} ]; do sleep 0.05; done; echo second-part"
+    rig.scripts.append([calls(("bash", {"command": command})), text("ok")])
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await type_prompt(pilot, app, "run it")
+        await until(pilot, lambda: bool(app.query(ToolRow)) and "first-part" in str(app.query_one(ToolRow).output.render()))
+        row = app.query_one(ToolRow)
+        assert not any(isinstance(e, ToolResultEvent) for e in rig.events)  # still running
+        assert not row.collapsed and "… bash" in str(row.title)
+        marker.touch()
+        await until(pilot, lambda: bool(rig.ends()))
+        assert "second-part" in str(row.output.render()) and str(row.title).startswith("✓ bash")

@@ -7,6 +7,7 @@ import fcntl
 import os
 import pty
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -125,4 +126,16 @@ def test_osprey_sandbox_makes_a_lane_and_removes_it_on_quit(terminals: list[Term
     assert _lanes_of(terminal.proc.pid), "the lane runs while the TUI is open"
     terminal.type("/quit\r")
     assert terminal.proc.wait(timeout=TIMEOUT) == 0
+    assert _lanes_of(terminal.proc.pid) == []
+
+
+def test_sigterm_leaves_in_order_and_removes_the_lane(terminals: list[Terminal], model_server: ModelServer,
+                                                      osprey_env: dict[str, str], tmp_path: Path) -> None:
+    require_docker()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    terminal = _session(terminals, model_server, osprey_env, workspace, "--sandbox")
+    assert _lanes_of(terminal.proc.pid)
+    terminal.proc.send_signal(signal.SIGTERM)
+    assert terminal.proc.wait(timeout=TIMEOUT) == 128 + signal.SIGTERM
     assert _lanes_of(terminal.proc.pid) == []

@@ -6,6 +6,7 @@ The app builds nothing of the session itself: a factory given the app's callback
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -56,6 +57,7 @@ class Hooks:
 
 
 SessionFactory = Callable[[Hooks], Session]
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def status_line(*, provider: str, model: str, policy: str, home: str, input_tokens: int, output_tokens: int, state: str) -> str:
@@ -96,6 +98,7 @@ class OspreyApp(App[int]):
         self._tokens = (0, 0)
         self._quitting = False
         self._unmounting = False
+        self._signals: list[int] = []
         self.task_done = asyncio.Event()
 
     # ------------------------------------------------------------------ layout
@@ -109,7 +112,20 @@ class OspreyApp(App[int]):
     def on_mount(self) -> None:
         self.query_one("#conversation", VerticalScroll).anchor()
         self.query_one(PromptArea).focus()
+        loop = asyncio.get_running_loop()
+        for signum in STOP_SIGNALS:
+            try:
+                loop.add_signal_handler(signum, self._on_signal, signum)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
+                continue
+            self._signals.append(signum)
         self._start_session()
+
+    def _on_signal(self, signum: int) -> None:
+        # SIGTERM or SIGHUP (a closed terminal): leave in order, as /quit does, with 128 + the signal.
+        if not self._quitting:
+            self.exit_status = 128 + signum
+            self.run_worker(self.action_quit(), group="quit")
 
     @property
     def conversation(self) -> VerticalScroll:
@@ -134,7 +150,10 @@ class OspreyApp(App[int]):
         else:
             text = status_line(provider=start.provider, model=start.model, policy=start.approval_policy, home=start.tool_service,
                                input_tokens=self._tokens[0], output_tokens=self._tokens[1], state=self._state)
-        self.query_one("#status", Static).update(text)
+        try:
+            self.query_one("#status", Static).update(text)
+        except NoMatches:  # the screen is being torn down
+            pass
 
     def _set_state(self, state: str) -> None:
         self._state = state
@@ -153,9 +172,9 @@ class OspreyApp(App[int]):
 
     @work(exclusive=True, group="session-start")
     async def _start_session(self) -> None:
-        self._set_state("starting")
         self.approver = TuiApprover(self._show_approval)
         session = self.factory(self._hooks())
+        self._set_state("starting the sandbox lane" if session.settings.sandbox.enabled else "starting")
         try:
             await session.start()
         except Exception as exc:  # noqa: BLE001 - a start-up error is shown, and the app leaves
@@ -216,6 +235,9 @@ class OspreyApp(App[int]):
     async def on_unmount(self) -> None:
         # However the app ends (a crash, app.exit()), the session is closed: asks denied, lane removed.
         self._unmounting = True
+        loop = asyncio.get_running_loop()
+        for signum in self._signals:
+            loop.remove_signal_handler(signum)
         self.approver.deny_all()
         await self._close_session()
 
