@@ -373,3 +373,44 @@ async def test_bash_output_shows_while_the_command_runs(rig: TuiRig) -> None:
         marker.touch()
         await until(pilot, lambda: bool(rig.ends()))
         assert "second-part" in str(row.output.render()) and str(row.title).startswith("✓ bash")
+
+
+async def test_a_session_that_cannot_start_is_shown_and_new_tries_again(rig: TuiRig) -> None:
+    from osprey.errors import SandboxError
+
+    failing = {"left": 1}
+    factory = rig.factory
+
+    def flaky(hooks: Hooks) -> Session:
+        if failing["left"]:
+            failing["left"] -= 1
+            raise SandboxError("the lane could not start: no Docker engine answers")
+        return factory(hooks)
+
+    rig.scripts.append([text("up now")])
+    app = OspreyApp(flaky)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.start_error is not None)
+        assert "no Docker engine answers" in notices(app) and app.exit_status == 1
+        assert "did not start" in str(app.query_one("#status").render())
+        await _command(pilot, app, "/new")
+        await started(pilot, app)
+        assert app.start_error is None and app.exit_status == 0
+        await type_prompt(pilot, app, "hello")
+        await until(pilot, lambda: bool(rig.ends()))
+
+
+async def test_an_internal_error_is_kept_for_the_crash_report_and_the_session_closed(rig: TuiRig) -> None:
+    rig.scripts.append([text("unused")])
+    app = rig.app()
+
+    def boom() -> None:
+        raise ZeroDivisionError("a bug in a widget")
+
+    with pytest.raises(ZeroDivisionError):
+        async with app.run_test(size=SIZE) as pilot:
+            await started(pilot, app)
+            app.call_later(boom)
+            await pilot.pause(0.5)
+    assert isinstance(app.crash, ZeroDivisionError)
+    assert rig.events[-1].type == "session_end"

@@ -96,4 +96,6 @@ def run_tui(
     if app.crash is not None:
         crash.report(app.crash, settings.home)  # textual has restored the terminal and shown the traceback
         return 1
+    if app.start_error is not None:
+        _error(app.start_error)
     return status if isinstance(status, int) else app.exit_status

@@ -87,6 +87,7 @@ class OspreyApp(App[int]):
         self.approver = TuiApprover(self._show_approval)
         self.transcript = Transcript()
         self.crash: BaseException | None = None
+        self.start_error: str | None = None  # why the last session did not start
         self.exit_status = 0
         self._answer: AnswerRow | None = None
         self._answer_text: list[str] = []
@@ -173,16 +174,19 @@ class OspreyApp(App[int]):
     @work(exclusive=True, group="session-start")
     async def _start_session(self) -> None:
         self.approver = TuiApprover(self._show_approval)
-        session = self.factory(self._hooks())
-        self._set_state("starting the sandbox lane" if session.settings.sandbox.enabled else "starting")
+        self.start_error = None
         try:
+            session = self.factory(self._hooks())
+            self._set_state("starting the sandbox lane" if session.settings.sandbox.enabled else "starting")
             await session.start()
-        except Exception as exc:  # noqa: BLE001 - a start-up error is shown, and the app leaves
-            self._note(f"error: {exc}", "error")
+        except Exception as exc:  # noqa: BLE001 - shown here, and printed again when the app has closed
+            self.start_error = str(exc) or type(exc).__name__
+            self._note(f"error: {self.start_error}", "error")
             self.exit_status = 1
-            self._set_state("failed to start")
+            self._set_state("the session did not start: /new tries again, ctrl+q quits")
             return
         self.session = session
+        self.exit_status = 0
         self._set_state("ready")
 
     def on_prompt_area_submitted(self, message: PromptArea.Submitted) -> None:
