@@ -26,3 +26,23 @@ def test_a_flag_or_the_user_config_beats_the_interactive_default(tmp_path: Path)
     assert load_settings(tmp_path, {}, _env(home), interactive=True).approval_policy == "unless-trusted"
     env = {**_env(home), "OSPREY_APPROVAL_POLICY": "deny-untrusted"}
     assert load_settings(tmp_path, {}, env, interactive=True).approval_policy == "deny-untrusted"
+
+
+def test_an_untrusted_project_may_keep_or_raise_the_interactive_default_but_not_lower_it(tmp_path: Path) -> None:
+    home, workspace = tmp_path / "home", tmp_path / "ws"
+    home.mkdir()
+    (workspace / ".osprey").mkdir(parents=True)
+    config = workspace / ".osprey" / "config.toml"
+    config.write_text('approval_policy = "on-request"\n')
+    same = load_settings(workspace, {}, _env(home), interactive=True)
+    assert same.approval_policy == "on-request" and not [w for w in same.warnings if "approval_policy" in w]
+    config.write_text('approval_policy = "deny-untrusted"\n')
+    assert load_settings(workspace, {}, _env(home), interactive=True).approval_policy == "deny-untrusted"
+    config.write_text('approval_policy = "never"\n')
+    lowered = load_settings(workspace, {}, _env(home), interactive=True)
+    assert lowered.approval_policy == "on-request"
+    assert any("ignored approval_policy" in w for w in lowered.warnings)
+    # Headless, the same on-request file lowers deny-untrusted, and is ignored.
+    config.write_text('approval_policy = "on-request"\n')
+    headless = load_settings(workspace, {}, _env(home))
+    assert headless.approval_policy == "deny-untrusted" and any("ignored approval_policy" in w for w in headless.warnings)

@@ -506,7 +506,7 @@ def size_bytes(value: str) -> int:
     return int(value[:-1]) * units[value[-1]] if value[-1] in units else int(value)
 
 
-def loosening(layer: Mapping[str, Any], below: FileConfig) -> list[Guarded]:
+def loosening(layer: Mapping[str, Any], below: FileConfig, default_policy: ApprovalPolicy = DEFAULT_APPROVAL_POLICY) -> list[Guarded]:
     """The guarded keys of `layer` whose values loosen `below` (the merged layers under it).
 
     A value equal to what is below, or stricter (a stricter approval policy, the sandbox on, its
@@ -518,7 +518,7 @@ def loosening(layer: Mapping[str, Any], below: FileConfig) -> list[Guarded]:
         if value is not _MISSING and loosens(value):
             found.append(Guarded(path, value, reason))
 
-    policy = below.approval_policy or DEFAULT_APPROVAL_POLICY
+    policy = below.approval_policy or default_policy
     check(("approval_policy",), lambda v: APPROVAL_STRICTNESS.index(v) < APPROVAL_STRICTNESS.index(policy), "lower the approval policy")
     for key in ("provider", "base_url", "replay_file"):
         check((key,), lambda v, key=key: v != getattr(below, key), REDIRECT)
@@ -628,7 +628,8 @@ def _collect(cwd: Path, environ: Mapping[str, str], *, whole_dotenv: bool = Fals
 
 
 def _judge(
-    sources: _Sources, status_of: Callable[[Layer], str], *, enforce: bool = True
+    sources: _Sources, status_of: Callable[[Layer], str], *, enforce: bool = True,
+    default_policy: ApprovalPolicy = DEFAULT_APPROVAL_POLICY,
 ) -> tuple[dict[str, Any], list[str]]:
     """Merge the layers; drop the loosening keys of project layers that are not trusted."""
     merged: dict[str, Any] = {}
@@ -636,7 +637,7 @@ def _judge(
     for layer in sources.layers:
         data = layer.data
         if layer.project:
-            layer.guarded = loosening(data, FileConfig.model_validate(merged))
+            layer.guarded = loosening(data, FileConfig.model_validate(merged), default_policy)
             if layer.guarded:
                 layer.status = status_of(layer)
             if layer.guarded and layer.status != "trusted" and enforce:
@@ -689,7 +690,8 @@ def load_settings(
         raise ConfigError(f"working directory {cwd} does not exist or is not a directory")
     sources = _collect(cwd, os.environ if environ is None else environ)
     warnings = list(sources.warnings)
-    merged, guard_warnings = _judge(sources, _trust_lookup(sources, warnings))
+    default_policy = INTERACTIVE_APPROVAL_POLICY if interactive else DEFAULT_APPROVAL_POLICY
+    merged, guard_warnings = _judge(sources, _trust_lookup(sources, warnings), default_policy=default_policy)
     warnings += guard_warnings
     env, home = sources.env, sources.home
     merged = _merge(merged, {k: v for k, v in (flags or {}).items() if v is not None})
@@ -732,7 +734,7 @@ def load_settings(
         effort=fc.effort,
         max_turns=fc.max_turns or 150,
         max_tokens=fc.max_tokens or 16_384,
-        approval_policy=fc.approval_policy or (INTERACTIVE_APPROVAL_POLICY if interactive else DEFAULT_APPROVAL_POLICY),
+        approval_policy=fc.approval_policy or default_policy,
         replay_file=replay_file,
         tool_results=fc.tool_results,
         retry=fc.retry,
