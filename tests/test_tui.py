@@ -414,3 +414,24 @@ async def test_an_internal_error_is_kept_for_the_crash_report_and_the_session_cl
             await pilot.pause(0.5)
     assert isinstance(app.crash, ZeroDivisionError)
     assert rig.events[-1].type == "session_end"
+
+
+async def test_settings_warnings_show_first_and_a_second_enter_waits(rig: TuiRig) -> None:
+    rig.scripts.append([hang])
+    app = OspreyApp(rig.factory, warnings=["/ws/.osprey/config.toml: ignored approval_policy"])
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        assert "warning: /ws/.osprey/config.toml: ignored approval_policy" in notices(app)
+        area = app.query_one(PromptArea)
+        area.load_text("first")
+        await pilot.press("enter")
+        area.load_text("second")
+        await pilot.press("enter")  # the first task has not even begun
+        await until(pilot, lambda: bool(rig.providers[0].requests))
+        await pilot.press("enter")  # the first task runs
+        assert area.text == "second"  # kept, not sent
+        await pilot.press("escape")
+        await until(pilot, lambda: bool(rig.ends()))
+        await app.workers.wait_for_complete()
+        assert [u.text for u in app.query(UserRow)] == ["first"]
+        assert len(rig.providers[0].requests) == 1

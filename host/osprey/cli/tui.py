@@ -81,15 +81,13 @@ def run_tui(
     if not sys.stdin.isatty() or not sys.stderr.isatty():  # textual reads keys from stdin and draws on stderr
         _error("the terminal UI needs a terminal; for scripts use `osprey agent PROMPT`")
         return 2
-    for warning in settings.warnings:
-        sys.stderr.write(f"osprey: warning: {warning}\n")
 
     def factory(hooks: Hooks) -> Session:
         return Session(SessionOptions(settings=settings, allow=list(allow), interactive=True), **hooks.kwargs())
 
     previous = crash.install(settings.home)
     try:
-        app = OspreyApp(factory, title=f"osprey · {os.path.basename(str(settings.cwd)) or '/'}")
+        app = OspreyApp(factory, title=f"osprey · {os.path.basename(str(settings.cwd)) or '/'}", warnings=settings.warnings)
         status = app.run()
     finally:
         sys.excepthook = previous

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -79,9 +79,10 @@ class OspreyApp(App[int]):
     ]
     ENABLE_COMMAND_PALETTE = False
 
-    def __init__(self, factory: SessionFactory, *, title: str = "osprey") -> None:
+    def __init__(self, factory: SessionFactory, *, title: str = "osprey", warnings: Sequence[str] = ()) -> None:
         super().__init__()
         self.factory = factory
+        self.warnings = list(warnings)  # from loading the settings: shown first
         self.title = title
         self.session: Session | None = None
         self.approver = TuiApprover(self._show_approval)
@@ -100,6 +101,7 @@ class OspreyApp(App[int]):
         self._quitting = False
         self._unmounting = False
         self._signals: list[int] = []
+        self._working = False
         self.task_done = asyncio.Event()
 
     # ------------------------------------------------------------------ layout
@@ -120,6 +122,8 @@ class OspreyApp(App[int]):
             except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
                 continue
             self._signals.append(signum)
+        for warning in self.warnings:
+            self._note(f"warning: {warning}", "warning")
         self._start_session()
 
     def _on_signal(self, signum: int) -> None:
@@ -197,29 +201,36 @@ class OspreyApp(App[int]):
             self.run_worker(self._command(*command), group="command")
             return
         session = self.session
+        refusal = None
         if session is None or not session.started:
-            self.notify("the session is still starting", severity="warning")
+            refusal = "the session has not started"
+        elif session.busy or self._working:
+            refusal = "still working on the last prompt: Esc stops it"
+        if refusal is not None:
+            self.notify(refusal, severity="warning")
+            message.area.load_text(text)  # kept for later
+            message.area.move_cursor(message.area.document.end)
             return
-        if session.busy:
-            self.notify("still working on the last prompt: Esc stops it", severity="warning")
-            return
+        self._working = True  # until the task ends: a second Enter must not start another
         self._submit(text)
 
     @work(group="task")
     async def _submit(self, prompt: str) -> None:
         session = self.session
-        assert session is not None
         self.task_done.clear()
-        entry = self.transcript.add("user", prompt)
-        if not self._gone:
-            await self.conversation.mount(UserRow(prompt, entry.at))
-        self._set_state("working (Esc stops)")
         try:
+            if session is None:
+                return
+            entry = self.transcript.add("user", prompt)
+            if not self._gone:
+                await self.conversation.mount(UserRow(prompt, entry.at))
+            self._set_state("working (Esc stops)")
             await session.submit(prompt)
         except Exception as exc:  # noqa: BLE001 - an internal error ends the task; the session stays usable
             self._note(f"internal error: {type(exc).__name__}: {exc}", "error")
         finally:
             await self._end_answer()
+            self._working = False
             self._set_state("ready")
             self.task_done.set()
 

@@ -118,8 +118,9 @@ class PromptArea(TextArea):
     DEFAULT_CSS = "PromptArea { height: auto; max-height: 10; min-height: 3; }"
 
     class Submitted(Message):
-        def __init__(self, text: str) -> None:
+        def __init__(self, area: PromptArea, text: str) -> None:
             super().__init__()
+            self.area = area
             self.text = text
 
     def __init__(self, **kwargs: object) -> None:
@@ -133,7 +134,7 @@ class PromptArea(TextArea):
             text = self.text
             if text.strip():
                 self.prompts.add(text)
-                self.post_message(self.Submitted(text))
+                self.post_message(self.Submitted(self, text))
                 self.clear()
             return
         if event.key in ("shift+enter", "ctrl+j"):
