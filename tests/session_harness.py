@@ -75,6 +75,7 @@ class Harness:
     workspace: Path
     home: Path
     max_result_chars: int = 50_000
+    context_window: int | None = None
     events: list[Event] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     session: Session | None = None
@@ -85,7 +86,8 @@ class Harness:
             flags["max_turns"] = max_turns
         settings = load_settings(self.workspace, flags, {"OSPREY_HOME": str(self.home), "OPENAI_API_KEY": "unused"})
         limits = settings.tool_results.model_copy(update={"max_chars": self.max_result_chars})
-        return SessionOptions(settings=settings.model_copy(update={"retry": retry, "tool_results": limits}), allow=list(allow))
+        return SessionOptions(settings=settings.model_copy(update={"retry": retry, "tool_results": limits}), allow=list(allow),
+                              context_window=self.context_window)
 
     async def start(self, script: list[Step], *, policy: str = "never", max_turns: int | None = None, retry: RetrySettings = FAST_RETRY,
                     allow: tuple[str, ...] = (), approver: Any = None, interceptors: tuple[Any, ...] = (),

@@ -8,7 +8,7 @@ import sys
 from typing import TextIO
 
 from .messages import scrub
-from .session.events import AssistantText, Event, Notice, SessionEnd, SessionStart, ToolCallEvent, ToolResultEvent
+from .session.events import AssistantText, Compaction, Event, Notice, SessionEnd, SessionStart, ToolCallEvent, ToolResultEvent
 
 PREVIEW_LINES = 8
 # Control characters from a model or a file (escape sequences among them) could move the cursor,
@@ -95,6 +95,9 @@ class TerminalRenderer:
                 shown.append(f"… {len(lines) - PREVIEW_LINES} more lines")
             style = "2" if event.ok else "31"
             self._write(self.out, "\n".join(self._style("  " + line, style) for line in shown) + "\n")
+        elif isinstance(event, Compaction):
+            self._end_stream()
+            self._write(self.err, self._style(f"osprey: the conversation ({event.messages_before} messages) was compacted into a summary ({event.reason})", "33") + "\n")
         elif isinstance(event, Notice):
             self._end_stream()
             self._write(self.err, self._style(f"osprey: {_clean(event.message)}", "33") + "\n")

@@ -21,7 +21,7 @@ from ..errors import ConfigError
 from ..messages import Message, ToolSpec, Usage
 from ..policy.approvals import ApprovalPolicy, Approver, HeadlessApprover
 from ..sessions.resume import ResumePoint
-from .events import Event, SessionEnd, SessionStart, TaskEnd
+from .events import Compaction, Event, SessionEnd, SessionStart, TaskEnd
 from .interception import Interceptor
 from .outcomes import Outcome, exit_status
 
@@ -54,6 +54,9 @@ class SessionOptions(BaseModel):
     interactive: bool = False
     # Go on with a journaled session: its conversation, turns and usage (keep its session_id).
     resume: ResumePoint | None = None
+    # The model's context window in tokens, for automatic compaction near it. None: from the
+    # cached model catalog when it knows the model, else no automatic compaction.
+    context_window: int | None = None
 
 
 def parse_allow_rules(texts: Sequence[str]) -> list[Any]:
@@ -217,7 +220,7 @@ class Session:
         self.loop = AgentLoop(
             provider=self.provider, calls=calls, system=lambda: self.system_prompt(), specs=lambda: self.tool_specs(), emit=self.emit,
             retry=settings.retry, max_turns=settings.max_turns, on_text=self.on_text, session_id=self.session_id,
-            interceptors=self.interceptors,
+            interceptors=self.interceptors, context_window=self._context_window(),
         )
         resume = self.options.resume
         if resume is not None:
@@ -243,6 +246,16 @@ class Session:
             sink = self._stack.enter_context(self.options.record_file.open("w", encoding="utf-8"))
             provider = RecordingProvider(provider, sink)
         return provider
+
+    def _context_window(self) -> int | None:
+        if self.options.context_window is not None:
+            return self.options.context_window
+        from ..catalog import load_cached
+
+        settings = self.settings
+        cached = load_cached(settings.home)  # no network at start
+        found = cached.find(settings.provider, settings.model) if cached is not None else None
+        return found.context_window if found is not None else None
 
     # ------------------------------------------------------------------ what the model sees
 
@@ -331,6 +344,16 @@ class Session:
         )
         self.emit(self._last)
         return self._last
+
+    async def compact(self, instructions: str = "") -> Compaction:
+        """Replace the conversation with a summary the model writes (`/compact`). Not while a
+        prompt is being worked on. Raises ProviderError or TurnTimeout when it cannot be written;
+        the conversation is then unchanged."""
+        if not self._announced or self._closed:
+            raise RuntimeError("the session is not running: start() it first")
+        if self._submitting is not None or self.loop is None:
+            raise RuntimeError("a prompt is still being worked on: compact when it has ended")
+        return await self.loop.compact("manual", instructions)
 
     def cancel(self, signal: int | None = None) -> bool:
         """Stop the running task, if any. `signal` says it came from outside (Ctrl-C, SIGTERM):

@@ -67,6 +67,20 @@ class ToolResultEvent(Event):
     duration_ms: int = 0
 
 
+class Compaction(Event):
+    """The conversation so far was replaced by a summary the model wrote (`/compact`, or near the
+    context limit). The conversation after it is: a user message with `summary`, the assistant's
+    acknowledgement, and what follows."""
+
+    type: Literal["compaction"] = "compaction"
+    turn: int
+    reason: Literal["manual", "auto"]
+    summary: str
+    messages_before: int
+    # The size of the conversation that was summarised: the input tokens of the last model turn.
+    input_tokens_before: int = 0
+
+
 class UsageEvent(Event):
     type: Literal["usage"] = "usage"
     turn: int

@@ -6,15 +6,29 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..config import RetrySettings
 from ..errors import ProviderError
 from ..messages import AssistantMessage, Message, ModelRequest, ModelTurn, ToolSpec, Usage, UserMessage
 from ..providers.base import Provider, TextSink
 from .calls import CallPath
-from .events import AssistantText, Event, Notice, UsageEvent, UserMessageEvent
+from .events import AssistantText, Compaction, Event, Notice, UsageEvent, UserMessageEvent
 from .interception import CompletionCandidate, Continuation, Interceptor
 from .outcomes import Outcome
+
+COMPACT_SYSTEM = """\
+You summarise a coding agent's conversation so the agent can go on working from the summary alone.
+Write a compact, complete briefing: the user's requests and constraints; what was done (files read,
+changed and created, with paths; commands run and their outcomes); the current state, including
+anything failing and why; decisions made and why; what remains to do, in order. Keep exact paths,
+names, commands and error messages. Write it as notes to yourself; no preamble."""
+COMPACT_REQUEST = "Summarise the conversation so far as your instructions say."
+COMPACTED_PREFIX = "[The conversation so far was compacted. Summary of it:]\n\n"
+COMPACTED_ACK = "Understood. I will go on from this summary."
+CONTINUE_AFTER_COMPACTION = "Continue the task from where the summary leaves off."
+# Auto compaction starts when the last model turn used this share of the context window.
+AUTO_COMPACT_AT = 0.8
 
 EMPTY_COMPLETIONS_TOLERATED = 2
 ACTIONLESS_TIMEOUTS = 2
@@ -52,6 +66,11 @@ async def run_turn(provider: Provider, request: ModelRequest, retry: RetrySettin
             await asyncio.sleep(delay)
 
 
+def compacted(summary: str) -> list[Message]:
+    """The conversation that replaces a compacted one."""
+    return [UserMessage(content=COMPACTED_PREFIX + summary), AssistantMessage(text=COMPACTED_ACK)]
+
+
 @dataclass
 class TaskResult:
     outcome: Outcome
@@ -85,6 +104,9 @@ class AgentLoop:
     # Set when the session asked the task to stop; checked at every step, so a stop that lands as
     # a step finishes is not lost.
     stopping: bool = False
+    # The model's context window in tokens (None: unknown, so no automatic compaction).
+    context_window: int | None = None
+    _last_input_tokens: int = field(default=0, init=False)
 
     def add_user_message(self, text: str, origin: str = "user") -> None:
         self.messages.append(UserMessage(content=text))
@@ -103,6 +125,9 @@ class AgentLoop:
         task_turns = 0
         while True:
             self._check_stop()
+            if self._near_the_limit():
+                await self.compact("auto")
+                self.add_user_message(CONTINUE_AFTER_COMPACTION, origin="loop")
             if task_turns >= self.max_turns:
                 return Outcome.MAX_CONTINUATIONS, "", f"the model was still working after {self.max_turns} turns (--max-turns)"
             task_turns += 1
@@ -120,6 +145,7 @@ class AgentLoop:
             except ProviderError as exc:
                 return Outcome.ERROR, "", str(exc)
             timeout_streak = 0
+            self._last_input_tokens = turn.usage.input_tokens + turn.usage.output_tokens
             self.usage = self.usage + turn.usage
             self.emit(UsageEvent(turn=turn_no, usage=turn.usage, total=self.usage))
             message = turn.message
@@ -143,6 +169,30 @@ class AgentLoop:
                 return Outcome.COMPLETED, message.text, None
             self._notice(f"{continuation.source or 'an interceptor'} asked for another turn: {continuation.reason}")
             self.add_user_message(continuation.reason, origin="loop")
+
+    def _near_the_limit(self) -> bool:
+        window = self.context_window
+        return window is not None and window > 0 and len(self.messages) > 2 and self._last_input_tokens >= AUTO_COMPACT_AT * window
+
+    async def compact(self, reason: Literal["manual", "auto"] = "manual", instructions: str = "") -> Compaction:
+        """Replace the conversation with a summary the model writes; one model turn, no tools.
+        Raises TurnTimeout or ProviderError when the model cannot write it (the conversation is
+        then unchanged)."""
+        ask = COMPACT_REQUEST + (f"\nAlso: {instructions.strip()}" if instructions.strip() else "")
+        request = ModelRequest(system=COMPACT_SYSTEM, messages=[*self.messages, UserMessage(content=ask)], tools=[])
+        turn = await run_turn(self.provider, request, self.retry, None, self._notice)
+        summary = turn.message.text.strip()
+        if not summary:
+            raise ProviderError("the model wrote an empty summary, so the conversation was not compacted")
+        self.turns += 1
+        self.usage = self.usage + turn.usage
+        self.emit(UsageEvent(turn=self.turns, usage=turn.usage, total=self.usage))
+        event = Compaction(turn=self.turns, reason=reason, summary=summary, messages_before=len(self.messages),
+                           input_tokens_before=self._last_input_tokens)
+        self.messages[:] = compacted(summary)
+        self._last_input_tokens = 0
+        self.emit(event)
+        return event
 
     def _check_stop(self, pending: AssistantMessage | None = None) -> None:
         if not self.stopping:

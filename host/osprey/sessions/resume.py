@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from ..messages import AssistantMessage, Message, ToolCall, ToolResultMessage, Usage, UserMessage
 from ..session.events import Event
+from ..session.loop import compacted
 
 ENDED_TEXT = "Error (cancelled): the session ended before this call finished; its effects, if any, are unknown."
 
@@ -55,7 +56,11 @@ class _Builder:
 
     def add(self, e: Mapping[str, Any]) -> None:
         kind = e.get("type")
-        if kind == "user_message":
+        if kind == "compaction":
+            # The conversation before it was replaced by its summary.
+            self.assistant, self.turn, self.results = None, None, []
+            self.messages = compacted(str(e.get("summary", "")))
+        elif kind == "user_message":
             self.flush()
             self.messages.append(UserMessage(content=str(e.get("text", ""))))
         elif kind == "assistant_text":
