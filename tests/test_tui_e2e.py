@@ -4,6 +4,7 @@ to the loopback model server; keys are typed into the terminal."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pty
 import re
@@ -114,6 +115,11 @@ def test_osprey_runs_a_prompt_and_quits(terminals: list[Terminal], model_server:
     terminal.type("\x11")  # ctrl+q
     assert terminal.proc.wait(timeout=TIMEOUT) == 0
     assert model_server.request_count == 2
+    # The session was journaled, as `osprey agent` sessions are.
+    listed = subprocess.run([OSPREY, "sessions", "list", "--json", "-C", str(workspace)], env=osprey_env, capture_output=True,
+                            text=True, timeout=60)
+    [row] = json.loads(listed.stdout)
+    assert row["title"] == "make the file" and row["outcome"] == "Completed"
 
 
 def test_osprey_sandbox_makes_a_lane_and_removes_it_on_quit(terminals: list[Terminal], model_server: ModelServer,

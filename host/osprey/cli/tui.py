@@ -55,6 +55,7 @@ def run_tui(
     from ..errors import OspreyError
     from ..policy.approvals import preset_policy
     from ..session.core import Session, SessionOptions, parse_allow_rules
+    from ..sessions.journal import Journal, journal_path
     from ..tui.app import Hooks, OspreyApp
 
     if sum(bool(x) for x in (yolo, read_only, approval_policy)) > 1:
@@ -83,7 +84,9 @@ def run_tui(
         return 2
 
     def factory(hooks: Hooks) -> Session:
-        return Session(SessionOptions(settings=settings, allow=list(allow), interactive=True), **hooks.kwargs())
+        # Each session (the first, and each /new) is journaled in $OSPREY_HOME/sessions.db.
+        journal = Journal(journal_path(settings.home), warn=hooks.warn)
+        return Session(SessionOptions(settings=settings, allow=list(allow), interactive=True), journal=journal, **hooks.kwargs())
 
     previous = crash.install(settings.home)
     try:
