@@ -19,10 +19,8 @@ ANSWER = "The test failed because `total()` skipped the last item.\n\n1. fixed t
 
 @pytest.fixture
 def rig(tmp_path: Path) -> TuiRig:
-    # A fixed path: it shows in the tool rows and the approval prompt.
-    workspace = Path("/tmp/osprey-tui-snapshot-ws")
-    workspace.mkdir(exist_ok=True)
-    home = tmp_path / "home"
+    workspace, home = tmp_path / "ws", tmp_path / "home"  # no path shows on these screens
+    workspace.mkdir()
     home.mkdir()
     return TuiRig(workspace, home, [])
 
