@@ -113,3 +113,29 @@ async def test_compact_is_refused_while_a_prompt_is_worked_on(h: Harness) -> Non
     gate.set()
     await task
     await session.close()
+
+
+# ------------------------------------------------------------------ switching the model
+
+
+async def test_switching_the_model_carries_the_conversation_to_the_new_one(workspace: Path, tmp_path: Path, model_server: Any) -> None:
+    from osprey.config import load_settings
+    from osprey.session.core import Session, SessionOptions
+    from osprey.session.events import Event, ModelSwitch
+    from osprey.testing.model_server import Reply
+
+    model_server.add(Reply.text("first answer"), Reply.text("second answer"))
+    env = {"OSPREY_HOME": str(tmp_path / "home"), "OPENAI_API_KEY": "k"}
+    flags = {"provider": "openai", "base_url": model_server.base_url, "model": "model-one"}
+    events: list[Event] = []
+    session = Session(SessionOptions(settings=load_settings(workspace, flags, env)), emit=events.append)
+    async with session:
+        await session.submit("hello")
+        switched = await session.switch_model(load_settings(workspace, {**flags, "model": "model-two", "effort": "low"}, env))
+        second = await session.submit("and again")
+    assert (switched.provider, switched.model, switched.effort) == ("openai", "model-two", "low")
+    assert second.final_text == "second answer"
+    first_body, second_body = (r.body for r in model_server.requests)
+    assert (first_body["model"], second_body["model"]) == ("model-one", "model-two")
+    assert [m["content"] for m in second_body["messages"][1:]] == ["hello", "first answer", "and again"]
+    assert [e for e in events if isinstance(e, ModelSwitch)] == [switched]

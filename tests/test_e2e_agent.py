@@ -46,6 +46,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "tool_result": {"turn": (int,), "id": (str,), "name": (str,), "ok": (bool,), "error_category": (str, type(None)),
                     "output": (str,), "truncated_chars": (int,), "duration_ms": (int,)},
     "usage": {"turn": (int,), "usage": (dict,), "total": (dict,)},
+    "model_switch": {"provider": (str,), "model": (str,), "effort": (str, type(None))},
     "compaction": {"turn": (int,), "reason": (str,), "summary": (str,), "messages_before": (int,), "input_tokens_before": (int,)},
     "notice": {"level": (str,), "message": (str,)},
     "task_end": {"session_id": (str,), "outcome": (str,), "exit_status": (int,), "turns": (int,), "usage": (dict,),

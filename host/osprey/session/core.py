@@ -21,7 +21,7 @@ from ..errors import ConfigError
 from ..messages import Message, ToolSpec, Usage
 from ..policy.approvals import ApprovalPolicy, Approver, HeadlessApprover
 from ..sessions.resume import ResumePoint
-from .events import Compaction, Event, SessionEnd, SessionStart, TaskEnd
+from .events import Compaction, Event, ModelSwitch, SessionEnd, SessionStart, TaskEnd
 from .interception import Interceptor
 from .outcomes import Outcome, exit_status
 
@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from ..sessions.journal import Journal
     from ..tools.base import ToolRegistry
     from .loop import AgentLoop
+
+
+# The settings a model switch may change.
+PROVIDER_FIELDS = ("provider", "model", "base_url", "api_key", "effort", "max_tokens", "replay_file")
 
 
 def new_session_id() -> str:
@@ -112,6 +116,7 @@ class Session:
         self.allow_rules = parse_allow_rules(options.allow)
         self._stack = AsyncExitStack()
         self.home: ToolServiceHome | None = None
+        self._record_sink: Any = None
         self.processes: Any = None  # the process tool's ProcessManager in plain host runs
         self.registry: ToolRegistry | None = None
         self.policy: ApprovalPolicy | None = None
@@ -243,9 +248,27 @@ class Session:
         if self.options.record_file is not None:
             from ..providers.replay import RecordingProvider
 
-            sink = self._stack.enter_context(self.options.record_file.open("w", encoding="utf-8"))
-            provider = RecordingProvider(provider, sink)
+            if self._record_sink is None:
+                self._record_sink = self._stack.enter_context(self.options.record_file.open("w", encoding="utf-8"))
+            provider = RecordingProvider(provider, self._record_sink)
         return provider
+
+    async def switch_model(self, settings: Settings) -> ModelSwitch:
+        """Talk to another provider or model, or with another effort, from the next turn on.
+        `settings` are settings the front end resolved (its flags with the new provider or model,
+        so the right API key is found); only their provider fields are taken. Not while a prompt
+        is being worked on; the conversation carries over."""
+        if not self._announced or self._closed:
+            raise RuntimeError("the session is not running: start() it first")
+        if self._submitting is not None or self.loop is None:
+            raise RuntimeError("a prompt is still being worked on: switch when it has ended")
+        self.settings = self.settings.model_copy(update={k: getattr(settings, k) for k in PROVIDER_FIELDS})
+        self.provider = await self._make_provider()
+        self.loop.provider = self.provider
+        self.loop.context_window = self._context_window()
+        event = ModelSwitch(provider=self.provider.name, model=self.provider.model, effort=self.settings.effort)
+        self.emit(event)
+        return event
 
     def _context_window(self) -> int | None:
         if self.options.context_window is not None:

@@ -81,6 +81,15 @@ class Compaction(Event):
     input_tokens_before: int = 0
 
 
+class ModelSwitch(Event):
+    """From the next turn on, the session talks to this provider and model."""
+
+    type: Literal["model_switch"] = "model_switch"
+    provider: str
+    model: str
+    effort: str | None = None
+
+
 class UsageEvent(Event):
     type: Literal["usage"] = "usage"
     turn: int
