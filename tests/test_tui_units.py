@@ -18,15 +18,18 @@ def test_parse_commands() -> None:
 
 
 def test_matching_and_completion() -> None:
-    assert [c.name for c in commands.matching("/")] == [c.name for c in commands.COMMANDS]
+    assert [c.name for c in commands.matching("/")] == [c.name for c in commands.COMMANDS + commands.PLANNED]
     assert [c.name for c in commands.matching("/t")] == ["tools", "timestamps"]
     assert commands.matching("/export x") == [] and commands.matching("hello") == []
     assert commands.complete("/ex") == "/export "
     assert commands.complete("/t") is None  # tools and timestamps share only the t
     assert commands.complete("/ti") == "/timestamps "
     assert commands.complete("/zzz") is None
-    assert all(c.usage.startswith(f"/{c.name}") for c in commands.COMMANDS)
+    assert all(c.usage.startswith(f"/{c.name}") for c in commands.COMMANDS + commands.PLANNED)
     assert "/copy [all]" in commands.help_text()
+    assert commands.complete("/sess") == "/session"  # /session and /sessions
+    assert commands.planned_text("moa") == "/moa is not available yet: it will ask several models and merge their answers (mixture of agents)."
+    assert commands.planned_text("help") is None
 
 
 def test_transcript_markdown_and_last_answer() -> None:

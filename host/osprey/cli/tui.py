@@ -26,6 +26,8 @@ OPTIONS: list[Callable[[Any], Any]] = [
     click.option("--sandbox", is_flag=True, default=None, help="Run the tools in a sandbox lane, made at start and removed on quit."),
     click.option("--sandbox-network", is_flag=True, default=None, help="With --sandbox: allow network egress from the lane."),
     click.option("--allow", "allow", multiple=True, metavar="RULE", help="Pre-approve calls matching RULE for this session (repeatable)."),
+    click.option("--resume", "resume", metavar="ID", help="Go on with a journaled session (its id or a unique start of it)."),
+    click.option("--continue", "continue_", is_flag=True, help="Go on with the newest journaled session of this directory."),
 ]
 
 
@@ -48,6 +50,7 @@ def run_tui(
     *, cwd: str | None = None, provider: str | None = None, model: str | None = None, base_url: str | None = None,
     effort: str | None = None, approval_policy: str | None = None, yolo: bool = False, read_only: bool = False,
     sandbox: bool | None = None, sandbox_network: bool | None = None, allow: tuple[str, ...] = (),
+    resume: str | None = None, continue_: bool = False,
 ) -> int:
     """Resolve the settings (a configuration error exits 1 before the UI opens), then run the app."""
     from .. import crash
@@ -55,9 +58,13 @@ def run_tui(
     from ..errors import OspreyError
     from ..policy.approvals import preset_policy
     from ..session.core import Session, SessionOptions, parse_allow_rules
-    from ..sessions.journal import Journal, journal_path
-    from ..tui.app import Hooks, OspreyApp
+    from ..sessions.journal import Journal, find_session, journal_path, list_sessions, load_events
+    from ..sessions.resume import resume_point
+    from ..tui.app import Hooks, OspreyApp, Resume
 
+    if resume and continue_:
+        _error("choose one of --resume and --continue")
+        return 2
     if sum(bool(x) for x in (yolo, read_only, approval_policy)) > 1:
         _error("choose one of --yolo, --read-only and --approval-policy")
         return 2
@@ -79,18 +86,42 @@ def run_tui(
     if settings.sandbox.network and not settings.sandbox.enabled:
         _error("--sandbox-network needs --sandbox")
         return 2
+    journal = journal_path(settings.home)
+    going_on: Resume | None = None
+    if resume or continue_:
+        try:
+            if resume:
+                row = find_session(journal, resume)
+            else:
+                newest = list_sessions(journal, str(settings.cwd), limit=1)
+                if not newest:
+                    _error(f"no journaled session in {settings.cwd}; `osprey sessions list --all` shows the saved ones")
+                    return 1
+                row = newest[0]
+            going_on = Resume(row, load_events(journal, row.id))
+        except OspreyError as exc:
+            _error(str(exc))
+            return 1
     if not sys.stdin.isatty() or not sys.stderr.isatty():  # textual reads keys from stdin and draws on stderr
         _error("the terminal UI needs a terminal; for scripts use `osprey agent PROMPT`")
         return 2
 
+    def settings_for(change: dict[str, Any]) -> Any:
+        return load_settings(cwd, {**flags, **change}, interactive=True)
+
     def factory(hooks: Hooks) -> Session:
         # Each session (the first, and each /new) is journaled in $OSPREY_HOME/sessions.db.
-        journal = Journal(journal_path(settings.home), warn=hooks.warn)
-        return Session(SessionOptions(settings=settings, allow=list(allow), interactive=True), journal=journal, **hooks.kwargs())
+        # The settings are those of the last /model, /provider or /effort, when there was one.
+        current = app.current_settings or settings
+        options = SessionOptions(settings=current, allow=list(allow), interactive=True)
+        if hooks.resume is not None:
+            options = options.model_copy(update={"session_id": hooks.resume.row.id, "resume": resume_point(hooks.resume.events)})
+        return Session(options, journal=Journal(journal, warn=hooks.warn), **hooks.kwargs())
 
     previous = crash.install(settings.home)
     try:
-        app = OspreyApp(factory, title=f"osprey · {os.path.basename(str(settings.cwd)) or '/'}", warnings=settings.warnings)
+        app = OspreyApp(factory, title=f"osprey · {os.path.basename(str(settings.cwd)) or '/'}", warnings=settings.warnings,
+                        settings_for=settings_for, journal=journal, resume=going_on)
         status = app.run()
     finally:
         sys.excepthook = previous

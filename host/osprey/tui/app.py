@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -20,11 +21,16 @@ from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
 from textual.widgets import Markdown, Static
 
+from ..catalog import Catalog
+from ..config import Settings
+from ..errors import OspreyError
 from ..policy.approvals import ApprovalAnswer, ApprovalRequest
 from ..session.core import Session
 from ..session.events import (
     AssistantText,
+    Compaction,
     Event,
+    ModelSwitch,
     Notice,
     SessionStart,
     TaskEnd,
@@ -33,11 +39,26 @@ from ..session.events import (
     UsageEvent,
     UserMessageEvent,
 )
+from ..sessions.journal import SessionRow, find_session, list_sessions, load_events
 from . import commands
 from .approval_screen import ApprovalScreen
 from .approver import TuiApprover
+from .screens import ModelPicker, SessionsScreen
 from .transcript import Transcript, format_arguments
-from .widgets import AnswerRow, NoticeRow, PromptArea, ToolRow, UserRow
+from .widgets import MAX_RESULT_SHOWN, AnswerRow, FoldRow, NoticeRow, PromptArea, ToolRow, UserRow, diff_text
+
+EFFORT_LEVELS = ("minimal", "low", "medium", "high")
+PROVIDER_NAMES = ("openai", "anthropic")
+MAX_DIFF_BYTES = 200_000
+DIFF_COMMAND = "git --no-pager diff --stat --no-color && echo && git --no-pager diff --no-color"
+
+
+@dataclass
+class Resume:
+    """A journaled session to go on with: its row and its recorded events."""
+
+    row: SessionRow
+    events: list[dict[str, Any]]
 
 
 @dataclass
@@ -50,6 +71,7 @@ class Hooks:
     on_tool_output: Callable[[str, bytes], None]
     progress: Callable[[str], None]
     warn: Callable[[str], None]
+    resume: Resume | None = None  # go on with this journaled session (its id, its conversation)
 
     def kwargs(self) -> dict[str, Any]:
         return {"emit": self.emit, "approver": self.approver, "on_text": self.on_text, "on_tool_output": self.on_tool_output,
@@ -57,6 +79,8 @@ class Hooks:
 
 
 SessionFactory = Callable[[Hooks], Session]
+# Settings for a model switch: the launch flags with these (provider, model, effort) put over them.
+SettingsFor = Callable[[dict[str, Any]], Settings]
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -79,9 +103,16 @@ class OspreyApp(App[int]):
     ]
     ENABLE_COMMAND_PALETTE = False
 
-    def __init__(self, factory: SessionFactory, *, title: str = "osprey", warnings: Sequence[str] = ()) -> None:
+    def __init__(self, factory: SessionFactory, *, title: str = "osprey", warnings: Sequence[str] = (),
+                 settings_for: SettingsFor | None = None, journal: Path | None = None, resume: Resume | None = None) -> None:
         super().__init__()
         self.factory = factory
+        self.settings_for = settings_for
+        self.journal = journal  # the session journal, for /session and /sessions
+        self._resume_next = resume
+        self.model_flags: dict[str, Any] = {}  # what /model, /provider and /effort chose, kept across /new
+        self.current_settings: Settings | None = None  # the settings of the last switch, for the next session
+        self.debug_events = False
         self.warnings = list(warnings)  # from loading the settings: shown first
         self.title = title
         self.session: Session | None = None
@@ -179,8 +210,13 @@ class OspreyApp(App[int]):
     async def _start_session(self) -> None:
         self.approver = TuiApprover(self._show_approval)
         self.start_error = None
+        resume, self._resume_next = self._resume_next, None
+        if resume is not None:
+            await self._replay(resume)
         try:
-            session = self.factory(self._hooks())
+            hooks = self._hooks()
+            hooks.resume = resume
+            session = self.factory(hooks)
             self._set_state("starting the sandbox lane" if session.settings.sandbox.enabled else "starting")
             await session.start()
         except Exception as exc:  # noqa: BLE001 - shown here, and printed again when the app has closed
@@ -266,6 +302,9 @@ class OspreyApp(App[int]):
     # ------------------------------------------------------------------ events
 
     def _on_event(self, event: Event) -> None:
+        if self.debug_events and not self._gone:
+            fields = event.model_dump(mode="json", exclude={"type"})
+            self.conversation.mount(FoldRow(f"event {event.type}", format_arguments(fields)[:MAX_RESULT_SHOWN], classes="debug"))
         if isinstance(event, SessionStart):
             self._start = event
             self._refresh_status()
@@ -291,6 +330,17 @@ class OspreyApp(App[int]):
         elif isinstance(event, UsageEvent):
             self._tokens = (event.total.input_tokens, event.total.output_tokens)
             self._refresh_status()
+        elif isinstance(event, ModelSwitch):
+            if self._start is not None:
+                self._start = self._start.model_copy(update={"provider": event.provider, "model": event.model})
+            self._note(f"now talking to {event.provider} · {event.model}" + (f" (effort {event.effort})" if event.effort else ""))
+            self._refresh_status()
+        elif isinstance(event, Compaction):
+            self._finish_answer()
+            self.transcript.add("notice", f"conversation compacted ({event.reason}): {event.summary}")
+            if not self._gone:
+                self.conversation.mount(FoldRow(f"conversation compacted ({event.reason}, {event.messages_before} messages)",
+                                                event.summary, classes="compaction"))
         elif isinstance(event, Notice):
             self._note(event.message, event.level)
         elif isinstance(event, TaskEnd):
@@ -373,6 +423,10 @@ class OspreyApp(App[int]):
         self.query_one("#suggestions", Static).remove_class("shown")
 
     async def _command(self, name: str, argument: str) -> None:
+        planned = commands.planned_text(name)
+        if planned is not None:
+            self._note(planned)
+            return
         handler = getattr(self, f"_cmd_{name}", None) if name in commands.BY_NAME else None
         if handler is None:
             self.notify(f"unknown command /{name}: /help lists them", severity="error")
@@ -394,6 +448,203 @@ class OspreyApp(App[int]):
         self._tool_rows.clear()
         self._start, self._tokens = None, (0, 0)
         self._start_session()
+
+    def _idle_session(self, what: str) -> Session | None:
+        """The session when a command may change it now; otherwise says why not and returns None."""
+        session = self.session
+        if session is None or not session.started:
+            self._note(f"{what}: the session has not started yet", "warning")
+            return None
+        if session.busy or self._working:
+            self._note(f"{what}: a task is running; wait for it to end (Esc stops it)", "warning")
+            return None
+        return session
+
+    async def _switch(self, what: str, change: dict[str, Any]) -> None:
+        """Resolve settings with `change` over the launch flags and switch the session to them."""
+        session = self._idle_session(what)
+        if session is None:
+            return
+        if self.settings_for is None:
+            self._note(f"{what}: switching is not available here", "error")
+            return
+        flags = {**self.model_flags, **change}
+        try:
+            settings = await asyncio.to_thread(self.settings_for, {k: v for k, v in flags.items() if k != "effort" or v != "off"})
+            if flags.get("effort") == "off":
+                settings = settings.model_copy(update={"effort": None})
+            await session.switch_model(settings)
+        except (OspreyError, RuntimeError, ValueError) as exc:
+            self._note(f"{what}: {exc}", "error")
+            return
+        self.model_flags = flags
+        self.current_settings = settings
+
+    async def _cmd_model(self, argument: str) -> None:
+        if argument:
+            await self._switch(f"/model {argument}", {"model": argument})
+            return
+        session = self._idle_session("/model")
+        if session is None:
+            return
+        settings = session.settings
+        picker = ModelPicker(settings.provider, settings.model, lambda: self._catalogs(settings))
+        chosen = await self.push_screen_wait(picker)
+        if chosen:
+            await self._switch(f"/model {chosen}", {"model": chosen})
+
+    async def _catalogs(self, settings: Settings) -> AsyncIterator[Catalog]:
+        import httpx
+
+        from ..catalog import catalog_for_picker
+
+        async with httpx.AsyncClient() as client:
+            async for catalog in catalog_for_picker(client, settings.home, settings.provider, settings.base_url, settings.api_key,
+                                                    current_model=settings.model):
+                yield catalog
+
+    async def _cmd_provider(self, argument: str) -> None:
+        name = argument.strip().lower()
+        if name not in PROVIDER_NAMES:
+            self._note(f"/provider: give one of {', '.join(PROVIDER_NAMES)}", "error")
+            return
+        # Another provider: its default model and base URL, unless configured for it.
+        await self._switch(f"/provider {name}", {"provider": name, "model": None, "base_url": None})
+
+    async def _cmd_effort(self, argument: str) -> None:
+        level = argument.strip().lower()
+        if level not in (*EFFORT_LEVELS, "off"):
+            self._note(f"/effort: unknown level {argument!r}; give one of {', '.join(EFFORT_LEVELS)} or off", "error")
+            return
+        await self._switch(f"/effort {level}", {"effort": level})
+
+    async def _cmd_compact(self, argument: str) -> None:
+        session = self._idle_session("/compact")
+        if session is None:
+            return
+        self._working = True
+        self._set_state("compacting the conversation")
+        try:
+            await session.compact(argument)
+        except (OspreyError, RuntimeError) as exc:
+            self._note(f"/compact: {exc}", "error")
+        finally:
+            self._working = False
+            self._set_state("ready")
+
+    async def _cmd_session(self, argument: str) -> None:
+        session = self.session
+        if session is None or self._start is None:
+            self._note("the session has not started yet")
+            return
+        title = "(no prompt yet)"
+        if self.journal is not None:
+            try:
+                title = (await asyncio.to_thread(find_session, self.journal, session.session_id)).title or title
+            except OspreyError:
+                pass
+        usage = session.usage
+        self._note("\n".join([
+            f"session: {session.session_id}", f"title: {title}", f"journal: {self.journal or '(not journaled)'}",
+            f"turns: {session.loop.turns if session.loop is not None else 0}",
+            f"usage: {usage.input_tokens:,} in, {usage.output_tokens:,} out",
+        ]))
+
+    async def _cmd_sessions(self, argument: str) -> None:
+        if self.journal is None:
+            self._note("/sessions: this session is not journaled", "error")
+            return
+        if self.session is not None and (self.session.busy or self._working):
+            self._note("/sessions: a task is running; wait for it to end (Esc stops it)", "warning")
+            return
+        try:
+            rows = await asyncio.to_thread(list_sessions, self.journal)
+        except OspreyError as exc:
+            self._note(f"/sessions: {exc}", "error")
+            return
+        cwd = str(self.session.settings.cwd) if self.session is not None else str(Path.cwd())
+        chosen = await self.push_screen_wait(SessionsScreen(rows, cwd, self.session.session_id if self.session else None))
+        if chosen is not None:
+            await self.resume(chosen.id)
+
+    async def resume(self, session_id: str) -> None:
+        """Close the current session and go on with the journaled one `session_id`."""
+        if self.journal is None or self._quitting:
+            return
+        try:
+            row = await asyncio.to_thread(find_session, self.journal, session_id)
+            events = await asyncio.to_thread(load_events, self.journal, row.id)
+        except OspreyError as exc:
+            self._note(f"cannot resume {session_id}: {exc}", "error")
+            return
+        await self._close_session()
+        await self.conversation.remove_children()
+        self.transcript = Transcript()
+        self._tool_rows.clear()
+        self._start, self._tokens = None, (0, 0)
+        self._resume_next = Resume(row, events)
+        self._start_session()
+
+    async def _replay(self, resume: Resume) -> None:
+        """Show a journaled session's conversation: its prompts, answers, tool calls and compactions."""
+        rows: list[Any] = [NoticeRow(f"resumed session {resume.row.id}: {resume.row.title}", markup=False)]
+        calls: dict[str, ToolRow] = {}
+        for data in resume.events:
+            kind = data.get("type")
+            try:
+                if kind == "user_message" and data.get("origin", "user") == "user":
+                    entry = self.transcript.add("user", str(data.get("text", "")))
+                    rows.append(UserRow(entry.text, entry.at))
+                elif kind == "assistant_text" and data.get("text"):
+                    entry = self.transcript.add("assistant", str(data["text"]))
+                    answer = AnswerRow(entry.at)
+                    answer.markdown = Markdown(entry.text)
+                    rows.append(answer)
+                elif kind == "tool_call":
+                    call = ToolCallEvent.model_validate(data)
+                    calls[call.id] = row = ToolRow(call)
+                    self.transcript.add("tool", f"{call.name}\n{format_arguments(call.arguments)}")
+                    rows.append(row)
+                elif kind == "tool_result":
+                    result = ToolResultEvent.model_validate(data)
+                    if result.id in calls:
+                        calls.pop(result.id).finish(result)
+                elif kind == "compaction":
+                    rows.append(FoldRow("conversation compacted", str(data.get("summary", "")), classes="compaction"))
+                elif kind == "usage":
+                    total = data.get("total") or {}
+                    self._tokens = (int(total.get("input_tokens", 0)), int(total.get("output_tokens", 0)))
+            except (ValidationError, TypeError, ValueError):
+                continue  # a record cut short in the journal: shown without it
+        if not self._gone:
+            await self.conversation.mount_all(rows)
+
+    async def _cmd_diff(self, argument: str) -> None:
+        session = self.session
+        if session is None or session.home is None:
+            self._note("/diff: the session has not started yet")
+            return
+        try:
+            result = await session.home.client.bash(DIFF_COMMAND, timeout_ms=30_000, max_output_bytes=MAX_DIFF_BYTES)
+        except OspreyError as exc:
+            self._note(f"/diff: {exc}", "error")
+            return
+        if result.exit_code != 0:
+            self._note(f"/diff: git failed (exit {result.exit_code}): {result.output.strip()[:500]}", "error")
+            return
+        text = result.output
+        if not text.strip():
+            self._note("/diff: no changes in the workspace")
+            return
+        note = f"\n[cut: {result.dropped_bytes:,} bytes more; run git diff for all of it]" if result.dropped_bytes else ""
+        self.transcript.add("tool", f"git diff\n{text}")
+        stat = text.split("\n\n", 1)[0].strip().splitlines()
+        title = f"git diff  {stat[-1].strip() if stat else ''}"
+        await self.conversation.mount(FoldRow(title, diff_text(text + note), collapsed=False, classes="diff"))
+
+    async def _cmd_debug(self, argument: str) -> None:
+        self.debug_events = not self.debug_events
+        self._note("raw events are shown" if self.debug_events else "raw events are hidden")
 
     async def _cmd_tools(self, argument: str) -> None:
         if self.session is None or not self.session.started:

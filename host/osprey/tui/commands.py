@@ -22,8 +22,31 @@ COMMANDS: tuple[Command, ...] = (
     Command("timestamps", "/timestamps", "Show or hide the times of messages."),
     Command("export", "/export [PATH]", "Write the transcript as Markdown to PATH (default: osprey-<session>.md)."),
     Command("copy", "/copy [all]", "Copy the last answer (or the whole transcript) to the clipboard."),
+    Command("model", "/model [NAME]", "Pick a model of this provider from the catalog, or switch to NAME."),
+    Command("provider", "/provider NAME", "Switch to another provider (openai, anthropic) with its default model."),
+    Command("effort", "/effort LEVEL", "Reasoning effort: minimal, low, medium, high, or off."),
+    Command("compact", "/compact [INSTRUCTIONS]", "Replace the conversation with a summary the model writes."),
+    Command("session", "/session", "This session's id, title, journal, turns and usage."),
+    Command("sessions", "/sessions", "The journaled sessions by directory; Enter on one resumes it."),
+    Command("diff", "/diff", "The workspace's git diff (stat and patch)."),
+    Command("debug", "/debug", "Show or hide the raw events, for diagnosing."),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
+
+# Typed, these say they are not available yet and what they will do.
+PLANNED: tuple[Command, ...] = (
+    Command("moa", "/moa", "Ask several models and merge their answers (mixture of agents)."),
+    Command("agents", "/agents", "List and manage sub-agents working beside this session."),
+    Command("verify", "/verify", "Check the last change with the project's tests and linters."),
+    Command("extensions", "/extensions", "List the installed extensions and their tools."),
+    Command("reload", "/reload", "Reload the settings, extensions and skills without leaving."),
+    Command("skills", "/skills", "List the skills the model can use here."),
+    Command("run", "/run", "Run a saved workflow step by step."),
+    Command("workflows", "/workflows", "List the saved workflows."),
+    Command("deep-research", "/deep-research", "Research a question across many sources and write a report."),
+    Command("bug-report", "/bug-report", "Gather this session's details into a bug report."),
+)
+PLANNED_BY_NAME = {c.name: c for c in PLANNED}
 
 
 def parse(line: str) -> tuple[str, str] | None:
@@ -40,12 +63,13 @@ def matching(text: str) -> list[Command]:
     if not text.startswith("/") or " " in text or "\n" in text:
         return []
     prefix = text[1:].lower()
-    return [c for c in COMMANDS if c.name.startswith(prefix)]
+    return [c for c in COMMANDS + PLANNED if c.name.startswith(prefix)]
 
 
 def complete(text: str) -> str | None:
-    """The line with the command name completed (the common prefix of the matches), or None."""
-    found = matching(text)
+    """The line with the command name completed (the common prefix of the matches), or None.
+    The commands that work come before the planned ones."""
+    found = [c for c in matching(text) if c.name in BY_NAME] or matching(text)
     if not found:
         return None
     if len(found) == 1:
@@ -59,5 +83,15 @@ def complete(text: str) -> str | None:
 
 
 def help_text() -> str:
-    width = max(len(c.usage) for c in COMMANDS)
-    return "\n".join(f"{c.usage.ljust(width)}  {c.help}" for c in COMMANDS)
+    width = max(len(c.usage) for c in COMMANDS + PLANNED)
+    lines = [f"{c.usage.ljust(width)}  {c.help}" for c in COMMANDS]
+    lines += ["", "Not available yet:"] + [f"{c.usage.ljust(width)}  {c.help}" for c in PLANNED]
+    return "\n".join(lines)
+
+
+def planned_text(name: str) -> str | None:
+    """What a planned command says when typed, or None when `name` is not one."""
+    command = PLANNED_BY_NAME.get(name)
+    if command is None:
+        return None
+    return f"/{name} is not available yet: it will {command.help[0].lower()}{command.help[1:]}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 from datetime import datetime
 
+from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -167,3 +168,31 @@ class PromptArea(TextArea):
                 self.move_cursor(self.document.end)
             return
         await super()._on_key(event)
+
+
+def diff_text(patch: str) -> Text:
+    """A unified diff coloured by line: additions green, removals red, hunks and headers dimmed."""
+    out = Text()
+    for line in patch.splitlines():
+        if line.startswith(("+++", "---", "diff ", "index ")):
+            style = "bold"
+        elif line.startswith("+"):
+            style = "green"
+        elif line.startswith("-"):
+            style = "red"
+        elif line.startswith("@@"):
+            style = "cyan"
+        else:
+            style = ""
+        out.append(line + "\n", style=style)
+    return out
+
+
+class FoldRow(Collapsible):
+    """A collapsible row of text: a compaction's summary, the workspace diff, a raw event."""
+
+    DEFAULT_CSS = "FoldRow { height: auto; margin: 0; padding: 0; border: none; } FoldRow .body { height: auto; }"
+
+    def __init__(self, title: str, body: str | Text, *, collapsed: bool = True, classes: str = "") -> None:
+        self.body = Static(body, markup=False, classes="body")
+        super().__init__(self.body, title=title, collapsed=collapsed, classes=classes)

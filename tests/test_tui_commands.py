@@ -1,0 +1,273 @@
+"""Pilot tests of the TUI's second set of commands: model, provider and effort switches, /compact,
+resuming journaled sessions, /session, /sessions, /diff, /debug and the planned commands."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from session_harness import FAST_RETRY, calls, hang, text
+from test_tui import SIZE, ChunkedProvider, notices, started, type_prompt, until
+
+from osprey.config import Settings, load_settings
+from osprey.errors import ProviderError
+from osprey.session.core import Session, SessionOptions
+from osprey.session.events import Compaction, Event, ModelSwitch, TaskEnd
+from osprey.sessions.journal import Journal, journal_path, list_sessions, load_events
+from osprey.sessions.resume import resume_point
+from osprey.tui import commands
+from osprey.tui.app import Hooks, OspreyApp, Resume
+from osprey.tui.screens import ModelPicker, SessionsScreen
+from osprey.tui.widgets import AnswerRow, FoldRow, ToolRow, UserRow
+
+
+@dataclass
+class JournaledRig:
+    """Sessions journaled in `home`, each with the next script; switches resolve real settings."""
+
+    workspace: Path
+    home: Path
+    scripts: list[list[Any]]
+    env: dict[str, str] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    providers: list[ChunkedProvider] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+
+    def settings_for(self, change: dict[str, Any]) -> Settings:
+        env = {"OSPREY_HOME": str(self.home), "OPENAI_API_KEY": "unused", **self.env}
+        return load_settings(self.workspace, {"approval_policy": "never", **change}, env, interactive=True)
+
+    def factory(self, hooks: Hooks) -> Session:
+        provider = ChunkedProvider(self.scripts.pop(0) if self.scripts else [])
+        self.providers.append(provider)
+
+        def emit(event: Event) -> None:
+            self.events.append(event)
+            hooks.emit(event)
+
+        settings = self.settings_for({}).model_copy(update={"retry": FAST_RETRY})
+        options = SessionOptions(settings=settings, interactive=True, session_id=f"sess-{len(self.providers):04d}")
+        if hooks.resume is not None:
+            options = options.model_copy(update={"session_id": hooks.resume.row.id, "resume": resume_point(hooks.resume.events)})
+        self.ids.append(options.session_id)
+        journal = Journal(journal_path(self.home))
+        return Session(options, provider=provider, journal=journal, **{**hooks.kwargs(), "emit": emit})
+
+    def app(self, resume: Resume | None = None) -> OspreyApp:
+        return OspreyApp(self.factory, settings_for=self.settings_for, journal=journal_path(self.home), resume=resume)
+
+    def ends(self) -> list[TaskEnd]:
+        return [e for e in self.events if isinstance(e, TaskEnd)]
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> JournaledRig:
+    workspace, home = tmp_path / "ws", tmp_path / "home"
+    workspace.mkdir()
+    home.mkdir()
+    return JournaledRig(workspace, home, [])
+
+
+async def _command(pilot: Any, app: OspreyApp, line: str) -> None:
+    await type_prompt(pilot, app, line)
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def _status(app: OspreyApp) -> str:
+    return str(app.query_one("#status").render())
+
+
+async def test_planned_commands_say_they_are_not_available_yet(rig: JournaledRig) -> None:
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await _command(pilot, app, "/help")
+        shown = notices(app)
+        assert "Not available yet:" in shown and "/deep-research" in shown and "/compact [INSTRUCTIONS]" in shown
+        for name in ("moa", "agents", "verify", "extensions", "reload", "skills", "run", "workflows", "deep-research", "bug-report"):
+            await _command(pilot, app, f"/{name}")
+            assert f"/{name} is not available yet: it will " in notices(app)
+    assert [c.name for c in commands.matching("/de")] == ["debug", "deep-research"]
+
+
+async def test_model_effort_and_provider_switches(rig: JournaledRig) -> None:
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await _command(pilot, app, "/model gpt-test-2")
+        assert "gpt-test-2" in _status(app)
+        await _command(pilot, app, "/effort extreme")
+        assert "unknown level 'extreme'" in notices(app)
+        await _command(pilot, app, "/effort high")
+        await _command(pilot, app, "/effort off")
+        switches = [e for e in rig.events if isinstance(e, ModelSwitch)]
+        assert [(s.model, s.effort) for s in switches] == [("gpt-test-2", None), ("gpt-test-2", "high"), ("gpt-test-2", None)]
+        await _command(pilot, app, "/provider anthropic")  # no ANTHROPIC_API_KEY here
+        assert "/provider anthropic:" in notices(app) and "ANTHROPIC_API_KEY" in notices(app)
+        assert app.session is not None and app.session.settings.provider == "openai"
+        assert len([e for e in rig.events if isinstance(e, ModelSwitch)]) == 3
+        await _command(pilot, app, "/provider nope")
+        assert "give one of openai, anthropic" in notices(app)
+
+
+async def test_anthropic_switch_with_its_key(rig: JournaledRig) -> None:
+    rig.env["ANTHROPIC_API_KEY"] = "unused"
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await _command(pilot, app, "/provider anthropic")
+        assert app.session is not None and app.session.settings.provider == "anthropic"
+        assert "anthropic ·" in _status(app)
+
+
+async def test_switches_and_compact_are_refused_while_a_task_runs(rig: JournaledRig) -> None:
+    rig.scripts.append([hang])
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await type_prompt(pilot, app, "think forever")
+        await until(pilot, lambda: app.session is not None and app.session.busy)
+        for line in ("/model other", "/compact", "/effort low", "/sessions"):
+            await type_prompt(pilot, app, line)
+            await until(pilot, lambda line=line: f"{line}: a task is running" in notices(app))
+        assert not [e for e in rig.events if isinstance(e, ModelSwitch)]
+        await pilot.press("escape")
+        await until(pilot, lambda: bool(rig.ends()))
+
+
+async def test_model_picker_filters_and_switches(rig: JournaledRig) -> None:
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await type_prompt(pilot, app, "/model")
+        await until(pilot, lambda: isinstance(app.screen, ModelPicker))
+        picker = app.screen
+        assert isinstance(picker, ModelPicker)
+        await until(pilot, lambda: "offline or stale" in str(picker.note.render()) or "models ·" in str(picker.note.render()))
+        await pilot.press(*"my-own-model")
+        await pilot.press("enter")
+        await until(pilot, lambda: any(isinstance(e, ModelSwitch) for e in rig.events))
+        [switch] = [e for e in rig.events if isinstance(e, ModelSwitch)]
+        assert switch.model == "my-own-model"
+
+
+async def test_compact_shows_the_summary(rig: JournaledRig) -> None:
+    rig.scripts.append([text("first answer"), text("SUMMARY: the user asked one thing."), ProviderError("HTTP 401: bad key", status=401)])
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await type_prompt(pilot, app, "one thing")
+        await until(pilot, lambda: bool(rig.ends()))
+        await app.workers.wait_for_complete()
+        await _command(pilot, app, "/compact keep it short")
+        [compaction] = [e for e in rig.events if isinstance(e, Compaction)]
+        assert compaction.summary.startswith("SUMMARY")
+        assert "keep it short" in str(rig.providers[0].requests[-1].model_dump())
+        [row] = app.query(FoldRow).filter(".compaction")
+        assert "SUMMARY" in str(row.body.render())
+        await _command(pilot, app, "/compact")  # the model cannot summarise
+        assert "/compact: HTTP 401: bad key" in notices(app)
+        assert len([e for e in rig.events if isinstance(e, Compaction)]) == 1
+
+
+async def test_a_journaled_session_is_shown_and_continued(rig: JournaledRig) -> None:
+    rig.scripts.append([calls(("bash", {"command": "echo hi"})), text("The answer is **hi**.")])
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await type_prompt(pilot, app, "say hi")
+        await until(pilot, lambda: bool(rig.ends()))
+        await app.workers.wait_for_complete()
+    path = journal_path(rig.home)
+    [row] = list_sessions(path)
+    events = load_events(path, row.id)
+    rig.scripts.append([text("second answer")])
+    app = rig.app(Resume(row, events))
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        assert [u.text for u in app.query(UserRow)] == ["say hi"]
+        assert [a.markdown.source for a in app.query(AnswerRow)] == ["The answer is **hi**."]
+        [tool] = app.query(ToolRow)
+        assert tool.call.name == "bash" and "hi" in str(tool.output.render())
+        await type_prompt(pilot, app, "and again")
+        await until(pilot, lambda: len(rig.ends()) == 2)
+        sent = rig.providers[-1].requests[0].model_dump_json()
+        assert "say hi" in sent and "The answer is **hi**." in sent and "and again" in sent
+        await _command(pilot, app, "/session")
+        shown = notices(app)
+        assert f"session: {row.id}" in shown and "title: say hi" in shown and str(path) in shown
+    assert rig.ids == [row.id, row.id]
+    assert [r.id for r in list_sessions(path)] == [row.id]
+
+
+async def test_sessions_tree_resumes_in_place(rig: JournaledRig) -> None:
+    rig.scripts += [[text("first")], [text("second")], []]
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await type_prompt(pilot, app, "the first session")
+        await until(pilot, lambda: len(rig.ends()) == 1)
+        await app.workers.wait_for_complete()
+        await _command(pilot, app, "/new")
+        await started(pilot, app)
+        await type_prompt(pilot, app, "the second session")
+        await until(pilot, lambda: len(rig.ends()) == 2)
+        await app.workers.wait_for_complete()
+        await type_prompt(pilot, app, "/sessions")
+        await until(pilot, lambda: isinstance(app.screen, SessionsScreen))
+        await pilot.press("down", "enter")  # the cursor starts on the newest; the one below is the first
+        await until(pilot, lambda: len(rig.ids) == 3)
+        await started(pilot, app)
+        assert rig.ids[2] == rig.ids[0]
+        assert [u.text for u in app.query(UserRow)] == ["the first session"]
+
+
+@pytest.fixture
+def repo(rig: JournaledRig) -> JournaledRig:
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run(["git", "init", "-q"], cwd=rig.workspace, check=True)
+    (rig.workspace / "a.txt").write_text("one\ntwo\n")
+    subprocess.run([*git, "add", "a.txt"], cwd=rig.workspace, check=True)
+    subprocess.run([*git, "commit", "-qm", "start"], cwd=rig.workspace, check=True)
+    return rig
+
+
+async def test_diff_and_debug(repo: JournaledRig) -> None:
+    rig = repo
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await _command(pilot, app, "/diff")
+        assert "no changes in the workspace" in notices(app)
+        (rig.workspace / "a.txt").write_text("one\nTWO\n")
+        await _command(pilot, app, "/diff")
+        [row] = app.query(FoldRow).filter(".diff")
+        body = row.body.render()
+        assert "1 file changed" in str(row.title) and "+TWO" in str(body) and "-two" in str(body)
+        await _command(pilot, app, "/debug")
+        await _command(pilot, app, "/effort low")
+        assert any("model_switch" in str(r.title) for r in app.query(FoldRow).filter(".debug"))
+        await _command(pilot, app, "/debug")
+        count = len(app.query(FoldRow).filter(".debug"))
+        await _command(pilot, app, "/effort high")
+        assert len(app.query(FoldRow).filter(".debug")) == count
+
+
+def test_an_unknown_session_is_an_error_before_the_screen_opens(tmp_path: Path) -> None:
+    import sys
+
+    osprey = str(Path(sys.executable).with_name("osprey"))
+    env = {"PATH": "/usr/bin:/bin", "OSPREY_HOME": str(tmp_path), "OPENAI_API_KEY": "k"}
+    for args in (["--resume", "nope"], ["--continue"], ["--resume", "x", "--continue"]):
+        done = subprocess.run([osprey, "-C", str(tmp_path), *args], env=env, capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == (2 if len(args) == 3 else 1), done.stderr
+        assert done.stderr.startswith("osprey: error: ")
+    Journal(journal_path(tmp_path)).close()  # an empty journal: still no such session
+    done = subprocess.run([osprey, "-C", str(tmp_path), "--resume", "nope"], env=env, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 1 and "no session 'nope'" in done.stderr
