@@ -1,17 +1,21 @@
-"""SVG snapshots of the TUI: the main screen after an exchange, and an approval prompt.
+"""SVG snapshots of the TUI: the main screen after an exchange, an approval prompt, the sessions tree.
 
 `pytest --snapshot-update tests/test_tui_snapshots.py` rewrites them after a deliberate change."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from session_harness import calls, text
 from test_tui import SIZE, TuiRig, started, type_prompt, until
+from textual.app import App
 
+from osprey.sessions.journal import SessionRow
 from osprey.tui.approval_screen import ApprovalScreen
+from osprey.tui.screens import SessionsScreen
 from osprey.tui.widgets import PromptArea
 
 ANSWER = "The test failed because `total()` skipped the last item.\n\n1. fixed the loop bound\n2. the tests pass now\n"
@@ -61,3 +65,29 @@ def test_approval_prompt(rig: TuiRig, snap_compare: Any) -> None:
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+SESSION_ROWS = [
+    SessionRow(id="3f2a9c01d4e7", cwd="/srv/inventory", workspace="/srv/inventory", title="why does the test fail?",
+               provider="openai", model="gpt-5", created=1772355600.0, updated=1772356200.0, outcome="Completed"),
+    SessionRow(id="a81c55e09b32", cwd="/srv/inventory", workspace="/srv/inventory",
+               title="add a --json flag to the report command and document it in the README", provider="openai", model="gpt-5",
+               created=1772460000.0, updated=1772463600.0, outcome="Completed"),
+    SessionRow(id="c07d1e6f4a90", cwd="/srv/billing", workspace="/srv/billing", title="rename the invoice module",
+               provider="anthropic", model="claude-sonnet-4-5", created=1772445600.0, updated=1772446000.0, outcome="Stopped"),
+]
+
+
+class SessionsApp(App[None]):
+    def on_mount(self) -> None:
+        self.push_screen(SessionsScreen(SESSION_ROWS, "/srv/inventory", current="a81c55e09b32"))
+
+
+def test_sessions_tree(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "UTC")  # the times shown are local times
+    time.tzset()
+    try:
+        assert snap_compare(SessionsApp(), terminal_size=SIZE)
+    finally:
+        monkeypatch.undo()
+        time.tzset()

@@ -17,7 +17,7 @@ from textual.widgets.option_list import Option
 from ..catalog import Catalog, ModelInfo
 from ..sessions.journal import SessionRow
 
-MAX_TITLE = 60
+MAX_TITLE = 40
 
 
 def _model_label(model: ModelInfo, current: str) -> str:
@@ -117,7 +117,7 @@ def _when(ts: float) -> str:
 def session_label(row: SessionRow, *, current: str | None = None) -> str:
     title = row.title if len(row.title) <= MAX_TITLE else row.title[:MAX_TITLE - 1] + "…"
     mark = "● " if row.id == current else ""
-    return f"{mark}{title or '(no prompt)'}  ·  {_when(row.updated)}  ·  {row.id[:12]}"
+    return f"{mark}{_when(row.updated)}  {title or '(no prompt)'}  ·  {row.id[:12]}"
 
 
 def grouped(rows: Sequence[SessionRow], cwd: str) -> list[tuple[str, list[SessionRow]]]:
