@@ -3,15 +3,20 @@ resuming journaled sessions, /session, /sessions, /diff, /debug and the planned 
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from session_harness import FAST_RETRY, calls, hang, text
 from test_tui import SIZE, ChunkedProvider, notices, started, type_prompt, until
+from textual.widgets import OptionList
 
+from osprey.catalog import Catalog, ModelInfo
 from osprey.config import Settings, load_settings
 from osprey.errors import ProviderError
 from osprey.session.core import Session, SessionOptions
@@ -88,7 +93,8 @@ async def test_planned_commands_say_they_are_not_available_yet(rig: JournaledRig
         await _command(pilot, app, "/help")
         shown = notices(app)
         assert "Not available yet:" in shown and "/deep-research" in shown and "/compact [INSTRUCTIONS]" in shown
-        for name in ("moa", "agents", "verify", "extensions", "reload", "skills", "run", "workflows", "deep-research", "bug-report"):
+        for name in ("moa", "moa-config", "agents", "verify", "extensions", "reload", "skills", "skill", "run", "workflows", "deep-research",
+                     "bug-report"):
             await _command(pilot, app, f"/{name}")
             assert f"/{name} is not available yet: it will " in notices(app)
     assert [c.name for c in commands.matching("/de")] == ["debug", "deep-research"]
@@ -139,20 +145,51 @@ async def test_switches_and_compact_are_refused_while_a_task_runs(rig: Journaled
         await until(pilot, lambda: bool(rig.ends()))
 
 
-async def test_model_picker_filters_and_switches(rig: JournaledRig) -> None:
+def _models(*ids: str) -> list[ModelInfo]:
+    return [ModelInfo(provider="openai", id=i, context_window=200_000) for i in ids]
+
+
+async def test_model_picker_shows_the_cached_list_then_the_refreshed_one_and_switches(rig: JournaledRig) -> None:
+    refreshed = asyncio.Event()
+
+    async def catalogs(settings: Settings) -> AsyncIterator[Catalog]:
+        first = Catalog(models=_models("gpt-cached-a", "gpt-cached-b"), source="models.dev", fetched_at=datetime(2026, 3, 1, 9, 0, tzinfo=UTC))
+        yield first
+        await refreshed.wait()
+        yield first.model_copy(update={"stale": True, "problem": "models.dev did not answer"})
+
     app = rig.app()
+    app._catalogs = catalogs  # type: ignore[method-assign]
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         await type_prompt(pilot, app, "/model")
         await until(pilot, lambda: isinstance(app.screen, ModelPicker))
         picker = app.screen
         assert isinstance(picker, ModelPicker)
-        await until(pilot, lambda: "offline or stale" in str(picker.note.render()) or "models ·" in str(picker.note.render()))
-        await pilot.press(*"my-own-model")
+        options = picker.query_one(OptionList)
+        await until(pilot, lambda: options.option_count == 2)
+        assert "2 models" in str(picker.note.render())
+        refreshed.set()
+        await until(pilot, lambda: "offline or stale" in str(picker.note.render()))
+        assert "models.dev did not answer" in str(picker.note.render())
+        await pilot.press(*"ed-b")
+        assert options.option_count == 1
         await pilot.press("enter")
         await until(pilot, lambda: any(isinstance(e, ModelSwitch) for e in rig.events))
+        await app.workers.wait_for_complete()
         [switch] = [e for e in rig.events if isinstance(e, ModelSwitch)]
-        assert switch.model == "my-own-model"
+        assert switch.model == "gpt-cached-b" and "gpt-cached-b" in _status(app)
+        await type_prompt(pilot, app, "/model")
+        await until(pilot, lambda: isinstance(app.screen, ModelPicker))
+        await pilot.press(*"not-listed-model", "enter")
+        await until(pilot, lambda: len([e for e in rig.events if isinstance(e, ModelSwitch)]) == 2)
+        assert rig.events[-1].model == "not-listed-model"  # type: ignore[union-attr]
+        await type_prompt(pilot, app, "/model")
+        await until(pilot, lambda: isinstance(app.screen, ModelPicker))
+        await pilot.press("escape")
+        await app.workers.wait_for_complete()
+        assert not isinstance(app.screen, ModelPicker)
+        assert len([e for e in rig.events if isinstance(e, ModelSwitch)]) == 2
 
 
 async def test_compact_shows_the_summary(rig: JournaledRig) -> None:
@@ -249,6 +286,7 @@ async def test_diff_and_debug(repo: JournaledRig) -> None:
         body = row.body.render()
         assert "1 file changed" in str(row.title) and "+TWO" in str(body) and "-two" in str(body)
         await _command(pilot, app, "/debug")
+        assert "session: sess-0001" in notices(app) and "raw events are shown" in notices(app) and "terminal: " in notices(app)
         await _command(pilot, app, "/effort low")
         assert any("model_switch" in str(r.title) for r in app.query(FoldRow).filter(".debug"))
         await _command(pilot, app, "/debug")

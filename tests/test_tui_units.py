@@ -28,7 +28,7 @@ def test_matching_and_completion() -> None:
     assert all(c.usage.startswith(f"/{c.name}") for c in commands.COMMANDS + commands.PLANNED)
     assert "/copy [all]" in commands.help_text()
     assert commands.complete("/sess") == "/session"  # /session and /sessions
-    assert commands.planned_text("moa") == "/moa is not available yet: it will ask several models and merge their answers (mixture of agents)."
+    assert commands.planned_text("moa") == "/moa is not available yet: it will run one prompt through the default Mixture of Agents preset, then restore the session model."
     assert commands.planned_text("help") is None
 
 

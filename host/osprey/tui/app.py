@@ -643,8 +643,22 @@ class OspreyApp(App[int]):
         await self.conversation.mount(FoldRow(title, diff_text(text + note), collapsed=False, classes="diff"))
 
     async def _cmd_debug(self, argument: str) -> None:
+        import os
+        import platform
+
+        from .. import __version__
+
+        session = self.session
         self.debug_events = not self.debug_events
-        self._note("raw events are shown" if self.debug_events else "raw events are hidden")
+        lines = [
+            f"osprey {__version__} · {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC",
+            f"system: {platform.system()} {platform.release()} ({platform.machine()}), Python {platform.python_version()}",
+            f"terminal: {os.environ.get('TERM', '?')} {os.environ.get('TERM_PROGRAM', '')}".rstrip() + f", {self.size.width}x{self.size.height}",
+            f"session: {session.session_id if session else '(none)'}",
+            f"model: {self._start.provider} · {self._start.model}" if self._start else "model: (the session has not started)",
+            "raw events are shown (/debug hides them)" if self.debug_events else "raw events are hidden",
+        ]
+        self._note("\n".join(lines))
 
     async def _cmd_tools(self, argument: str) -> None:
         if self.session is None or not self.session.started:

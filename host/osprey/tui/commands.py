@@ -29,22 +29,24 @@ COMMANDS: tuple[Command, ...] = (
     Command("session", "/session", "This session's id, title, journal, turns and usage."),
     Command("sessions", "/sessions", "The journaled sessions by directory; Enter on one resumes it."),
     Command("diff", "/diff", "The workspace's git diff (stat and patch)."),
-    Command("debug", "/debug", "Show or hide the raw events, for diagnosing."),
+    Command("debug", "/debug", "Version, system, terminal, session and model; shows or hides the raw events."),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 
 # Typed, these say they are not available yet and what they will do.
 PLANNED: tuple[Command, ...] = (
-    Command("moa", "/moa", "Ask several models and merge their answers (mixture of agents)."),
-    Command("agents", "/agents", "List and manage sub-agents working beside this session."),
-    Command("verify", "/verify", "Check the last change with the project's tests and linters."),
-    Command("extensions", "/extensions", "List the installed extensions and their tools."),
-    Command("reload", "/reload", "Reload the settings, extensions and skills without leaving."),
-    Command("skills", "/skills", "List the skills the model can use here."),
-    Command("run", "/run", "Run a saved workflow step by step."),
-    Command("workflows", "/workflows", "List the saved workflows."),
-    Command("deep-research", "/deep-research", "Research a question across many sources and write a report."),
-    Command("bug-report", "/bug-report", "Gather this session's details into a bug report."),
+    Command("moa", "/moa PROMPT", "Run one prompt through the default Mixture of Agents preset, then restore the session model."),
+    Command("moa-config", "/moa-config", "Manage the Mixture of Agents presets."),
+    Command("agents", "/agents [PERSONA]", "Switch personas or open the persona picker."),
+    Command("verify", "/verify", "Force a verification audit after the active turn finishes."),
+    Command("extensions", "/extensions", "Show the loaded custom extension tools."),
+    Command("reload", "/reload", "Reload the applicable extension content."),
+    Command("skills", "/skills", "List the discovered skills."),
+    Command("skill", "/skill NAME", "Show a discovered skill's name, scope, description and path."),
+    Command("run", "/run SCRIPT", "Start a workflow from a .js script."),
+    Command("workflows", "/workflows", "Open the progress view of the running workflows."),
+    Command("deep-research", "/deep-research", "Start the bundled deep-research workflow."),
+    Command("bug-report", "/bug-report", "Interview you about a problem and, when you confirm, file an Osprey issue."),
 )
 PLANNED_BY_NAME = {c.name: c for c in PLANNED}
 
