@@ -109,7 +109,9 @@ async def test_model_effort_and_provider_switches(rig: JournaledRig) -> None:
         await _command(pilot, app, "/effort extreme")
         assert "unknown level 'extreme'" in notices(app)
         await _command(pilot, app, "/effort high")
+        assert "gpt-test-2 (high effort)" in _status(app)
         await _command(pilot, app, "/effort off")
+        assert "effort" not in _status(app)
         switches = [e for e in rig.events if isinstance(e, ModelSwitch)]
         assert [(s.model, s.effort) for s in switches] == [("gpt-test-2", None), ("gpt-test-2", "high"), ("gpt-test-2", None)]
         await _command(pilot, app, "/provider anthropic")  # no ANTHROPIC_API_KEY here

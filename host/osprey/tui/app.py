@@ -129,6 +129,7 @@ class OspreyApp(App[int]):
         self._state = "starting"
         self._start: SessionStart | None = None
         self._tokens = (0, 0)
+        self._effort: str | None = None
         self._quitting = False
         self._unmounting = False
         self._signals: list[int] = []
@@ -184,7 +185,8 @@ class OspreyApp(App[int]):
         if start is None:
             text = self._state
         else:
-            text = status_line(provider=start.provider, model=start.model, policy=start.approval_policy, home=start.tool_service,
+            model = start.model + (f" ({self._effort} effort)" if self._effort else "")
+            text = status_line(provider=start.provider, model=model, policy=start.approval_policy, home=start.tool_service,
                                input_tokens=self._tokens[0], output_tokens=self._tokens[1], state=self._state)
         try:
             self.query_one("#status", Static).update(text)
@@ -227,6 +229,7 @@ class OspreyApp(App[int]):
             return
         self.session = session
         self.exit_status = 0
+        self._effort = session.settings.effort
         self._set_state("ready")
 
     def on_prompt_area_submitted(self, message: PromptArea.Submitted) -> None:
@@ -333,6 +336,7 @@ class OspreyApp(App[int]):
         elif isinstance(event, ModelSwitch):
             if self._start is not None:
                 self._start = self._start.model_copy(update={"provider": event.provider, "model": event.model})
+            self._effort = event.effort
             self._note(f"now talking to {event.provider} · {event.model}" + (f" (effort {event.effort})" if event.effort else ""))
             self._refresh_status()
         elif isinstance(event, Compaction):
