@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,15 +28,16 @@ TIMEOUT = 120.0
 
 
 class Tmux:
-    """A private tmux server (its own socket) running commands in detached sessions of 100x30."""
+    """A private tmux server (its own socket, in the test's directory) running commands in detached
+    sessions of 100x30."""
 
     def __init__(self, directory: Path) -> None:
-        self.socket = f"osprey-test-{uuid.uuid4().hex[:10]}"
+        self.socket = str(directory / "tmux.sock")
         self.config = directory / "tmux.conf"
         self.config.write_text("set -g remain-on-exit on\nset -g status off\n")
 
     def run(self, *args: str) -> str:
-        done = subprocess.run(["tmux", "-L", self.socket, "-f", str(self.config), *args], capture_output=True, text=True, timeout=30)
+        done = subprocess.run(["tmux", "-S", self.socket, "-f", str(self.config), *args], capture_output=True, text=True, timeout=30)
         if done.returncode != 0:
             raise AssertionError(f"tmux {' '.join(args)}: {done.stderr.strip()}")
         return done.stdout
@@ -87,7 +87,7 @@ class Tmux:
             time.sleep(0.1)
 
     def kill_server(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
+        subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True, timeout=30)
 
 
 @pytest.fixture
