@@ -287,6 +287,14 @@ async def test_diff_and_debug(repo: JournaledRig) -> None:
         [row] = app.query(FoldRow).filter(".diff")
         body = row.body.render()
         assert "1 file changed" in str(row.title) and "+TWO" in str(body) and "-two" in str(body)
+        (rig.workspace / "big.txt").write_text("".join(f"line {i} of a large change\n" for i in range(20_000)))
+        # `git add -N` puts the new file in git diff: about 500 KB of it, over the 200 KB shown
+        await asyncio.to_thread(subprocess.run, ["git", "add", "-N", "big.txt"], cwd=rig.workspace, check=True)
+        await _command(pilot, app, "/diff")
+        big = app.query(FoldRow).filter(".diff").last()
+        shown = str(big.body.render())
+        assert "2 files changed" in str(big.title) and "line 0 of a large change" in shown
+        assert "[cut: " in shown and "run git diff for all of it" in shown and len(shown) < 260_000
         await _command(pilot, app, "/debug")
         assert "session: sess-0001" in notices(app) and "raw events are shown" in notices(app) and "terminal: " in notices(app)
         await _command(pilot, app, "/effort low")

@@ -177,3 +177,9 @@ def test_a_killed_session_resumes_with_its_conversation(tmux: Tmux, model_server
     sent = json.dumps(model_server.requests[-1].body)
     assert "make the file" in sent and "All done: made.txt is there." in sent and "and now?" in sent
     _quit_and_check(tmux)
+    # --continue takes the newest session of this directory: the same one, now with both exchanges.
+    tmux.run("kill-session", "-t", "ui")
+    tmux.start("ui", [OSPREY, "-C", str(workspace), "--base-url", model_server.base_url, "--continue"], osprey_env, hold=True)
+    screen = tmux.wait("ui", lambda s: "· ready" in s, "the continued session to start")
+    assert "and now?" in screen and "Resumed and still here." in screen
+    _quit_and_check(tmux)
