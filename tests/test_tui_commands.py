@@ -319,3 +319,22 @@ def test_an_unknown_session_is_an_error_before_the_screen_opens(tmp_path: Path) 
     done = subprocess.run([osprey, "-C", str(tmp_path), "--resume", "nope"], env=env, capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 1 and "no session 'nope'" in done.stderr
+
+
+async def test_a_catalog_that_fails_leaves_the_picker_usable_by_name(rig: JournaledRig) -> None:
+    async def catalogs(settings: Settings) -> AsyncIterator[Catalog]:
+        raise OSError("cache unreadable")
+        yield  # an async generator
+
+    app = rig.app()
+    app._catalogs = catalogs  # type: ignore[method-assign]
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await type_prompt(pilot, app, "/model")
+        await until(pilot, lambda: isinstance(app.screen, ModelPicker))
+        picker = app.screen
+        assert isinstance(picker, ModelPicker)
+        await until(pilot, lambda: "could not be loaded (OSError: cache unreadable)" in str(picker.note.render()))
+        await pilot.press(*"typed-model", "enter")
+        await until(pilot, lambda: any(isinstance(e, ModelSwitch) for e in rig.events))
+        assert "typed-model" in _status(app)

@@ -60,8 +60,11 @@ class ModelPicker(ModalScreen[str | None]):
 
     @work(exclusive=True, group="catalog")
     async def _load(self) -> None:
-        async for catalog in self.catalogs():
-            self.show(catalog)
+        try:
+            async for catalog in self.catalogs():
+                self.show(catalog)
+        except Exception as exc:  # noqa: BLE001 - a catalog that cannot load leaves the picker usable by name
+            self.note.update(f"the catalog could not be loaded ({type(exc).__name__}: {exc}); type a model name")
 
     def show(self, catalog: Catalog) -> None:
         self.models = catalog.for_provider(self.provider)
