@@ -44,7 +44,9 @@ class Tmux:
 
     def start(self, name: str, command: list[str], env: dict[str, str], *, hold: bool = False) -> None:
         """Run `command` in session `name`. With `hold` a shell runs it, prints its exit status and waits
-        for Enter before exiting with it: the pane stays alive, so its terminal state can be read."""
+        for Enter before exiting with it: the pane stays alive, so its terminal state can be read (a
+        dead pane always reports a hidden cursor, and tmux 3.3 does not always record a dead pane's
+        exit status, so the shell's line is the status that is checked)."""
         wrapped = ["env", "-i", *(f"{k}={v}" for k, v in {**env, "TERM": "xterm-256color"}.items()), *command]
         if hold:
             wrapped = ["sh", "-c", '"$@"; s=$?; echo "exit-status=$s"; read _; exit $s', "sh", *wrapped]
@@ -77,13 +79,6 @@ class Tmux:
                 return screen
             if self.show(name, "#{pane_dead}") == "1" or time.monotonic() > deadline:
                 raise AssertionError(f"waiting for {what}: screen {screen!r}")
-            time.sleep(0.1)
-
-    def wait_dead(self, name: str) -> None:
-        deadline = time.monotonic() + TIMEOUT
-        while self.show(name, "#{pane_dead}") != "1":
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{name} did not exit: screen {self.screen(name)!r}")
             time.sleep(0.1)
 
     def kill_server(self) -> None:
@@ -130,9 +125,6 @@ def _quit_and_check(tmux: Tmux) -> None:
     # osprey has exited; the shell holding the pane has not: the terminal is as osprey left it.
     assert tmux.show("ui", "#{alternate_on} #{cursor_flag}") == "0 1"
     assert "exit-status=0" in tmux.screen("ui")
-    tmux.keys("ui", "Enter")
-    tmux.wait_dead("ui")
-    assert tmux.show("ui", "#{pane_dead_status}") == "0"
 
 
 def test_a_prompt_an_approval_and_quit_leave_the_terminal_clean(tmux: Tmux, model_server: ModelServer, osprey_env: dict[str, str],
