@@ -115,3 +115,16 @@ async def test_deny_all_answers_pending_and_later_asks() -> None:
     assert cancelled == ["c0"]  # the prompt on screen was taken down; the queued one never shown
     later = await asyncio.wait_for(approver.ask(_request(9)), 5)
     assert later.decision == "deny"
+
+
+def test_an_edit_is_shown_as_a_unified_diff() -> None:
+    from osprey.tui.transcript import MAX_DIFF_LINES, edit_diff
+
+    lines = edit_diff("edit_file", {"path": "calc.py", "old_string": "def add(a, b):\n    return a - b\n", "new_string": "def add(a, b):\n    return a + b\n"})
+    assert lines is not None
+    assert lines[:2] == ["--- a/calc.py", "+++ b/calc.py"]
+    assert "-    return a - b" in lines and "+    return a + b" in lines
+    assert edit_diff("write_file", {"path": "x", "content": "y"}) is None
+    assert edit_diff("edit_file", {"path": "x", "old_string": 3, "new_string": "y"}) is None
+    many = edit_diff("edit_file", {"path": "x", "old_string": "", "new_string": "\n".join(str(i) for i in range(2000))})
+    assert many is not None and len(many) == MAX_DIFF_LINES + 1 and many[-1].startswith("[…")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,6 +26,26 @@ def format_arguments(arguments: dict[str, Any]) -> str:
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         lines.append(f"{key}: {shown}")
     return "\n".join(lines)
+
+
+# An edit's diff is shown up to this many lines (the arguments themselves are in the model's record).
+MAX_DIFF_LINES = 400
+
+
+def edit_diff(name: str, arguments: dict[str, Any]) -> list[str] | None:
+    """The unified diff an `edit_file` call asks for (its old text against its new text), or None
+    for other calls. `write_file` shows no diff: only the new content is known before it runs."""
+    if name != "edit_file":
+        return None
+    old, new, path = arguments.get("old_string"), arguments.get("new_string"), arguments.get("path", "")
+    if not isinstance(old, str) or not isinstance(new, str):
+        return None
+    lines = list(difflib.unified_diff(old.splitlines(), new.splitlines(), fromfile=f"a/{path}", tofile=f"b/{path}", lineterm="", n=2))
+    if arguments.get("replace_all"):
+        lines.insert(0, "(every occurrence)")
+    if len(lines) > MAX_DIFF_LINES:
+        lines = [*lines[:MAX_DIFF_LINES], f"[… {len(lines) - MAX_DIFF_LINES} more lines]"]
+    return lines
 
 
 @dataclass

@@ -14,7 +14,7 @@ from textual.widgets import Collapsible, Markdown, Static, TextArea
 
 from ..session.events import ToolCallEvent, ToolResultEvent
 from . import commands
-from .transcript import PromptHistory, format_arguments
+from .transcript import PromptHistory, edit_diff, format_arguments
 
 MAX_LIVE_OUTPUT = 20_000  # characters of a command's live output kept on screen
 MAX_RESULT_SHOWN = 20_000
@@ -22,6 +22,24 @@ MAX_RESULT_SHOWN = 20_000
 
 def _time(at: datetime) -> str:
     return at.astimezone().strftime("%H:%M:%S")
+
+
+def _diff_text(lines: list[str]) -> Text:
+    """A diff coloured as a terminal shows one: additions green, removals red, hunks dim."""
+    text = Text()
+    for line in lines:
+        if line.startswith(("+++", "---")):
+            style = "bold"
+        elif line.startswith("+"):
+            style = "green"
+        elif line.startswith("-"):
+            style = "red"
+        elif line.startswith("@@"):
+            style = "cyan"
+        else:
+            style = ""
+        text.append(line + "\n", style=style)
+    return text
 
 
 class Stamp(Static):
@@ -84,7 +102,8 @@ class ToolRow(Collapsible):
 
     def __init__(self, event: ToolCallEvent) -> None:
         self.call = event
-        self.arguments = Static(format_arguments(event.arguments), markup=False, classes="arguments")
+        diff = edit_diff(event.name, event.arguments)
+        self.arguments = Static(_diff_text(diff) if diff is not None else format_arguments(event.arguments), markup=False, classes="arguments")
         self.output = Static("", markup=False, classes="output")
         self.category = Static("", markup=False, classes="category")
         self._live = ""
