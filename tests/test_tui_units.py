@@ -128,3 +128,16 @@ def test_an_edit_is_shown_as_a_unified_diff() -> None:
     assert edit_diff("edit_file", {"path": "x", "old_string": 3, "new_string": "y"}) is None
     many = edit_diff("edit_file", {"path": "x", "old_string": "", "new_string": "\n".join(str(i) for i in range(2000))})
     assert many is not None and len(many) == MAX_DIFF_LINES + 1 and many[-1].startswith("[…")
+
+
+def test_the_status_line_shows_an_estimated_cost_when_prices_are_known() -> None:
+    from osprey.catalog import ModelInfo, estimated_cost
+    from osprey.tui.app import status_line
+
+    priced = ModelInfo(provider="openai", id="m", input_price=2.0, output_price=8.0)
+    assert estimated_cost(1_000_000, 500_000, priced) == 6.0
+    assert estimated_cost(10, 10, ModelInfo(provider="openai", id="m")) is None
+    assert estimated_cost(10, 10, None) is None
+    line = status_line(provider="openai", model="m", policy="on-request", home="local", input_tokens=1000, output_tokens=10, state="ready", cost=0.01234)
+    assert "≈$0.0123" in line
+    assert "$" not in status_line(provider="openai", model="m", policy="on-request", home="local", input_tokens=1, output_tokens=1, state="ready")

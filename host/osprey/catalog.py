@@ -514,3 +514,11 @@ async def catalog_for_picker(
         yield first.model_copy(update={"stale": True, "problem": str(exc)})
         return
     yield fresh
+
+
+def estimated_cost(input_tokens: int, output_tokens: int, info: ModelInfo | None) -> float | None:
+    """US dollars for this many tokens at the model's list prices, or None when they are unknown.
+    Cache reads and writes are not priced apart (providers bill them differently)."""
+    if info is None or info.input_price is None or info.output_price is None:
+        return None
+    return (input_tokens * info.input_price + output_tokens * info.output_price) / 1_000_000

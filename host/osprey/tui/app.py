@@ -21,7 +21,7 @@ from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
 from textual.widgets import Markdown, Static
 
-from ..catalog import Catalog
+from ..catalog import Catalog, ModelInfo, estimated_cost, initial_catalog
 from ..config import Settings
 from ..errors import OspreyError
 from ..policy.approvals import ApprovalAnswer, ApprovalRequest
@@ -84,8 +84,9 @@ SettingsFor = Callable[[dict[str, Any]], Settings]
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
-def status_line(*, provider: str, model: str, policy: str, home: str, input_tokens: int, output_tokens: int, state: str) -> str:
-    return f"{provider} · {model} · {policy} · {home} · tokens {input_tokens:,} in / {output_tokens:,} out · {state}"
+def status_line(*, provider: str, model: str, policy: str, home: str, input_tokens: int, output_tokens: int, state: str, cost: float | None = None) -> str:
+    spent = f" · ≈${cost:.4f}" if cost is not None else ""
+    return f"{provider} · {model} · {policy} · {home} · tokens {input_tokens:,} in / {output_tokens:,} out{spent} · {state}"
 
 
 class OspreyApp(App[int]):
@@ -129,6 +130,8 @@ class OspreyApp(App[int]):
         self._state = "starting"
         self._start: SessionStart | None = None
         self._tokens = (0, 0)
+        self._price: ModelInfo | None = None
+        self._cost: float | None = None
         self._effort: str | None = None
         self._quitting = False
         self._unmounting = False
@@ -178,6 +181,16 @@ class OspreyApp(App[int]):
         except NoMatches:
             return True
 
+    def _model_info(self, provider: str, model: str) -> ModelInfo | None:
+        """The model's catalog entry (prices, context window) from the cache; no network."""
+        session = self.session
+        if session is None:
+            return None
+        try:
+            return initial_catalog(session.settings.home, provider, session.settings.base_url, model).find(provider, model)
+        except Exception:  # noqa: BLE001 - a cache problem only costs the price display
+            return None
+
     def _refresh_status(self) -> None:
         if self._gone:
             return
@@ -187,7 +200,7 @@ class OspreyApp(App[int]):
         else:
             model = start.model + (f" ({self._effort} effort)" if self._effort else "")
             text = status_line(provider=start.provider, model=model, policy=start.approval_policy, home=start.tool_service,
-                               input_tokens=self._tokens[0], output_tokens=self._tokens[1], state=self._state)
+                               input_tokens=self._tokens[0], output_tokens=self._tokens[1], state=self._state, cost=self._cost)
         try:
             self.query_one("#status", Static).update(text)
         except NoMatches:  # the screen is being torn down
@@ -310,6 +323,8 @@ class OspreyApp(App[int]):
             self.conversation.mount(FoldRow(f"event {event.type}", format_arguments(fields)[:MAX_RESULT_SHOWN], classes="debug"))
         if isinstance(event, SessionStart):
             self._start = event
+            self._price = self._model_info(event.provider, event.model)
+            self._cost = 0.0 if self._price is not None and self._price.input_price is not None else None
             self._refresh_status()
         elif isinstance(event, UserMessageEvent):
             if event.origin == "loop":
@@ -332,11 +347,16 @@ class OspreyApp(App[int]):
             self.transcript.add("tool", f"{event.name} -> {mark}\n{event.output[:2000]}")
         elif isinstance(event, UsageEvent):
             self._tokens = (event.total.input_tokens, event.total.output_tokens)
+            turn_cost = estimated_cost(event.usage.input_tokens, event.usage.output_tokens, self._price)
+            self._cost = None if turn_cost is None or self._cost is None else self._cost + turn_cost
             self._refresh_status()
         elif isinstance(event, ModelSwitch):
             if self._start is not None:
                 self._start = self._start.model_copy(update={"provider": event.provider, "model": event.model})
             self._effort = event.effort
+            self._price = self._model_info(event.provider, event.model)
+            if self._price is None or self._price.input_price is None:
+                self._cost = None  # the new model's prices are unknown: no honest total any more
             self._note(f"now talking to {event.provider} · {event.model}" + (f" (effort {event.effort})" if event.effort else ""))
             self._refresh_status()
         elif isinstance(event, Compaction):
