@@ -46,16 +46,14 @@ def run_headless(
     (a journaled session's id, or the start of one) goes on with that session's conversation, in
     its working directory unless `cwd` says otherwise."""
     from .config import load_settings
-    from .policy.approvals import preset_policy
+    from .policy.approvals import policy_from_flags
     from .session.core import parse_allow_rules
 
-    if sum(bool(x) for x in (yolo, read_only, approval_policy)) > 1:
-        _error("choose one of --yolo, --read-only and --approval-policy")
+    try:
+        approval_policy = policy_from_flags(yolo=yolo, read_only=read_only, approval_policy=approval_policy, interactive=False)
+    except ValueError as exc:
+        _error(str(exc))
         return 2
-    if yolo:
-        approval_policy = preset_policy("yolo", interactive=False)
-    elif read_only:
-        approval_policy = preset_policy("read-only", interactive=False)
     if cwd is not None:
         cwd = os.path.abspath(cwd)
     resumed: tuple[str, Any] | None = None

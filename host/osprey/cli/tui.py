@@ -56,7 +56,7 @@ def run_tui(
     from .. import crash
     from ..config import load_settings
     from ..errors import OspreyError
-    from ..policy.approvals import preset_policy
+    from ..policy.approvals import policy_from_flags
     from ..session.core import Session, SessionOptions, parse_allow_rules
     from ..sessions.journal import Journal, find_session, journal_path, list_sessions, load_events
     from ..sessions.resume import resume_point
@@ -65,13 +65,11 @@ def run_tui(
     if resume and continue_:
         _error("choose one of --resume and --continue")
         return 2
-    if sum(bool(x) for x in (yolo, read_only, approval_policy)) > 1:
-        _error("choose one of --yolo, --read-only and --approval-policy")
+    try:
+        approval_policy = policy_from_flags(yolo=yolo, read_only=read_only, approval_policy=approval_policy, interactive=True)
+    except ValueError as exc:
+        _error(str(exc))
         return 2
-    if yolo:
-        approval_policy = preset_policy("yolo", interactive=True)
-    elif read_only:
-        approval_policy = preset_policy("read-only", interactive=True)
     lane = {"enabled": sandbox, "network": sandbox_network}
     flags: dict[str, Any] = {
         "provider": provider, "model": model, "base_url": base_url, "effort": effort, "approval_policy": approval_policy,

@@ -32,6 +32,18 @@ def preset_policy(preset: Literal["yolo", "read-only"], *, interactive: bool) ->
     return "unless-trusted" if interactive else "deny-untrusted"
 
 
+def policy_from_flags(*, yolo: bool, read_only: bool, approval_policy: str | None, interactive: bool) -> str | None:
+    """The policy the command-line flags ask for (None: the settings decide). ValueError when more
+    than one of --yolo, --read-only and --approval-policy is given."""
+    if sum(bool(x) for x in (yolo, read_only, approval_policy)) > 1:
+        raise ValueError("choose one of --yolo, --read-only and --approval-policy")
+    if yolo:
+        return preset_policy("yolo", interactive=interactive)
+    if read_only:
+        return preset_policy("read-only", interactive=interactive)
+    return approval_policy
+
+
 class ApprovalRequest(BaseModel):
     """What a front end shows a person who must approve a call."""
 

@@ -24,24 +24,6 @@ def _time(at: datetime) -> str:
     return at.astimezone().strftime("%H:%M:%S")
 
 
-def _diff_text(lines: list[str]) -> Text:
-    """A diff coloured as a terminal shows one: additions green, removals red, hunks dim."""
-    text = Text()
-    for line in lines:
-        if line.startswith(("+++", "---")):
-            style = "bold"
-        elif line.startswith("+"):
-            style = "green"
-        elif line.startswith("-"):
-            style = "red"
-        elif line.startswith("@@"):
-            style = "cyan"
-        else:
-            style = ""
-        text.append(line + "\n", style=style)
-    return text
-
-
 class Stamp(Static):
     """A message's time; shown when the app has the `-timestamps` class."""
 
@@ -103,7 +85,7 @@ class ToolRow(Collapsible):
     def __init__(self, event: ToolCallEvent) -> None:
         self.call = event
         diff = edit_diff(event.name, event.arguments)
-        self.arguments = Static(_diff_text(diff) if diff is not None else format_arguments(event.arguments), markup=False, classes="arguments")
+        self.arguments = Static(diff_text("\n".join(diff)) if diff is not None else format_arguments(event.arguments), markup=False, classes="arguments")
         self.output = Static("", markup=False, classes="output")
         self.category = Static("", markup=False, classes="category")
         self._live = ""
