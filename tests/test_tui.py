@@ -435,3 +435,13 @@ async def test_settings_warnings_show_first_and_a_second_enter_waits(rig: TuiRig
         await app.workers.wait_for_complete()
         assert [u.text for u in app.query(UserRow)] == ["first"]
         assert len(rig.providers[0].requests) == 1
+
+
+async def test_a_warning_from_another_thread_reaches_the_screen(rig: TuiRig) -> None:
+    """The session journal warns from its writer thread: the warning is handed to the UI thread."""
+    rig.scripts.append([text("ok")])
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await asyncio.to_thread(app._warn, "the journal could not be written")
+        await until(pilot, lambda: "the journal could not be written" in notices(app))

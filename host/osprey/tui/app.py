@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -130,6 +131,7 @@ class OspreyApp(App[int]):
         self._state = "starting"
         self._start: SessionStart | None = None
         self._tokens = (0, 0)
+        self._ui_thread = threading.get_ident()
         self._price: ModelInfo | None = None
         self._cost: float | None = None
         self._effort: str | None = None
@@ -148,6 +150,7 @@ class OspreyApp(App[int]):
         yield PromptArea(id="prompt")
 
     def on_mount(self) -> None:
+        self._ui_thread = threading.get_ident()
         self.query_one("#conversation", VerticalScroll).anchor()
         self.query_one(PromptArea).focus()
         loop = asyncio.get_running_loop()
@@ -219,7 +222,17 @@ class OspreyApp(App[int]):
 
     def _hooks(self) -> Hooks:
         return Hooks(emit=self._on_event, approver=self.approver, on_text=self._on_text, on_tool_output=self._on_tool_output,
-                     progress=lambda line: self._note(line), warn=lambda line: self._note(f"warning: {line}", "warning"))
+                     progress=lambda line: self._note(line), warn=self._warn)
+
+    def _warn(self, line: str) -> None:
+        """A warning from the session, or from its journal's writer thread (then handed to ours)."""
+        if threading.get_ident() == self._ui_thread:
+            self._note(f"warning: {line}", "warning")
+            return
+        try:
+            self.call_from_thread(self._note, f"warning: {line}", "warning")
+        except RuntimeError:  # the app is not running any more: nothing left to show it on
+            pass
 
     @work(exclusive=True, group="session-start")
     async def _start_session(self) -> None:
