@@ -507,3 +507,16 @@ def test_builtin_list_has_the_configured_defaults() -> None:
     official = builtin_catalog("anthropic", None, current_model="claude-opus-4-1")
     assert {m.id for m in official.models} == {DEFAULT_MODELS["openai"], DEFAULT_MODELS["anthropic"], "claude-opus-4-1"}
     assert builtin_catalog("openai", "http://127.0.0.1:8080/v1").models == []
+
+
+def test_the_picker_list_leaves_out_models_that_cannot_call_tools() -> None:
+    from osprey.catalog import Catalog, ModelInfo
+
+    catalog = Catalog(models=[
+        ModelInfo(provider="openai", id="chat", tool_call=True),
+        ModelInfo(provider="openai", id="unknown"),
+        ModelInfo(provider="openai", id="text-embedding-3-small", tool_call=False),
+        ModelInfo(provider="anthropic", id="claude", tool_call=True),
+    ], source="builtin")
+    assert [m.id for m in catalog.for_provider("openai")] == ["chat", "unknown", "text-embedding-3-small"]
+    assert [m.id for m in catalog.for_provider("openai", agents_only=True)] == ["chat", "unknown"]

@@ -90,8 +90,10 @@ class Catalog(BaseModel):
     stale: bool = False
     problem: str | None = None
 
-    def for_provider(self, provider: str) -> list[ModelInfo]:
-        return [m for m in self.models if m.provider == provider]
+    def for_provider(self, provider: str, *, agents_only: bool = False) -> list[ModelInfo]:
+        """The provider's models; with `agents_only`, without those known not to call tools (an
+        agent cannot work with them: embedding, image and speech models)."""
+        return [m for m in self.models if m.provider == provider and not (agents_only and m.tool_call is False)]
 
     def find(self, provider: str, model_id: str) -> ModelInfo | None:
         return next((m for m in self.models if m.provider == provider and m.id == model_id), None)

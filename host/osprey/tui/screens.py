@@ -67,7 +67,7 @@ class ModelPicker(ModalScreen[str | None]):
             self.note.update(f"the catalog could not be loaded ({type(exc).__name__}: {exc}); type a model name")
 
     def show(self, catalog: Catalog) -> None:
-        self.models = catalog.for_provider(self.provider)
+        self.models = catalog.for_provider(self.provider, agents_only=True)
         when = f"fetched {catalog.fetched_at.astimezone():%Y-%m-%d %H:%M}" if catalog.fetched_at else catalog.source
         if catalog.stale:
             self.note.update(f"offline or stale ({when}): {catalog.problem or 'the refresh failed'}")
