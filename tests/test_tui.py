@@ -375,10 +375,23 @@ async def test_bash_output_shows_while_the_command_runs(rig: TuiRig) -> None:
         assert "second-part" in str(row.output.render()) and str(row.title).startswith("✓ bash")
 
 
-async def test_a_session_that_cannot_start_is_shown_and_new_tries_again(rig: TuiRig) -> None:
+async def test_a_first_session_that_cannot_start_stops_the_tui_with_status_1(rig: TuiRig) -> None:
     from osprey.errors import SandboxError
 
-    failing = {"left": 1}
+    def failing(hooks: Hooks) -> Session:
+        raise SandboxError("the lane could not start: no Docker engine answers")
+
+    app = OspreyApp(failing)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.return_code is not None or not app.is_running)
+    assert app.start_error == "the lane could not start: no Docker engine answers"
+    assert app.return_value == 1 and rig.ends() == []
+
+
+async def test_a_later_session_that_cannot_start_is_shown_and_new_tries_again(rig: TuiRig) -> None:
+    from osprey.errors import SandboxError
+
+    failing = {"left": 0}
     factory = rig.factory
 
     def flaky(hooks: Hooks) -> Session:
@@ -390,8 +403,11 @@ async def test_a_session_that_cannot_start_is_shown_and_new_tries_again(rig: Tui
     rig.scripts.append([text("up now")])
     app = OspreyApp(flaky)
     async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        failing["left"] = 1
+        await _command(pilot, app, "/new")
         await until(pilot, lambda: app.start_error is not None)
-        assert "no Docker engine answers" in notices(app) and app.exit_status == 1
+        assert "no Docker engine answers" in notices(app) and app.exit_status == 1 and app.is_running
         assert "did not start" in str(app.query_one("#status").render())
         await _command(pilot, app, "/new")
         await started(pilot, app)

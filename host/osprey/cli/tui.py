@@ -52,16 +52,18 @@ def run_tui(
     sandbox: bool | None = None, sandbox_network: bool | None = None, allow: tuple[str, ...] = (),
     resume: str | None = None, continue_: bool = False,
 ) -> int:
-    """Resolve the settings (a configuration error exits 1 before the UI opens), then run the app."""
-    from .. import crash
+    """Resolve the settings (a configuration error exits 1 before the UI opens), then launch the TUI."""
+    import asyncio
+
     from ..config import load_settings
     from ..errors import OspreyError
     from ..policy.approvals import policy_from_flags
-    from ..session.core import Session, SessionOptions, parse_allow_rules
-    from ..sessions.journal import Journal, find_session, journal_path, list_sessions, load_events
-    from ..sessions.resume import resume_point
-    from ..tui.app import Hooks, OspreyApp, Resume
+    from ..session.core import parse_allow_rules
+    from ..sessions.journal import find_session, journal_path, list_sessions, load_events
+    from ..tui.app import Resume
+    from ..tui.launch import Launch, LaunchTrace, launch, recorded_model
 
+    trace = LaunchTrace()
     if resume and continue_:
         _error("choose one of --resume and --continue")
         return 2
@@ -86,6 +88,7 @@ def run_tui(
         return 2
     journal = journal_path(settings.home)
     going_on: Resume | None = None
+    ran_with: dict[str, Any] = {}
     if resume or continue_:
         try:
             if resume:
@@ -100,6 +103,16 @@ def run_tui(
         except OspreyError as exc:
             _error(str(exc))
             return 1
+        # Go on with the provider, model and effort the session ran with, unless given here.
+        ran_with = {k: v for k, v in recorded_model(going_on.events).items() if flags.get(k) is None}
+        if ran_with:
+            try:
+                settings = load_settings(cwd, {**flags, **ran_with}, interactive=True)
+            except OspreyError as exc:
+                _error(f"cannot go on with {ran_with.get('provider', settings.provider)} · {ran_with.get('model', settings.model)}, "
+                       f"the model session {going_on.row.id} ran with: {exc}; give --provider/--model to choose another")
+                return 1
+    trace("configuration")
     if not sys.stdin.isatty() or not sys.stderr.isatty():  # textual reads keys from stdin and draws on stderr
         _error("the terminal UI needs a terminal; for scripts use `osprey agent PROMPT`")
         return 2
@@ -107,25 +120,10 @@ def run_tui(
     def settings_for(change: dict[str, Any]) -> Any:
         return load_settings(cwd, {**flags, **change}, interactive=True)
 
-    def factory(hooks: Hooks) -> Session:
-        # Each session (the first, and each /new) is journaled in $OSPREY_HOME/sessions.db.
-        # The settings are those of the last /model, /provider or /effort, when there was one.
-        current = app.current_settings or settings
-        options = SessionOptions(settings=current, allow=list(allow), interactive=True)
-        if hooks.resume is not None:
-            options = options.model_copy(update={"session_id": hooks.resume.row.id, "resume": resume_point(hooks.resume.events)})
-        return Session(options, journal=Journal(journal, warn=hooks.warn), **hooks.kwargs())
-
-    previous = crash.install(settings.home)
+    plan = Launch(settings=settings, settings_for=settings_for, journal=journal, allow=list(allow), resume=going_on,
+                  model_flags=ran_with, title=f"osprey · {os.path.basename(str(settings.cwd)) or '/'}", trace=trace)
     try:
-        app = OspreyApp(factory, title=f"osprey · {os.path.basename(str(settings.cwd)) or '/'}", warnings=settings.warnings,
-                        settings_for=settings_for, journal=journal, resume=going_on)
-        status = app.run()
-    finally:
-        sys.excepthook = previous
-    if app.crash is not None:
-        crash.report(app.crash, settings.home)  # textual has restored the terminal and shown the traceback
+        return asyncio.run(launch(plan))
+    except OspreyError as exc:  # before the terminal was set up: the lane could not start, say
+        _error(str(exc))
         return 1
-    if app.start_error is not None:
-        _error(app.start_error)
-    return status if isinstance(status, int) else app.exit_status

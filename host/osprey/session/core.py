@@ -63,6 +63,16 @@ class SessionOptions(BaseModel):
     context_window: int | None = None
 
 
+def compose_system_prompt(settings: Settings, tool_service: str | None = None) -> str:
+    """The active system prompt for these settings (`tool_service`: `local` or `lane`, by
+    default what the settings ask for). Front ends compose it at launch, before the session
+    exists, so a prompt that cannot be made stops the launch early."""
+    from ..prompt import system_prompt
+
+    kind = tool_service or ("lane" if settings.sandbox.enabled else "local")
+    return system_prompt(str(settings.cwd), kind, git_read_only=settings.sandbox.protect_git)
+
+
 def parse_allow_rules(texts: Sequence[str]) -> list[Any]:
     """`--allow` rules, or a ConfigError naming the bad one."""
     from ..policy.rules import Rule, RuleError
@@ -98,6 +108,8 @@ class Session:
         http: httpx.AsyncClient | None = None,
         interceptors: Sequence[Interceptor] = (),
         journal: Journal | None = None,
+        home: ToolServiceHome | None = None,
+        trace: Callable[[str], None] = lambda _: None,
     ) -> None:
         self.options = options
         self.settings = options.settings
@@ -115,7 +127,12 @@ class Session:
         self.interceptors = list(interceptors)
         self.allow_rules = parse_allow_rules(options.allow)
         self._stack = AsyncExitStack()
-        self.home: ToolServiceHome | None = None
+        # A started home handed over by the front end (a lane provisioned at launch): from here on
+        # the session owns it and closes it, whether or not it ever starts.
+        self.home: ToolServiceHome | None = home
+        if home is not None:
+            self._stack.push_async_callback(home.close)
+        self.trace = trace  # the launch steps, by name, as they happen
         self._record_sink: Any = None
         self.processes: Any = None  # the process tool's ProcessManager in plain host runs
         self.registry: ToolRegistry | None = None
@@ -156,6 +173,7 @@ class Session:
         self._started = True
         try:
             await self._build()
+            self.trace("tools")
         except BaseException:
             self._closed = True
             try:
@@ -168,10 +186,11 @@ class Session:
         event = SessionStart(
             session_id=self.session_id, provider=self.loop.provider.name, model=self.loop.provider.model,
             cwd=str(self.settings.cwd), tool_service=self.tool_service_kind, tools=self.tool_names(),
-            approval_policy=self.policy.policy, max_turns=self.loop.max_turns,
+            approval_policy=self.policy.policy, max_turns=self.loop.max_turns, effort=self.settings.effort,
         )
         self._announced = True
         self.emit(event)
+        self.trace("agent")
         for interceptor in self.interceptors:
             await self._notify(interceptor, "session_start", interceptor.session_start(event))
         return event
@@ -197,10 +216,12 @@ class Session:
         if settings.approval_policy == "never" and not settings.sandbox.enabled:
             self.warn("tool calls run on the host without approval (--yolo without --sandbox); only isolation outside Osprey and the hardline floor protect this machine")
         host_env = settings_tool_environment(settings)
-        self.home = home = await self._stack.enter_async_context(open_tool_service(
-            [str(settings.cwd)], sandbox=settings.sandbox, session_id=self.session_id,
-            progress=self.progress, home=settings.home, env=host_env,
-        ))
+        if self.home is None:
+            self.home = await self._stack.enter_async_context(open_tool_service(
+                [str(settings.cwd)], sandbox=settings.sandbox, session_id=self.session_id,
+                progress=self.progress, home=settings.home, env=host_env,
+            ))
+        home = self.home
         processes = None
         if self.tool_service_kind == "local":
             from ..tools.process import ProcessManager
@@ -285,7 +306,9 @@ class Session:
     @property
     def tool_service_kind(self) -> str:
         """`local` or `lane` (an attached lane is a lane to the model and to events)."""
-        return "local" if self.home is None or self.home.kind == "local" else "lane"
+        if self.home is None:
+            return "lane" if self.settings.sandbox.enabled else "local"
+        return "local" if self.home.kind == "local" else "lane"
 
     def tool_names(self) -> list[str]:
         return self.registry.names() if self.registry is not None else []
@@ -297,9 +320,7 @@ class Session:
 
     def system_prompt(self) -> str:
         """The system prompt of the next turn (recomputed at every turn boundary)."""
-        from ..prompt import system_prompt
-
-        return system_prompt(str(self.settings.cwd), self.tool_service_kind, git_read_only=self.settings.sandbox.protect_git)
+        return compose_system_prompt(self.settings, self.tool_service_kind)
 
     @property
     def messages(self) -> list[Message]:

@@ -29,6 +29,7 @@ class SessionStart(Event):
     tools: list[str]
     approval_policy: str
     max_turns: int
+    effort: str | None = None
 
 
 class UserMessageEvent(Event):

@@ -106,13 +106,26 @@ class OspreyApp(App[int]):
     ENABLE_COMMAND_PALETTE = False
 
     def __init__(self, factory: SessionFactory, *, title: str = "osprey", warnings: Sequence[str] = (),
-                 settings_for: SettingsFor | None = None, journal: Path | None = None, resume: Resume | None = None) -> None:
+                 settings_for: SettingsFor | None = None, journal: Path | None = None, resume: Resume | None = None,
+                 catalog: Catalog | None = None, trace: Callable[[str], None] | None = None,
+                 on_terminal: Callable[[], None] | None = None, close_on_exit: bool = True,
+                 model_flags: dict[str, Any] | None = None) -> None:
+        """`catalog`: the model capabilities read at launch; `trace` records the launch steps;
+        `on_terminal` runs once the terminal is set up (the launcher installs its crash guard);
+        `close_on_exit=False` leaves closing the session to the caller (`teardown()`), after
+        the terminal is restored."""
         super().__init__()
         self.factory = factory
         self.settings_for = settings_for
         self.journal = journal  # the session journal, for /session and /sessions
         self._resume_next = resume
-        self.model_flags: dict[str, Any] = {}  # what /model, /provider and /effort chose, kept across /new
+        self.catalog = catalog
+        self.trace = trace or (lambda _: None)
+        self.on_terminal = on_terminal
+        self.close_on_exit = close_on_exit
+        self._shut_down = False
+        self.late_notes: list[str] = []  # warnings and errors that came after the screen was gone
+        self.model_flags: dict[str, Any] = dict(model_flags or {})  # what /model, /provider and /effort chose, kept across /new
         self.current_settings: Settings | None = None  # the settings of the last switch, for the next session
         self.debug_events = False
         self.warnings = list(warnings)  # from loading the settings: shown first
@@ -149,7 +162,10 @@ class OspreyApp(App[int]):
         yield Static("starting…", id="status", markup=False)
         yield PromptArea(id="prompt")
 
-    def on_mount(self) -> None:
+    async def on_mount(self) -> None:
+        self.trace("terminal")
+        if self.on_terminal is not None:
+            self.on_terminal()
         self._ui_thread = threading.get_ident()
         self.query_one("#conversation", VerticalScroll).anchor()
         self.query_one(PromptArea).focus()
@@ -162,7 +178,15 @@ class OspreyApp(App[int]):
             self._signals.append(signum)
         for warning in self.warnings:
             self._note(f"warning: {warning}", "warning")
-        self._start_session()
+        # The first session starts before the event loop takes keys; one that cannot start
+        # (the dispatcher, the tools) stops the TUI, and the launcher prints why.
+        await self._open_session()
+        if self.start_error is not None and not self._quitting:
+            self._quitting = True
+            self.exit(1)
+
+    def on_ready(self) -> None:
+        self.trace("event_loop")
 
     def _on_signal(self, signum: int) -> None:
         # SIGTERM or SIGHUP (a closed terminal): leave in order, as /quit does, with 128 + the signal.
@@ -186,6 +210,8 @@ class OspreyApp(App[int]):
 
     def _model_info(self, provider: str, model: str) -> ModelInfo | None:
         """The model's catalog entry (prices, context window) from the cache; no network."""
+        if self.catalog is not None and (found := self.catalog.find(provider, model)) is not None:
+            return found
         session = self.session
         if session is None:
             return None
@@ -217,6 +243,8 @@ class OspreyApp(App[int]):
         self.transcript.add("notice", text)
         if not self._gone:
             self.conversation.mount(NoticeRow(text, markup=False, classes=level))
+        elif level in ("warning", "error"):
+            self.late_notes.append(text)  # the launcher prints them once the terminal is back
 
     # ------------------------------------------------------------------ the session
 
@@ -231,11 +259,14 @@ class OspreyApp(App[int]):
             return
         try:
             self.call_from_thread(self._note, f"warning: {line}", "warning")
-        except RuntimeError:  # the app is not running any more: nothing left to show it on
-            pass
+        except RuntimeError:  # the app is not running any more: printed once the terminal is back
+            self.late_notes.append(f"warning: {line}")
 
     @work(exclusive=True, group="session-start")
     async def _start_session(self) -> None:
+        await self._open_session()
+
+    async def _open_session(self) -> None:
         self.approver = TuiApprover(self._show_approval)
         self.start_error = None
         resume, self._resume_next = self._resume_next, None
@@ -308,17 +339,33 @@ class OspreyApp(App[int]):
             return
         self._quitting = True
         self._set_state("closing")
-        self.approver.deny_all()
-        await self._close_session()
+        self._shutdown_session()
+        if self.close_on_exit:
+            await self._close_session()
         self.exit(self.exit_status)
 
+    def _shutdown_session(self) -> None:
+        """Deny what is still asked and interrupt the running task (the rest is teardown's)."""
+        self.approver.deny_all()
+        if self.session is not None:
+            self.session.cancel()
+        if not self._shut_down:
+            self._shut_down = True
+            self.trace("shutdown")
+
     async def on_unmount(self) -> None:
-        # However the app ends (a crash, app.exit()), the session is closed: asks denied, lane removed.
+        # However the app ends (a crash, app.exit()), asks are denied and the task interrupted;
+        # the session is closed here unless the caller does it once the terminal is restored.
         self._unmounting = True
         loop = asyncio.get_running_loop()
         for signum in self._signals:
             loop.remove_signal_handler(signum)
-        self.approver.deny_all()
+        self._shutdown_session()
+        if self.close_on_exit:
+            await self._close_session()
+
+    async def teardown(self) -> None:
+        """Close the session the app ended with: journal drained and checkpointed, lane removed."""
         await self._close_session()
 
     async def _close_session(self) -> None:
@@ -695,6 +742,9 @@ class OspreyApp(App[int]):
             f"model: {self._start.provider} · {self._start.model}" if self._start else "model: (the session has not started)",
             "raw events are shown (/debug hides them)" if self.debug_events else "raw events are hidden",
         ]
+        summary = getattr(self.trace, "summary", None)
+        if callable(summary):
+            lines.append(f"launch: {summary()}")
         self._note("\n".join(lines))
 
     async def _cmd_tools(self, argument: str) -> None:

@@ -1,0 +1,228 @@
+"""The TUI's launch and teardown order (the spec's "TUI launch sequence"), against the loopback
+model server: steps in order, the lane before the terminal, the terminal restored before the
+session is torn down, and a lane never left behind by a launch that fails."""
+
+from __future__ import annotations
+
+import io
+import os
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import require_docker
+from test_tui import SIZE, notices, started, type_prompt, until
+
+from osprey.config import Settings, load_settings
+from osprey.sessions.journal import journal_path, load_events
+from osprey.testing.model_server import ModelServer, Reply
+from osprey.tui.app import OspreyApp
+from osprey.tui.launch import Launch, LaunchTrace, launch, recorded_model
+
+LAUNCH = ["capabilities", "terminal", "guard", "system_prompt", "session", "tools", "agent", "event_loop"]
+EXIT = ["shutdown", "terminal_restored", "teardown"]
+
+
+def _plan(tmp_path: Path, server: ModelServer, **flags: Any) -> Launch:
+    workspace, home = tmp_path / "ws", tmp_path / "home"
+    workspace.mkdir(exist_ok=True)
+    home.mkdir(exist_ok=True)
+    env = {"OSPREY_HOME": str(home), "OPENAI_API_KEY": "test-key"}
+
+    def settings_for(change: dict[str, Any]) -> Settings:
+        return load_settings(workspace, {"base_url": server.base_url, "approval_policy": "never", **flags, **change}, env, interactive=True)
+
+    return Launch(settings=settings_for({}), settings_for=settings_for, journal=journal_path(home), trace=LaunchTrace())
+
+
+class Seen:
+    """What a run saw while the app was up, checked after the launch returned."""
+
+    def __init__(self) -> None:
+        self.hook_during: Any = None
+        self.session_open_after_app = False
+        self.lanes_during: list[Any] = []
+        self.session_id = ""
+
+
+def _lanes(session_id: str) -> list[Any]:
+    import docker
+
+    api = docker.from_env(timeout=120)
+    try:
+        return api.containers.list(all=True, filters={"label": f"osprey.session={session_id}"})
+    finally:
+        api.close()
+
+
+def _exchange(seen: Seen, *, lanes: bool = False) -> Any:
+    async def run(app: OspreyApp) -> int | None:
+        async with app.run_test(size=SIZE) as pilot:
+            await started(pilot, app)
+            assert app.session is not None
+            seen.hook_during = sys.excepthook
+            seen.session_id = app.session.session_id
+            if lanes:
+                seen.lanes_during = _lanes(seen.session_id)
+            await type_prompt(pilot, app, "say hi")
+            await until(pilot, lambda: "hi there" in app.transcript.to_markdown() and not app._working)
+            await type_prompt(pilot, app, "/quit")
+            await until(pilot, lambda: not app.is_running)
+        # The app has ended (in a terminal: the screen is restored) and the session is still open.
+        seen.session_open_after_app = app.session is not None and not app.session._closed
+        return app.return_value
+
+    return run
+
+
+async def test_launch_and_exit_follow_the_spec_order(tmp_path: Path, model_server: ModelServer) -> None:
+    model_server.add(Reply.text("hi there"))
+    plan = _plan(tmp_path, model_server)
+    seen = Seen()
+    before = sys.excepthook
+    status = await launch(plan, run=_exchange(seen), stderr=io.StringIO())
+    assert status == 0
+    assert plan.trace.names == [*LAUNCH, *EXIT]
+    assert seen.session_open_after_app, "the session was torn down before the terminal was restored"
+    assert seen.hook_during is not before and sys.excepthook is before  # the guard, then put back on a normal exit
+    # Teardown drained the journal and checkpointed it.
+    events = load_events(plan.journal, seen.session_id)
+    assert [e["type"] for e in events][-2:] == ["task_end", "session_end"]
+    wal = Path(f"{plan.journal}-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    assert "tools" in plan.trace.summary() and " ms" in plan.trace.summary()
+
+
+async def test_a_dispatcher_that_cannot_start_stops_the_tui_before_the_agent(tmp_path: Path, model_server: ModelServer,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import osprey.dispatch
+
+    async def broken(self: Any) -> None:
+        raise osprey.dispatch.DispatcherError("the local dispatcher did not start: test")
+
+    monkeypatch.setattr(osprey.dispatch.LocalDispatcher, "start", broken)
+    plan = _plan(tmp_path, model_server)
+    err = io.StringIO()
+
+    async def run(app: OspreyApp) -> int | None:
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: not app.is_running)
+        return app.return_value
+
+    assert await launch(plan, run=run, stderr=err) == 1
+    assert "osprey: error: the local dispatcher did not start: test" in err.getvalue()
+    assert "agent" not in plan.trace.names and plan.trace.names[-1] == "teardown"
+
+
+async def test_a_resumed_session_goes_on_with_the_model_it_ran_with(tmp_path: Path, model_server: ModelServer) -> None:
+    model_server.add(Reply.text("hi there"), Reply.text("hi there again"))
+    plan = _plan(tmp_path, model_server, model="gpt-first", effort="low")
+    seen = Seen()
+    assert await launch(plan, run=_exchange(seen), stderr=io.StringIO()) == 0
+    events = load_events(plan.journal, seen.session_id)
+    assert recorded_model(events) == {"provider": "openai", "model": "gpt-first", "effort": "low"}
+    # A model switch later in the record wins; junk and replay records are ignored.
+    more = [*events, {"type": "model_switch", "provider": "replay", "model": "x"},
+            {"type": "model_switch", "provider": "openai", "model": "gpt-\x1b[31m"},
+            {"type": "model_switch", "provider": "anthropic", "model": "claude-x", "effort": "bogus"}]
+    assert recorded_model(more) == {"provider": "anthropic", "model": "claude-x"}
+    assert recorded_model([{"type": "session_start", "provider": "openai", "model": "m" * 500}]) == {}
+
+
+def _osprey_tui(*args: str, env: dict[str, str]) -> tuple[int, str]:
+    """Run `osprey` as a person would on a pseudo-terminal that ends at once; its status and output."""
+    import pty
+    import subprocess
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("osprey")), *args], env=env, stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    return proc.wait(timeout=60), b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_resume_refuses_a_recorded_model_that_no_longer_resolves(tmp_path: Path, osprey_env: dict[str, str]) -> None:
+    home = Path(osprey_env["OSPREY_HOME"])
+    db = journal_path(home)
+    from osprey.sessions.journal import Journal
+    from osprey.session.events import SessionStart
+
+    journal = Journal(db)
+    journal.record(SessionStart(session_id="abc123", provider="anthropic", model="claude-test", cwd=str(tmp_path), tool_service="local",
+                                tools=[], approval_policy="never", max_turns=5), "abc123", str(tmp_path))
+    journal.close()
+    env = {k: v for k, v in osprey_env.items() if k != "ANTHROPIC_API_KEY"}
+    status, output = _osprey_tui("-C", str(tmp_path), "--resume", "abc123", env=env)
+    assert status == 1, output
+    assert "cannot go on with anthropic · claude-test" in output and "--provider/--model" in output
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("SELECT count(*) FROM events WHERE session_id = 'abc123'").fetchone() == (1,)
+    finally:
+        conn.close()
+
+
+async def test_sandbox_lane_is_provisioned_before_the_terminal_and_removed_after_it(tmp_path: Path, model_server: ModelServer) -> None:
+    require_docker()
+    model_server.add(Reply.text("hi there"))
+    plan = _plan(tmp_path, model_server, sandbox={"enabled": True})
+    seen = Seen()
+    err = io.StringIO()
+    assert await launch(plan, run=_exchange(seen, lanes=True), stderr=err) == 0
+    assert plan.trace.names == ["sandbox", *LAUNCH, *EXIT]
+    assert "starting the sandbox lane" in err.getvalue()
+    assert len(seen.lanes_during) == 1, "the session did not run in the lane provisioned at launch"
+    assert _lanes(seen.session_id) == []
+
+
+async def test_a_lane_is_removed_when_the_launch_fails_before_or_after_handing_it_over(tmp_path: Path, model_server: ModelServer,
+                                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    require_docker()
+    plan = _plan(tmp_path, model_server, sandbox={"enabled": True})
+    ids: list[str] = []
+
+    async def terminal_fails(app: OspreyApp) -> None:
+        raise OSError("the terminal could not be set up")
+
+    import osprey.session.core
+
+    real = osprey.session.core.new_session_id
+    monkeypatch.setattr(osprey.session.core, "new_session_id", lambda: ids.append(real()) or ids[-1])
+    with pytest.raises(OSError, match="terminal could not be set up"):
+        await launch(plan, run=terminal_fails, stderr=io.StringIO())
+    assert plan.trace.names == ["sandbox", "capabilities", "teardown"]
+    assert ids[0] and _lanes(ids[0]) == []
+
+    # After the hand-over: the tools cannot be built, so the session fails and takes the lane with it.
+    import osprey.tools
+
+    def no_tools(**_: Any) -> list[Any]:
+        raise RuntimeError("the tool layer could not be built")
+
+    monkeypatch.setattr(osprey.tools, "base_tools", no_tools)
+    plan = _plan(tmp_path, model_server, sandbox={"enabled": True})
+    err = io.StringIO()
+    lanes_at_failure: list[Any] = []
+
+    async def run(app: OspreyApp) -> int | None:
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: not app.is_running)
+            lanes_at_failure.extend(_lanes(ids[-1]))
+            assert "the tool layer could not be built" in notices(app)
+        return app.return_value
+
+    assert await launch(plan, run=run, stderr=err) == 1
+    assert "the tool layer could not be built" in err.getvalue()
+    assert lanes_at_failure == [] and _lanes(ids[-1]) == []
+    assert "agent" not in plan.trace.names
