@@ -155,8 +155,8 @@ def _osprey_tui(*args: str, env: dict[str, str]) -> tuple[int, str]:
 def test_resume_refuses_a_recorded_model_that_no_longer_resolves(tmp_path: Path, osprey_env: dict[str, str]) -> None:
     home = Path(osprey_env["OSPREY_HOME"])
     db = journal_path(home)
-    from osprey.sessions.journal import Journal
     from osprey.session.events import SessionStart
+    from osprey.sessions.journal import Journal
 
     journal = Journal(db)
     journal.record(SessionStart(session_id="abc123", provider="anthropic", model="claude-test", cwd=str(tmp_path), tool_service="local",
