@@ -20,6 +20,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
+from textual.widget import AwaitMount, Widget
 from textual.widgets import Markdown, Static
 
 from ..catalog import Catalog, ModelInfo, estimated_cost, initial_catalog
@@ -51,6 +52,7 @@ from .widgets import MAX_RESULT_SHOWN, AnswerRow, FoldRow, NoticeRow, PromptArea
 EFFORT_LEVELS = ("minimal", "low", "medium", "high")
 PROVIDER_NAMES = ("openai", "anthropic")
 MAX_DIFF_BYTES = 200_000
+MAX_ROWS = 300  # conversation rows kept on the screen
 DIFF_COMMAND = "git --no-pager diff --stat --no-color && echo && git --no-pager diff --no-color"
 
 
@@ -124,6 +126,7 @@ class OspreyApp(App[int]):
         self.on_terminal = on_terminal
         self.close_on_exit = close_on_exit
         self._shut_down = False
+        self._hidden = 0  # rows taken off the screen in a long conversation
         self.late_notes: list[str] = []  # warnings and errors that came after the screen was gone
         self.model_flags: dict[str, Any] = dict(model_flags or {})  # what /model, /provider and /effort chose, kept across /new
         self.current_settings: Settings | None = None  # the settings of the last switch, for the next session
@@ -239,10 +242,30 @@ class OspreyApp(App[int]):
         self._state = state
         self._refresh_status()
 
+    def _show(self, *rows: Widget) -> AwaitMount:
+        """Add rows to the conversation; past MAX_ROWS the oldest finished ones leave the screen
+        (the transcript keeps them for /export and /copy all), so a long session stays fast."""
+        conversation = self.conversation
+        mounted = conversation.mount_all(rows)
+        excess = len(conversation.children) + len(rows) - MAX_ROWS
+        if excess > 0:
+            busy = {id(row) for row in self._tool_rows.values()} | {id(self._answer)}
+            old = [row for row in conversation.children if row.id != "earlier" and id(row) not in busy][:excess]
+            if old:
+                self._hidden += len(old)
+                for row in old:
+                    row.remove()
+                text = f"{self._hidden:,} earlier rows are not shown here; /export writes the whole conversation"
+                try:
+                    self.query_one("#earlier", Static).update(text)
+                except NoMatches:
+                    conversation.mount(NoticeRow(text, markup=False, id="earlier", classes="info"), before=0)
+        return mounted
+
     def _note(self, text: str, level: str = "info") -> None:
         self.transcript.add("notice", text)
         if not self._gone:
-            self.conversation.mount(NoticeRow(text, markup=False, classes=level))
+            self._show(NoticeRow(text, markup=False, classes=level))
         elif level in ("warning", "error"):
             self.late_notes.append(text)  # the launcher prints them once the terminal is back
 
@@ -319,7 +342,7 @@ class OspreyApp(App[int]):
                 return
             entry = self.transcript.add("user", prompt)
             if not self._gone:
-                await self.conversation.mount(UserRow(prompt, entry.at))
+                await self._show(UserRow(prompt, entry.at))
             self._set_state("working (Esc stops)")
             await session.submit(prompt)
         except Exception as exc:  # noqa: BLE001 - an internal error ends the task; the session stays usable
@@ -380,7 +403,7 @@ class OspreyApp(App[int]):
     def _on_event(self, event: Event) -> None:
         if self.debug_events and not self._gone:
             fields = event.model_dump(mode="json", exclude={"type"})
-            self.conversation.mount(FoldRow(f"event {event.type}", format_arguments(fields)[:MAX_RESULT_SHOWN], classes="debug"))
+            self._show(FoldRow(f"event {event.type}", format_arguments(fields)[:MAX_RESULT_SHOWN], classes="debug"))
         if isinstance(event, SessionStart):
             self._start = event
             self._price = self._model_info(event.provider, event.model)
@@ -398,7 +421,7 @@ class OspreyApp(App[int]):
             self._tool_rows[event.id] = ToolRow(event)
             self.transcript.add("tool", f"{event.name}\n{format_arguments(event.arguments)}")
             if not self._gone:
-                self.conversation.mount(self._tool_rows[event.id])
+                self._show(self._tool_rows[event.id])
         elif isinstance(event, ToolResultEvent):
             finished = self._tool_rows.pop(event.id, None)
             if finished is not None:
@@ -423,7 +446,7 @@ class OspreyApp(App[int]):
             self._finish_answer()
             self.transcript.add("notice", f"conversation compacted ({event.reason}): {event.summary}")
             if not self._gone:
-                self.conversation.mount(FoldRow(f"conversation compacted ({event.reason}, {event.messages_before} messages)",
+                self._show(FoldRow(f"conversation compacted ({event.reason}, {event.messages_before} messages)",
                                                 event.summary, classes="compaction"))
         elif isinstance(event, Notice):
             self._note(event.message, event.level)
@@ -445,7 +468,7 @@ class OspreyApp(App[int]):
     async def _stream(self, row: AnswerRow, chunks: asyncio.Queue[str | None]) -> None:
         if self._gone:
             return
-        await self.conversation.mount(row)
+        await self._show(row)
         stream = Markdown.get_stream(row.markdown)
         try:
             while (chunk := await chunks.get()) is not None:
@@ -528,6 +551,7 @@ class OspreyApp(App[int]):
             return
         await self._close_session()
         await self.conversation.remove_children()
+        self._hidden = 0
         self.transcript = Transcript()
         self._tool_rows.clear()
         self._start, self._tokens = None, (0, 0)
@@ -663,11 +687,28 @@ class OspreyApp(App[int]):
             return
         await self._close_session()
         await self.conversation.remove_children()
+        self._hidden = 0
         self.transcript = Transcript()
         self._tool_rows.clear()
         self._start, self._tokens = None, (0, 0)
+        await self._take_recorded_model(events)
         self._resume_next = Resume(row, events)
         self._start_session()
+
+    async def _take_recorded_model(self, events: list[dict[str, Any]]) -> None:
+        """Go on with the provider, model and effort a resumed session last ran with."""
+        from .launch import recorded_model
+
+        recorded = recorded_model(events)
+        if not recorded or self.settings_for is None:
+            return
+        try:
+            self.current_settings = await asyncio.to_thread(self.settings_for, recorded)
+        except OspreyError as exc:
+            self._note(f"going on with the current model: the session's own ({recorded['provider']} · {recorded['model']}) "
+                       f"is not available: {exc}", "warning")
+            return
+        self.model_flags = dict(recorded)
 
     async def _replay(self, resume: Resume) -> None:
         """Show a journaled session's conversation: its prompts, answers, tool calls and compactions."""
@@ -701,7 +742,7 @@ class OspreyApp(App[int]):
             except (ValidationError, TypeError, ValueError):
                 continue  # a record cut short in the journal: shown without it
         if not self._gone:
-            await self.conversation.mount_all(rows)
+            await self._show(*rows)
 
     async def _cmd_diff(self, argument: str) -> None:
         session = self.session
@@ -724,7 +765,7 @@ class OspreyApp(App[int]):
         self.transcript.add("tool", f"git diff\n{text}")
         stat = text.split("\n\n", 1)[0].strip().splitlines()
         title = f"git diff  {stat[-1].strip() if stat else ''}"
-        await self.conversation.mount(FoldRow(title, diff_text(text + note), collapsed=False, classes="diff"))
+        await self._show(FoldRow(title, diff_text(text + note), collapsed=False, classes="diff"))
 
     async def _cmd_debug(self, argument: str) -> None:
         import os
