@@ -20,7 +20,19 @@ from session_harness import FAST_RETRY, FakeProvider, Harness, calls, check_stre
 from osprey.messages import AssistantMessage, ToolCall, ToolResultMessage, Usage, UserMessage
 from osprey.session.core import Session
 from osprey.session.events import AssistantText, Event, Notice, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent
-from osprey.sessions.journal import TRUNCATED_KEY, Journal, JournalError, find_session, journal_path, list_sessions, load_events, make_title
+from osprey.sessions import journal as journal_module
+from osprey.sessions.journal import (
+    INCOMPLETE_KEY,
+    TRUNCATED_KEY,
+    Journal,
+    JournalError,
+    event_json,
+    find_session,
+    journal_path,
+    list_sessions,
+    load_events,
+    make_title,
+)
 from osprey.sessions.resume import ENDED_TEXT, rebuild_conversation, resume_point
 
 
@@ -223,13 +235,22 @@ async def run_warned(harness: Harness, path: Path) -> tuple[list[Event], list[st
     return events, warnings
 
 
+def reported_loss(warnings: list[str], events: list[Event]) -> None:
+    """One warning when the failure began, one at the end counting every event of the session as not saved."""
+    assert len(warnings) == 2, warnings
+    assert "goes on without being saved for now" in warnings[0] and "kept in memory" in warnings[0] and "retried" in warnings[0], warnings
+    assert warnings[1].startswith(f"{len(events)} events of this session were not saved:"), warnings
+    assert "holds none of this run's events" in warnings[1], warnings
+
+
 async def test_a_corrupt_database_warns_once_and_the_session_runs(harness: Harness) -> None:
     path = journal_path(harness.home)
     path.parent.mkdir(parents=True)
     garbage = b"this is not a database\n" * 400
     path.write_bytes(garbage)
-    _, warnings = await run_warned(harness, path)
-    assert len(warnings) == 1 and str(path) in warnings[0] and "goes on without" in warnings[0], warnings
+    events, warnings = await run_warned(harness, path)
+    reported_loss(warnings, events)
+    assert str(path) in warnings[0] and "cannot be opened" in warnings[0] and "moved aside" in warnings[0], warnings
     assert path.read_bytes() == garbage, "the journal leaves a file it cannot read alone"
 
 
@@ -259,13 +280,217 @@ def locked_journal(harness: Harness) -> Iterator[Path]:
 
 
 async def test_a_database_locked_by_another_process_warns_and_the_session_runs(harness: Harness, locked_journal: Path) -> None:
-    _, warnings = await run_warned(harness, locked_journal)
-    assert len(warnings) == 1 and "locked" in warnings[0], warnings
+    events, warnings = await run_warned(harness, locked_journal)
+    reported_loss(warnings, events)
+    assert "locked" in warnings[0] and "locked" in warnings[1], warnings
 
 
 async def test_a_home_that_cannot_be_created_warns_and_the_session_runs(harness: Harness, tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     path = journal_path(blocker / "home")
-    _, warnings = await run_warned(harness, path)
-    assert len(warnings) == 1 and "cannot be opened" in warnings[0], warnings
+    events, warnings = await run_warned(harness, path)
+    reported_loss(warnings, events)
+    assert "cannot be opened" in warnings[0], warnings
+
+
+# ------------------------------------------------------------------ recovering from a failure
+
+
+def wait_until(predicate: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def numbered(count: int) -> list[Event]:
+    return [Notice(message=f"event {n:04d}") for n in range(count)]
+
+
+def stored_seqs(path: Path, session_id: str) -> list[int]:
+    with sqlite3.connect(path) as conn:
+        return [seq for (seq,) in conn.execute("SELECT seq FROM events WHERE session_id = ? ORDER BY seq", (session_id,))]
+
+
+def test_a_lock_held_past_the_busy_timeout_then_released_loses_nothing(tmp_path: Path) -> None:
+    path = journal_path(tmp_path)
+    warnings: list[str] = []
+    journal = Journal(path, warn=warnings.append, busy_timeout_ms=100)
+    events = [start_event("s5"), *numbered(30)]
+    for event in events[:5]:
+        journal.record(event, "s5")
+    assert journal.flush()
+    locker = sqlite3.connect(path, isolation_level=None)
+    try:
+        locker.execute("BEGIN IMMEDIATE")
+        for event in events[5:20]:
+            journal.record(event, "s5")
+        wait_until(lambda: len(warnings) == 1)
+        time.sleep(1.0)  # ten busy timeouts, and past the first retry: the lock is still held
+        for event in events[20:]:
+            journal.record(event, "s5")
+        assert not journal.flush(0.1)
+        assert load_events(path, "s5") == dumped(events[:5]), "readers go on; nothing more is committed while locked"
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    assert journal.flush(10), "the kept events are written once the lock is gone"
+    journal.record(Notice(message="after"), "s5")
+    journal.close()
+    stored = load_events(path, "s5")
+    assert stored[:-1] == dumped(events) and stored[-1]["message"] == "after"
+    assert stored_seqs(path, "s5") == list(range(len(events) + 1)), "gap-free, in emission order"
+    assert len(warnings) == 2, warnings
+    assert "cannot be written" in warnings[0] and "locked" in warnings[0] and "kept in memory" in warnings[0], warnings
+    assert warnings[1] == f"the session journal {path} can be written again: 26 events were saved late, none lost"
+
+
+@pytest.mark.parametrize("blocker", ["a directory", "not SQLite"])
+def test_a_journal_that_cannot_be_opened_retries_quietly_until_it_can(tmp_path: Path, blocker: str) -> None:
+    """As root chmod stops no writes: the database's path is a directory, or a file that is not SQLite, then fixed."""
+    path = journal_path(tmp_path / "home")
+    path.parent.mkdir()
+    garbage = b"this is not a database\n" * 400
+    if blocker == "a directory":
+        path.mkdir()
+    else:
+        path.write_bytes(garbage)
+    warnings: list[str] = []
+    journal = Journal(path, warn=warnings.append, retry_delays=(0.01, 0.02))
+    events = [start_event("s6"), *numbered(20)]
+    for event in events:
+        journal.record(event, "s6")
+    time.sleep(0.5)  # some twenty retries of opening it
+    assert len(warnings) == 1 and "cannot be opened" in warnings[0] and str(path) in warnings[0], warnings
+    assert not journal.flush(0.01)
+    if blocker == "a directory":
+        path.rmdir()
+    else:
+        path.rename(path.with_name("sessions.db.corrupt"))
+    assert journal.flush(10)
+    journal.close()
+    assert load_events(path, "s6") == dumped(events)
+    assert stored_seqs(path, "s6") == list(range(len(events)))
+    assert len(warnings) == 2 and warnings[1].endswith("can be written again: 21 events were saved late, none lost"), warnings
+    if blocker != "a directory":
+        assert path.with_name("sessions.db.corrupt").read_bytes() == garbage
+
+
+@pytest.mark.parametrize("bound", ["events", "bytes"])
+def test_past_the_bound_the_session_is_sealed_and_its_record_says_where_it_stops(tmp_path: Path, bound: str) -> None:
+    path = journal_path(tmp_path / "home")
+    path.parent.mkdir()
+    path.mkdir()
+    events = [start_event("s7"), *numbered(29)]
+    kept = 10
+    if bound == "events":
+        limits: dict[str, Any] = {"max_unsaved_events": kept}
+    else:
+        limits = {"max_unsaved_bytes": sum(len(event_json(e).encode()) for e in events[:kept]) + 5}
+    warnings: list[str] = []
+    journal = Journal(path, warn=warnings.append, retry_delays=(0.01, 0.02), **limits)
+    for event in events:
+        journal.record(event, "s7")
+    wait_until(lambda: len(warnings) == 2)
+    assert "cannot be opened" in warnings[0] and "not kept" in warnings[1] and "s7" in warnings[1], warnings
+    path.rmdir()
+    wait_until(lambda: len(warnings) == 3)
+    assert warnings[2].endswith("can be written again: 10 events were saved late; later events of session s7 were not kept "
+                                "(its saved record stops before them)"), warnings
+    journal.record(Notice(message="after the database came back"), "s7")  # not kept either: the record stays a prefix
+    journal.close()
+    assert len(warnings) == 4 and warnings[3].startswith("21 events of this session were not saved:"), warnings
+    assert "the saved record of session s7 stops at event 9" in warnings[3], warnings
+
+    stored = load_events(path, "s7")
+    assert stored[:kept] == dumped(events[:kept]) and len(stored) == kept + 1
+    marker = stored[kept]
+    assert marker["type"] == "notice" and marker["level"] == "warning" and marker[INCOMPLETE_KEY] == kept - 1
+    assert "after event 9" in marker["message"] and "stops here" in marker["message"]
+    assert stored_seqs(path, "s7") == list(range(kept + 1))
+    assert resume_point(stored) == resume_point(events[:kept]), "the marker is no part of the conversation"
+
+    # Going on with it: the journal says the record is incomplete, and appends after the marker.
+    again: list[str] = []
+    resumed = Journal(path, warn=again.append)
+    resumed.record(start_event("s7"), "s7")
+    resumed.close()
+    assert len(again) == 1 and "record of session s7 is incomplete" in again[0] and "after event 9" in again[0], again
+    assert [e["type"] for e in load_events(path, "s7")[kept:]] == ["notice", "session_start"]
+    assert stored_seqs(path, "s7") == list(range(kept + 2))
+
+
+async def test_a_resumed_session_with_an_incomplete_record_is_warned(harness: Harness) -> None:
+    path = journal_path(harness.home)
+    path.parent.mkdir(parents=True)
+    path.mkdir()
+    first = Journal(path, retry_delays=(0.01, 0.02), max_unsaved_events=3)
+    events = [start_event("s9"), UserMessageEvent(text="First task."), AssistantText(turn=1, text="Done."), *numbered(5)]
+    for event in events:
+        first.record(event, "s9")
+    path.rmdir()
+    assert first.flush()
+    first.close()
+    point = resume_point(load_events(path, "s9"))
+    assert point.messages == [UserMessage(content="First task."), AssistantMessage(text="Done.")]
+    warnings: list[str] = []
+    session, provider, new_events = new_session(harness, [text("Going on.")], Journal(path, warn=warnings.append), session_id="s9", resume=point)
+    async with session:
+        await session.submit("Go on.")
+    assert provider.requests[0].messages == [*point.messages, UserMessage(content="Go on.")]
+    assert len(warnings) == 1 and "record of session s9 is incomplete: events after event 2" in warnings[0], warnings
+    assert load_events(path, "s9")[4:] == dumped(new_events)
+
+
+def test_close_while_the_database_stays_locked_returns_and_reports_the_loss(tmp_path: Path) -> None:
+    path = journal_path(tmp_path)
+    Journal(path).close()
+    locker = sqlite3.connect(path, isolation_level=None)
+    try:
+        locker.execute("BEGIN IMMEDIATE")
+        warnings: list[str] = []
+        journal = Journal(path, warn=warnings.append, busy_timeout_ms=200)
+        for event in [start_event("s8"), *numbered(6)]:
+            journal.record(event, "s8")
+        wait_until(lambda: len(warnings) == 1)
+        started = time.monotonic()
+        journal.close()
+        elapsed = time.monotonic() - started
+        assert elapsed < 2.0, f"one last attempt, bounded by the busy timeout: {elapsed:.2f} s"
+        assert len(warnings) == 2, warnings
+        assert warnings[1] == (f"7 events of this session were not saved: {path} could not be written "
+                               "(OperationalError: database is locked); the saved record of session s8 holds none of this run's events")
+        journal.close()  # a second close does nothing
+        assert len(warnings) == 2
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    assert load_events(path, "s8") == []
+
+
+def test_close_never_waits_past_its_timeout_nor_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = journal_path(tmp_path)
+    Journal(path).close()
+    monkeypatch.setattr(journal_module, "CLOSE_TIMEOUT", 0.3)
+    locker = sqlite3.connect(path, isolation_level=None)
+    try:
+        locker.execute("BEGIN IMMEDIATE")
+        warnings: list[str] = []
+
+        def warn(message: str) -> None:
+            warnings.append(message)
+            raise RuntimeError("the front end is gone")
+
+        journal = Journal(path, warn=warn, busy_timeout_ms=3000)
+        for event in [start_event("s10"), *numbered(3)]:
+            journal.record(event, "s10")
+        time.sleep(0.1)  # the writer is waiting for the lock
+        started = time.monotonic()
+        journal.close()
+        elapsed = time.monotonic() - started
+        assert elapsed < 1.0, f"close waited {elapsed:.2f} s"
+        assert warnings == [f"4 events of this session were not saved: {path} was still being written 0.3 s after the end"]
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()

@@ -9,9 +9,26 @@ commit, several a second while a model streams tool calls, for that rarer case.
 A `Journal` is an event sink. `record()` serialises the event on the caller's thread and queues it;
 a writer thread commits whatever is queued at once, so emitting never waits on the disk and an event
 is committed within milliseconds. `close()` drains the queue, commits and checkpoints the log.
-A database that cannot be opened or written (corrupt, locked by another process, an unwritable
-home) never stops a session: the journal warns once through `warn` (called from the writer thread)
-and drops events from then on.
+
+A database that cannot be opened or written (locked by another process past the busy timeout, a
+full disk, an unwritable home, a corrupt file) never stops a session, and a passing failure loses
+nothing: the writer keeps the unsaved events in memory, in order, and retries (opening too) after
+RETRY_FIRST seconds, doubling up to RETRY_MAX. It warns through `warn` (from the writer thread;
+close()'s report from the thread calling close) once when a failure begins and once when the database can be written again, with the number
+of events saved late. Seqs are given at commit, so they stay gap-free and in emission order.
+
+Memory is bounded: when MAX_UNSAVED_EVENTS events or MAX_UNSAVED_BYTES of their JSON wait, the
+session of the next event is sealed: that event and all its later ones are not kept (dropping the
+oldest instead would cut the middle out of the record). A marker takes their place in the queue;
+once the database can be written, it is saved after the session's last kept event as a `notice`
+event (level warning) with `journal_incomplete` set to that event's seq. The saved record is thus
+always a prefix of the session, and says where it stops: `osprey sessions show` prints the notice,
+and when a resumed session is journaled, the journal warns that the saved record is incomplete and
+the resumed conversation lacks what came after event N. (If the database never comes back before
+the process ends, the record just stops at its last saved event, as after a crash.)
+
+`close()` makes one last attempt, waits at most CLOSE_TIMEOUT for the writer, never raises, and
+warns with the number of events that were not saved and where each session's saved record stops.
 """
 
 from __future__ import annotations
@@ -21,9 +38,12 @@ import os
 import queue
 import sqlite3
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
+from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
@@ -40,6 +60,13 @@ TRUNCATED_KEY = "journal_truncated"
 TITLE_CHARS = 80
 BATCH = 512  # events per transaction at most
 CLOSE_TIMEOUT = 30.0  # seconds close() waits for the writer (a locked database waits BUSY_TIMEOUT_MS per try)
+# While the database cannot be written, at most this many events (or bytes of their JSON) wait in memory.
+MAX_UNSAVED_EVENTS = 20_000
+MAX_UNSAVED_BYTES = 64 * 1024 * 1024
+RETRY_FIRST = 0.5  # seconds before the first retry after a failure; doubled after each failed retry
+RETRY_MAX = 15.0  # up to this
+# Set, in the notice that closes a session's record cut short, to the seq of its last saved event.
+INCOMPLETE_KEY = "journal_incomplete"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -125,14 +152,14 @@ def _cut_strings(value: Any, cap: int) -> Any:
     return value
 
 
-def _connect(path: Path) -> sqlite3.Connection:
+def _connect(path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3.Connection:
     """Open (creating if needed) the journal for writing: home 0700, file 0600, WAL, schema."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     os.close(fd)
-    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
     try:
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise sqlite3.OperationalError(f"could not switch to WAL mode (journal_mode is {mode})")
@@ -145,81 +172,173 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
-class Journal:
-    """Records the events of one or more sessions into the journal at `path`."""
+class _Item(NamedTuple):
+    """One event waiting to be saved: `data` is its JSON; a `marker` item stands for the events
+    of its session that were not kept (its notice is made when its seq is known)."""
 
-    def __init__(self, path: Path, *, warn: Callable[[str], None] = lambda _: None, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+    session_id: str
+    workspace: str
+    kind: str
+    ts: float
+    data: str
+    size: int = 0  # bytes of `data`
+    marker: bool = False
+
+
+class Journal:
+    """Records the events of one or more sessions into the journal at `path`.
+
+    The writer thread owns the database connection and `_buffer` (the events taken from the queue
+    and not yet committed); `_lock` guards the counts that `record()` and `close()` read."""
+
+    def __init__(self, path: Path, *, warn: Callable[[str], None] = lambda _: None, max_event_bytes: int = MAX_EVENT_BYTES,
+                 busy_timeout_ms: int = BUSY_TIMEOUT_MS, max_unsaved_events: int = MAX_UNSAVED_EVENTS,
+                 max_unsaved_bytes: int = MAX_UNSAVED_BYTES, retry_delays: tuple[float, float] = (RETRY_FIRST, RETRY_MAX)) -> None:
         self.path = path
         self.warn = warn
         self.max_event_bytes = max_event_bytes
-        self.failed = False
-        self._warned = False
+        self.busy_timeout_ms = busy_timeout_ms
+        self.max_unsaved_events = max_unsaved_events
+        self.max_unsaved_bytes = max_unsaved_bytes
+        self.retry_delays = retry_delays
+        self.failing = False  # the latest attempt to open or write the database failed
+        self._failure = ""  # what failed, for the warnings
+        self._what = "cannot be opened"
+        self._late = 0  # events committed since the failure began
         self._closed = False
-        self._queue: queue.SimpleQueue[tuple[str, str, str, float, str] | None] = queue.SimpleQueue()
+        self._closing = False  # the writer has taken close()'s stop: no more retries
+        self._reported = False  # the loss at close was reported
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._buffer: deque[_Item] = deque()
         self._next_seq: dict[str, int] = {}
+        self._saved_seq: dict[str, int] = {}  # the last seq committed by this journal, per session
         self._titled: set[str] = set()
-        self._committed = threading.Condition()
-        self._pending = 0
+        self._checked: set[str] = set()  # sessions whose earlier record was looked at for an incomplete mark
+        self._lock = threading.Condition()
+        self._unsaved = 0  # items recorded and not committed (the markers among them too)
+        self._unsaved_bytes = 0
+        self._unsaved_markers = 0
+        self._sealed: dict[str, int] = {}  # session -> events not kept after the bound was reached
         self._thread = threading.Thread(target=self._run, name="osprey-journal", daemon=True)
         self._thread.start()
 
     def record(self, event: Event, session_id: str, workspace: str = "") -> None:
-        """Queue `event` of session `session_id` (`workspace` is kept when the session is new)."""
-        if self.failed or self._closed:
+        """Queue `event` of session `session_id` (`workspace` is kept when the session is new).
+
+        Past the bound on unsaved events the session is sealed: this and every later event of it
+        is not kept, so its saved record stays a prefix of the session, closed by a marker."""
+        if self._closed:
             return
-        item = (session_id, workspace, event.type, float(event.ts), event_json(event, self.max_event_bytes))
-        with self._committed:
-            self._pending += 1
-        self._queue.put(item)
+        with self._lock:
+            if session_id in self._sealed:
+                self._sealed[session_id] += 1
+                return
+        data = event_json(event, self.max_event_bytes)
+        size = len(data.encode("utf-8", "replace"))
+        with self._lock:
+            if self._unsaved >= self.max_unsaved_events or self._unsaved_bytes + size > self.max_unsaved_bytes:
+                self._sealed[session_id] = 1
+                self._unsaved += 1
+                self._unsaved_markers += 1
+                item = _Item(session_id, workspace, "notice", float(event.ts), "", marker=True)
+            else:
+                self._unsaved += 1
+                self._unsaved_bytes += size
+                item = _Item(session_id, workspace, event.type, float(event.ts), data, size)
+            self._queue.put(item)
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until every queued event is committed (or dropped after a failure)."""
-        with self._committed:
-            return self._committed.wait_for(lambda: self._pending == 0, timeout)
+        """Wait until every queued event is committed; False when `timeout` passes first (say, the
+        database cannot be written: its events wait in memory)."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._unsaved == 0, timeout)
 
     def close(self) -> None:
-        """Commit what is queued, checkpoint the log into the database and stop the writer."""
+        """Commit what is queued (one last attempt when the database was failing), checkpoint the
+        log into the database and stop the writer. Waits at most CLOSE_TIMEOUT; never raises, and
+        warns with the number of events that were not saved."""
         if self._closed:
             return
         self._closed = True
-        self._queue.put(None)
+        self._queue.put(None)  # the writer stops after one last attempt
         self._thread.join(CLOSE_TIMEOUT)
+        with self._lock:
+            if self._reported:
+                return
+            self._reported = True
+            unsaved = self._unsaved - self._unsaved_markers
+            lost = unsaved + sum(self._sealed.values())
+            sessions = sorted({item.session_id for item in self._buffer} | set(self._sealed)) if not self._thread.is_alive() else []
+        if lost == 0:
+            return
+        if self._thread.is_alive():
+            why = f"{self.path} was still being written {CLOSE_TIMEOUT:g} s after the end"
+        else:
+            why = f"{self.path} could not be written ({self._failure})" if self._failure else f"{self.path} could not be written"
+        stops = "".join(f"; the saved record of session {sid} " + (f"stops at event {self._saved_seq[sid]}" if sid in self._saved_seq
+                                                                   else "holds none of this run's events") for sid in sessions)
+        self._say(f"{lost:,} events of this session were not saved: {why}{stops}")
 
     # ------------------------------------------------------------------ the writer thread
 
-    def _fail(self, what: str, exc: BaseException) -> None:
-        self.failed = True
-        if not self._warned:
-            self._warned = True
-            self.warn(f"the session journal {self.path} {what} ({type(exc).__name__}: {exc}); this session goes on without "
-                      "being saved, so it cannot be resumed. A corrupt file can be moved aside to start a new journal")
+    def _say(self, message: str) -> None:
+        try:
+            self.warn(message)
+        except Exception:  # noqa: BLE001 - a front end's failure to show a warning never stops the journal
+            pass
+
+    def _take(self, timeout: float | None) -> bool:
+        """Move queued items into the buffer: wait up to `timeout` (None: until one comes) for the
+        first, then take what else is there. True when close() asked to stop."""
+        try:
+            item = self._queue.get(timeout=timeout) if timeout is None or timeout > 0 else self._queue.get_nowait()
+        except queue.Empty:
+            return False
+        while True:
+            if item is None:
+                return True
+            self._buffer.append(item)
+            if item.marker:
+                why = f" could not be written ({self._failure})" if self.failing else " was slow to write"
+                self._say(f"the session journal {self.path}{why} and holds "
+                          f"{self.max_unsaved_events:,} events or {self.max_unsaved_bytes / 2**20:g} MiB unsaved, the most it keeps: "
+                          f"later events of session {item.session_id} are not kept, so its saved record will stop before them "
+                          "(a resume says so)")
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return False
 
     def _run(self) -> None:
+        first, most = self.retry_delays
+        delay, next_try = first, 0.0
         conn: sqlite3.Connection | None = None
         try:
-            conn = _connect(self.path)
+            conn = self._attempt(None)
         except (OSError, sqlite3.Error) as exc:
-            self._fail("cannot be opened", exc)
+            self._fail(exc)
+            next_try, delay = time.monotonic() + delay, min(delay * 2, most)
         try:
             while True:
-                batch = [self._queue.get()]
-                while batch[-1] is not None and len(batch) < BATCH:
-                    try:
-                        batch.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
-                items = [item for item in batch if item is not None]
-                if conn is not None and items:
-                    try:
-                        self._write(conn, items)
-                    except (OSError, sqlite3.Error) as exc:
-                        self._fail("cannot be written", exc)
-                        conn.close()
-                        conn = None
-                with self._committed:
-                    self._pending -= len(items)
-                    self._committed.notify_all()
-                if batch[-1] is None:
+                if self.failing:
+                    stop = self._take(max(0.0, next_try - time.monotonic()))
+                    if not stop and time.monotonic() < next_try:
+                        continue  # more events to keep; not yet time to retry
+                else:
+                    stop = self._take(None)
+                if stop:
+                    self._closing = True
+                try:
+                    conn = self._attempt(conn)
+                except (OSError, sqlite3.Error) as exc:
+                    conn = None  # closed by _attempt; the next attempt opens the database again
+                    self._fail(exc)
+                    next_try, delay = time.monotonic() + delay, min(delay * 2, most)
+                else:
+                    if self.failing:
+                        self._recovered()
+                        delay = first
+                if stop:
                     return
         finally:
             if conn is not None:
@@ -229,25 +348,101 @@ class Journal:
                     pass  # a reader holds the log: the next writer checkpoints it
                 conn.close()
 
-    def _write(self, conn: sqlite3.Connection, items: list[tuple[str, str, str, float, str]]) -> None:
+    def _attempt(self, conn: sqlite3.Connection | None) -> sqlite3.Connection:
+        """Open the database if needed and commit the buffer, BATCH events per transaction."""
+        if conn is None:
+            self._what = "cannot be opened"
+            conn = _connect(self.path, self.busy_timeout_ms)
+        self._what = "cannot be written"
+        try:
+            while self._buffer:
+                batch = list(islice(self._buffer, BATCH))
+                notes = self._write(conn, batch)
+                for _ in batch:
+                    self._buffer.popleft()
+                if self.failing:
+                    self._late += sum(1 for item in batch if not item.marker)
+                with self._lock:
+                    self._unsaved -= len(batch)
+                    self._unsaved_bytes -= sum(item.size for item in batch)
+                    self._unsaved_markers -= sum(1 for item in batch if item.marker)
+                    self._lock.notify_all()
+                for note in notes:
+                    self._say(note)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _fail(self, exc: BaseException) -> None:
+        self._failure = f"{type(exc).__name__}: {exc}"
+        if self.failing:
+            return  # warned when the failure began; the retries go on quietly
+        self.failing = True
+        self._late = 0
+        if self._closing:
+            return  # close() reports what was not saved
+        hint = ". A corrupt file can be moved aside to start a new journal" if self._what == "cannot be opened" else ""
+        self._say(f"the session journal {self.path} {self._what} ({self._failure}); the session goes on without being saved for now: "
+                  f"its events are kept in memory (up to {self.max_unsaved_events:,} events or {self.max_unsaved_bytes / 2**20:g} MiB) "
+                  f"and saving them is retried every {self.retry_delays[1]:g} s at most{hint}")
+
+    def _recovered(self) -> None:
+        self.failing = False
+        with self._lock:
+            sealed = sorted(self._sealed)
+        lost = f"; later events of session {', '.join(sealed)} were not kept (its saved record stops before them)" if sealed else ", none lost"
+        self._say(f"the session journal {self.path} can be written again: {self._late:,} events were saved late{lost}")
+
+    def _write(self, conn: sqlite3.Connection, items: list[_Item]) -> list[str]:
+        """Commit `items` in one transaction; the warnings about earlier incomplete records found."""
+        notes: list[str] = []
+        written: dict[str, int] = {}
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for session_id, workspace, kind, ts, data in items:
+            for item in items:
+                session_id = item.session_id
                 seq = self._next_seq.get(session_id)
                 if seq is None:
                     row = conn.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM events WHERE session_id = ?", (session_id,)).fetchone()
                     seq = int(row[0])
-                conn.execute("INSERT INTO events (session_id, seq, type, ts, data) VALUES (?, ?, ?, ?, ?)", (session_id, seq, kind, ts, data))
+                    if seq > 0 and session_id not in self._checked:
+                        notes += self._incomplete_record(conn, session_id)
+                    self._checked.add(session_id)
+                data = _marker_json(item.ts, seq - 1) if item.marker else item.data
+                conn.execute("INSERT INTO events (session_id, seq, type, ts, data) VALUES (?, ?, ?, ?, ?)",
+                             (session_id, seq, item.kind, item.ts, data))
                 self._next_seq[session_id] = seq + 1
-                self._update_session(conn, session_id, workspace, kind, ts, data)
+                if not item.marker:
+                    written[session_id] = seq
+                self._update_session(conn, session_id, item.workspace, item.kind, item.ts, data)
             conn.execute("COMMIT")
         except BaseException:
             self._next_seq.clear()  # re-read from the database next time
+            self._titled.clear()  # a title set in the rolled back transaction is set again
             try:
                 conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
             raise
+        self._saved_seq.update(written)
+        return notes
+
+    def _incomplete_record(self, conn: sqlite3.Connection, session_id: str) -> list[str]:
+        """A warning for each mark of events not saved in the earlier record of `session_id`."""
+        rows = conn.execute(f"SELECT seq, data FROM events WHERE session_id = ? AND type = 'notice' AND data LIKE '%\"{INCOMPLETE_KEY}\"%' "
+                            "ORDER BY seq", (session_id,)).fetchall()
+        notes = []
+        for seq, data in rows:
+            try:
+                if INCOMPLETE_KEY not in json.loads(data):
+                    continue
+            except ValueError:
+                continue
+            notes.append(f"the saved record of session {session_id} is incomplete: events after event {seq - 1} of an earlier run "
+                         f"were not saved (the session journal {self.path} could not be written then), so the conversation "
+                         "resumed from it lacks them")
+        return notes
 
     def _update_session(self, conn: sqlite3.Connection, session_id: str, workspace: str, kind: str, ts: float, data: str) -> None:
         if kind == "session_start":
@@ -268,6 +463,13 @@ class Journal:
             conn.execute("UPDATE sessions SET updated = ?, outcome = ? WHERE id = ?", (ts, outcome, session_id))
         else:
             conn.execute("UPDATE sessions SET updated = ? WHERE id = ?", (ts, session_id))
+
+
+def _marker_json(ts: float, last_seq: int) -> str:
+    """The notice that closes a sealed session's record: the events after `last_seq` were not kept."""
+    message = (f"the session journal could not save this session's events after event {last_seq}: the database could not be "
+               "written and too many events waited; the saved record stops here")
+    return json.dumps({"type": "notice", "ts": ts, "level": "warning", "message": message, INCOMPLETE_KEY: last_seq})
 
 
 # ---------------------------------------------------------------------- reading
