@@ -39,7 +39,7 @@ CALC = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n
 USAGE_KEYS = {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"}
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "session_start": {"session_id": (str,), "provider": (str,), "model": (str,), "cwd": (str,), "tool_service": (str,),
-                      "tools": (list,), "approval_policy": (str,), "max_turns": (int,)},
+                      "tools": (list,), "approval_policy": (str,), "max_turns": (int,), "effort": (str, type(None))},
     "user_message": {"text": (str,), "origin": (str,)},
     "assistant_text": {"turn": (int,), "text": (str,), "reasoning": (list,)},
     "tool_call": {"turn": (int,), "id": (str,), "name": (str,), "arguments": (dict,)},

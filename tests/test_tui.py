@@ -15,8 +15,10 @@ from osprey.config import load_settings
 from osprey.messages import ModelRequest, ModelTurn
 from osprey.session.core import Session, SessionOptions
 from osprey.session.events import Event, TaskEnd, ToolResultEvent
+from osprey.tui import commands
 from osprey.tui.app import Hooks, OspreyApp
 from osprey.tui.approval_screen import ApprovalScreen
+from osprey.tui.completion import CompletionMenu
 from osprey.tui.widgets import AnswerRow, NoticeRow, PromptArea, ToolRow, UserRow
 
 SIZE = (100, 30)
@@ -277,10 +279,56 @@ async def test_prompt_keys_newline_history_and_completion(rig: TuiRig) -> None:
         area.load_text("/exp")
         area.move_cursor(area.document.end)
         await pilot.pause()
-        suggestions = app.query_one("#suggestions")
-        assert suggestions.has_class("shown") and "/export" in str(suggestions.render())
+        menu = app.query_one(CompletionMenu)
+        assert menu.shown and [c.name for c in menu.found] == ["export"]
         await pilot.press("tab")
-        assert area.text == "/export "
+        assert area.text == "/export " and not menu.shown
+
+
+async def test_the_slash_menu_is_walked_with_the_keys_and_the_mouse(rig: TuiRig) -> None:
+    rig.scripts.append([text("unused")])
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        area, menu = app.query_one(PromptArea), app.query_one(CompletionMenu)
+        await pilot.press("/")
+        assert menu.shown and len(menu.found) == len(commands.COMMANDS) + len(commands.PLANNED)
+        assert menu.found[0].name == "help" and menu.current is not None and menu.current.name == "help"
+        await pilot.press(*"se")
+        assert [c.name for c in menu.found] == ["session", "sessions"] and menu.current is not None and menu.current.name == "session"
+        await pilot.press("down")
+        assert menu.current is not None and menu.current.name == "sessions"
+        await pilot.press("down")  # wraps
+        assert menu.current is not None and menu.current.name == "session"
+        await pilot.press("up")
+        assert menu.current is not None and menu.current.name == "sessions" and area.text == "/se"
+        await pilot.press("escape")  # closes the menu, stops nothing
+        assert not menu.shown and area.text == "/se" and app.session is not None and app.session.started
+        area.clear()
+        # Enter takes the highlighted command and runs it when it needs no argument.
+        await pilot.press(*"/stat", "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert "approval policy:" in notices(app) and area.text == "" and not menu.shown
+        # One that needs an argument is put in the prompt to be finished.
+        await pilot.press(*"/prov", "enter")
+        assert area.text == "/provider " and not menu.shown
+        area.clear()
+        # A command typed in full is sent as typed, argument and all.
+        await pilot.press(*"/effort", "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert "/effort: unknown level ''" in notices(app)
+        # A click takes a command.
+        await pilot.press(*"/too")
+        assert [c.name for c in menu.found] == ["tools"]
+        await pilot.click(CompletionMenu, offset=(3, 0))
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert "read_file:" in notices(app) and area.text == ""
+        # With the menu closed, up walks the history again.
+        await pilot.press("up")
+        assert area.text == "/tools"
 
 
 async def _command(pilot: Any, app: OspreyApp, line: str) -> None:

@@ -45,6 +45,7 @@ from ..sessions.journal import SessionRow, find_session, list_sessions, load_eve
 from . import commands
 from .approval_screen import ApprovalScreen
 from .approver import TuiApprover
+from .completion import CompletionMenu, needs_argument
 from .screens import ModelPicker, SessionsScreen
 from .transcript import Transcript, format_arguments
 from .widgets import MAX_RESULT_SHOWN, AnswerRow, FoldRow, NoticeRow, PromptArea, ToolRow, UserRow, diff_text
@@ -96,14 +97,18 @@ class OspreyApp(App[int]):
     CSS = """
     #conversation { height: 1fr; padding: 0 1; }
     #status { height: 1; background: $panel; color: $text; padding: 0 1; }
-    #suggestions { height: auto; max-height: 10; color: $text-muted; padding: 0 1; display: none; }
-    #suggestions.shown { display: block; }
     .-timestamps Stamp { display: block; }
     """
     BINDINGS = [
         Binding("escape", "stop", "stop the task"),
         Binding("ctrl+c", "quit", "quit", priority=True),
         Binding("ctrl+q", "quit", "quit", priority=True),
+        # The slash-command menu, while it is open under the prompt (see check_action).
+        Binding("up", "menu_move(-1)", show=False, priority=True),
+        Binding("down", "menu_move(1)", show=False, priority=True),
+        Binding("tab", "menu_take", show=False, priority=True),
+        Binding("enter", "menu_enter", show=False, priority=True),
+        Binding("escape", "menu_close", show=False, priority=True),
     ]
     ENABLE_COMMAND_PALETTE = False
 
@@ -161,7 +166,7 @@ class OspreyApp(App[int]):
 
     def compose(self) -> ComposeResult:
         yield VerticalScroll(id="conversation")
-        yield Static("", id="suggestions", markup=False)
+        yield CompletionMenu(id="suggestions")
         yield Static("starting…", id="status", markup=False)
         yield PromptArea(id="prompt")
 
@@ -517,17 +522,69 @@ class OspreyApp(App[int]):
     # ------------------------------------------------------------------ slash commands and completion
 
     def on_text_area_changed(self, event: PromptArea.Changed) -> None:
-        found = commands.matching(event.text_area.text)
-        box = self.query_one("#suggestions", Static)
-        if found:
-            width = max(len(c.usage) for c in found)
-            box.update("\n".join(f"{c.usage.ljust(width)}  {c.help}" for c in found))
-            box.add_class("shown")
-        else:
-            self._hide_suggestions()
+        self.menu.show_for(event.text_area.text)
+
+    @property
+    def menu(self) -> CompletionMenu:
+        return self.query_one(CompletionMenu)
 
     def _hide_suggestions(self) -> None:
-        self.query_one("#suggestions", Static).remove_class("shown")
+        self.menu.hide()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The menu's keys are its own only while it is open under a focused prompt; otherwise they
+        go on to the prompt (history, Tab completion, Enter)."""
+        if not action.startswith("menu_"):
+            return True
+        try:
+            menu = self.menu
+        except NoMatches:
+            return False
+        if not menu.shown or not isinstance(self.focused, PromptArea):
+            return False
+        if action == "menu_enter":
+            typed = commands.parse(self.focused.text)
+            chosen = menu.current
+            # A command typed in full (with or without its argument) is sent as typed.
+            return chosen is not None and typed is not None and typed[0] != chosen.name
+        return True
+
+    def action_menu_move(self, step: int) -> None:
+        self.menu.move(step)
+
+    def action_menu_close(self) -> None:
+        self.menu.hide()
+
+    def action_menu_take(self) -> None:
+        chosen = self.menu.current
+        if chosen is not None:
+            self._fill(f"/{chosen.name} ")
+
+    def action_menu_enter(self) -> None:
+        chosen = self.menu.current
+        if chosen is not None:
+            self._take(chosen)
+
+    def on_completion_menu_chosen(self, message: CompletionMenu.Chosen) -> None:
+        self._take(message.command)
+
+    def _take(self, chosen: commands.Command) -> None:
+        """Run the chosen command, or put it in the prompt when it needs an argument."""
+        if needs_argument(chosen):
+            self._fill(f"/{chosen.name} ")
+            return
+        area = self.query_one(PromptArea)
+        line = f"/{chosen.name}"
+        area.prompts.add(line)
+        area.clear()
+        self.menu.hide()
+        self.post_message(PromptArea.Submitted(area, line))
+
+    def _fill(self, line: str) -> None:
+        area = self.query_one(PromptArea)
+        area.load_text(line)
+        area.move_cursor(area.document.end)
+        area.focus()
 
     async def _command(self, name: str, argument: str) -> None:
         planned = commands.planned_text(name)
