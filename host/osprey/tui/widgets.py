@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import time
 from datetime import datetime
 
 from rich.text import Text
@@ -10,13 +11,16 @@ from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
+from textual.timer import Timer
 from textual.widgets import Collapsible, Markdown, Static, TextArea
 
 from ..session.events import ToolCallEvent, ToolResultEvent
 from . import commands
 from .transcript import PromptHistory, edit_diff, format_arguments
 
-MAX_LIVE_OUTPUT = 20_000  # characters of a command's live output kept on screen
+MAX_LIVE_OUTPUT = 20_000  # characters of a command's live output kept (its tail)
+LIVE_LINES = 100  # lines of that tail shown while the command runs
+LIVE_REFRESH = 0.08  # seconds between two redraws of the live output at most
 MAX_RESULT_SHOWN = 20_000
 
 
@@ -71,6 +75,16 @@ def _summary(event: ToolCallEvent) -> str:
     return ""
 
 
+def last_lines(text: str, count: int) -> str:
+    """The last `count` lines of `text`, after a line "…" if there were more."""
+    cut = len(text) - 1 if text.endswith("\n") else len(text)
+    for _ in range(count):
+        cut = text.rfind("\n", 0, cut)
+        if cut < 0:
+            return text
+    return "…" + text[cut:]
+
+
 class ToolRow(Collapsible):
     """One tool call: name and arguments, live output while it runs, the result when it ends."""
 
@@ -89,6 +103,8 @@ class ToolRow(Collapsible):
         self.output = Static("", markup=False, classes="output")
         self.category = Static("", markup=False, classes="category")
         self._live = ""
+        self._drawn = 0.0  # when the live output was last drawn (time.monotonic)
+        self._timer: Timer | None = None
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         super().__init__(self.arguments, self.category, self.output, title=self._heading("…"), collapsed=event.name != "bash")
 
@@ -97,10 +113,31 @@ class ToolRow(Collapsible):
         return f"{mark} {self.call.name}" + (f"  {summary}" if summary else "")
 
     def add_output(self, chunk: bytes) -> None:
+        """Keep the output's tail; redraw it now if the last redraw is LIVE_REFRESH old, else when it is.
+
+        A command can stream megabytes in thousands of chunks: redrawing (and measuring) the row for each
+        one would keep the UI from the keyboard."""
         self._live = (self._live + self._decoder.decode(chunk))[-MAX_LIVE_OUTPUT:]
-        self.output.update(self._live)
+        if self._timer is not None:
+            return  # a redraw is due already and will show this chunk too
+        wait = self._drawn + LIVE_REFRESH - time.monotonic()
+        if wait <= 0 or not self.is_mounted:
+            self._show_live()
+        else:
+            self._timer = self.set_timer(wait, self._show_live)
+
+    def _show_live(self) -> None:
+        self._timer = None
+        self._drawn = time.monotonic()
+        self.output.update(last_lines(self._live, LIVE_LINES))
+
+    def _stop_live(self) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
 
     def finish(self, result: ToolResultEvent) -> None:
+        self._stop_live()
         self.title = self._heading("✓" if result.ok else "✗")
         shown = result.output[:MAX_RESULT_SHOWN]
         if len(result.output) > MAX_RESULT_SHOWN or result.truncated_chars:
