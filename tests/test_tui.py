@@ -509,3 +509,21 @@ async def test_a_warning_from_another_thread_reaches_the_screen(rig: TuiRig) -> 
         await started(pilot, app)
         await asyncio.to_thread(app._warn, "the journal could not be written")
         await until(pilot, lambda: "the journal could not be written" in notices(app))
+
+
+async def test_enter_runs_the_command_typed_even_before_the_menu_caught_up(rig: TuiRig) -> None:
+    rig.scripts.append([text("unused")])
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        area, menu = app.query_one(PromptArea), app.query_one(CompletionMenu)
+        await pilot.press("/", "d")
+        assert menu.current is not None and menu.current.name == "diff"
+        area.load_text("/debug")
+        area.move_cursor(area.document.end)
+        await pilot.pause()
+        menu.show_for("/di")  # the menu still shows an earlier state of the prompt
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert "raw events are shown" in notices(app) and "git diff" not in notices(app)

@@ -542,6 +542,10 @@ class OspreyApp(App[int]):
             return False
         if not menu.shown or not isinstance(self.focused, PromptArea):
             return False
+        # The key may come before the prompt's last change reached the menu: bring it up to date.
+        menu.show_for(self.focused.text)
+        if not menu.shown:
+            return False
         if action == "menu_enter":
             typed = commands.parse(self.focused.text)
             chosen = menu.current

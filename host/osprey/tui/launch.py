@@ -164,7 +164,7 @@ async def launch(plan: Launch, *, run: RunApp | None = None, stderr: TextIO | No
     for note in app.late_notes:
         out.write(f"osprey: {note}\n")
     if app.crash is not None:
-        crash.report(app.crash, settings.home, stream=out)  # textual has restored the terminal and shown the traceback
+        crash.report(app.crash, settings.home, stream=out)  # restores the terminal if textual could not
         return 1
     if app.start_error is not None:
         out.write(f"osprey: error: {app.start_error}\n")
