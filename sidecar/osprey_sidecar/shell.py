@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import selectors
 import signal
 import subprocess
@@ -37,6 +38,8 @@ KILL_GRACE_S = 0.5
 DRAIN_AFTER_EXIT_S = 0.2
 READ_CHUNK = 64 * 1024
 WRITE_CHUNK = 64 * 1024
+# What the pump's poll keys carry besides an output stream's index.
+_STDIN, _EXITED, _WAKE = -1, -2, -3
 # Environment every command gets on top of the service's: no pager waits for a key, git never prompts.
 COMMAND_ENV = {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
 
@@ -104,6 +107,7 @@ class _GroupRun:
         self._lock = threading.Lock()
         self._started = 0.0
         self._status: dict[str, Any] = {}
+        self._wake: int | None = None  # written to by cancel(): the pump's poll wakes at once
 
     def _open_workdir(self) -> Opened:
         shown = f"workdir {cut(self.workdir)}"
@@ -114,6 +118,11 @@ class _GroupRun:
         with self._lock:
             if self._proc is not None:
                 _kill_group(self._proc.pid, signal.SIGKILL)
+            if self._wake is not None:
+                try:
+                    os.write(self._wake, b"x")
+                except OSError:
+                    pass  # full: a wake-up is pending already
 
     def _spawn(self, argv: Sequence[str], *, executable: str | None, stdin: int, stderr: int) -> subprocess.Popen[bytes] | None:
         """Start the program (None when the call was cancelled first)."""
@@ -144,9 +153,13 @@ class _GroupRun:
         """Feed stdin and read the program's pipes (stdout, then stderr) into `budgets` until it
         ends, times out or the call is cancelled; yield (stream index, bytes that joined its
         head) as they arrive. Afterwards the process group is gone and `_status` holds the
-        fields both results share."""
+        fields both results share.
+
+        One poll waits on everything at once: the pipes, the program's exit (a pidfd) and a
+        cancel; no step sleeps for a fixed time, so the call ends as soon as the program has
+        ended and its output has been read."""
         pipes: list[IO[bytes]] = [p for p in (proc.stdout, proc.stderr) if p is not None]
-        sel = selectors.DefaultSelector()
+        sel = selectors.PollSelector()
         for index, pipe in enumerate(pipes):
             os.set_blocking(pipe.fileno(), False)
             sel.register(pipe.fileno(), selectors.EVENT_READ, index)
@@ -155,33 +168,43 @@ class _GroupRun:
         if proc.stdin is not None:
             if feeding:
                 os.set_blocking(proc.stdin.fileno(), False)
-                sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, -1)
+                sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, _STDIN)
             else:
                 proc.stdin.close()
+        exit_watch = _ExitWatch(proc)
+        sel.register(exit_watch.fd, selectors.EVENT_READ, _EXITED)
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        sel.register(wake_r, selectors.EVENT_READ, _WAKE)
+        with self._lock:
+            self._wake = wake_w
         reading = len(pipes)
         timed_out = False
         exited_at: float | None = None
         deadline = self._started + self.timeout_s
         try:
-            while True:
+            while not self._cancelled.is_set():
                 now = time.monotonic()
-                if self._cancelled.is_set():
-                    break
-                if exited_at is None and proc.poll() is not None:
-                    exited_at = now
-                if exited_at is None and now >= deadline:
-                    timed_out = True
-                    _terminate(proc)
-                    break
-                if exited_at is not None and (reading == 0 or now - exited_at > DRAIN_AFTER_EXIT_S):
-                    break
-                if reading == 0 and not feeding:
-                    # The program closed its output but is still running.
-                    time.sleep(min(0.02, max(deadline - now, 0)))
-                    continue
-                wait = 0.02 if exited_at is not None else min(0.05, max(deadline - now, 0))
+                if exited_at is None:
+                    if now >= deadline:
+                        timed_out = True
+                        _terminate(proc, exit_watch)
+                        break
+                    wait = deadline - now
+                else:
+                    # The program has ended; what is left in the background may still hold a
+                    # pipe open: read on until the pipes close, for a bounded time.
+                    wait = exited_at + DRAIN_AFTER_EXIT_S - now
+                    if reading == 0 or wait <= 0:
+                        break
                 for key, _ in sel.select(wait):
-                    if key.data < 0:
+                    if key.data == _EXITED:
+                        sel.unregister(key.fd)
+                        proc.poll()
+                        exited_at = time.monotonic()
+                        continue
+                    if key.data == _WAKE:
+                        continue
+                    if key.data == _STDIN:
                         assert proc.stdin is not None
                         try:
                             written = os.write(key.fd, pending[:WRITE_CHUNK])
@@ -207,11 +230,16 @@ class _GroupRun:
                     if shown:
                         yield key.data, shown
         finally:
+            with self._lock:
+                self._wake = None
             sel.close()
+            os.close(wake_r)
+            os.close(wake_w)
             leftovers = _group_alive(proc.pid)
             _kill_group(proc.pid, signal.SIGKILL)
             if proc.poll() is None:
                 proc.wait()
+            exit_watch.close()
             for stream in (proc.stdin, proc.stdout, proc.stderr):
                 if stream is not None:
                     _close_quietly(stream)
@@ -340,10 +368,49 @@ def _kill_group(pgid: int, sig: int) -> None:
         pass
 
 
-def _terminate(proc: subprocess.Popen[bytes]) -> None:
+def _terminate(proc: subprocess.Popen[bytes], exit_watch: _ExitWatch) -> None:
     _kill_group(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        pass
+    exit_watch.wait(KILL_GRACE_S)
     _kill_group(proc.pid, signal.SIGKILL)
+
+
+class _ExitWatch:
+    """A descriptor that turns readable once the program has exited: its pidfd; where pidfds
+    are missing (an old kernel, a seccomp filter that refuses them), a pipe that a thread writes
+    to when waitid() sees the exit. Neither reaps the program: Popen still collects its status."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        try:
+            self.fd = _pidfd_open(proc.pid)
+        except OSError:
+            self.fd, write = os.pipe2(os.O_CLOEXEC)
+            threading.Thread(target=_watch_exit, args=(proc.pid, write), name="osprey-exit-watch", daemon=True).start()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Whether the program exited within `timeout_s`."""
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        return bool(poller.poll(timeout_s * 1000))
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _pidfd_open(pid: int) -> int:
+    if not hasattr(os, "pidfd_open"):
+        raise OSError(errno.ENOSYS, "pidfd_open is not available")
+    return os.pidfd_open(pid)
+
+
+def _watch_exit(pid: int, write: int) -> None:
+    """Write one byte to `write` (then close it) when the process `pid` has exited."""
+    try:
+        try:
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:
+            pass  # reaped already
+        os.write(write, b"x")
+    except OSError:
+        pass  # the reader is gone: the run has ended
+    finally:
+        os.close(write)
