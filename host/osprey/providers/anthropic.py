@@ -123,6 +123,7 @@ class AnthropicProvider:
                             usage.output_tokens = int(out_tokens)
                     elif kind == "message_stop":
                         finished = True
+                        break  # event_stream reads the rest so that the connection can be reused
                     elif kind == "error":
                         err = payload.get("error") or {}
                         raise ProviderError(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -23,6 +25,20 @@ RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
 MAX_EVENT_BYTES = 8 * 1024 * 1024
 MAX_STREAM_BYTES = 256 * 1024 * 1024
 MAX_ERROR_BODY_BYTES = 64 * 1024
+# What is read of an answer after the provider stopped reading it (the end of a stream, or what
+# follows an error event) so that the connection can carry the next request; past either bound the
+# connection is closed instead.
+MAX_DRAIN_BYTES = 64 * 1024
+DRAIN_SECONDS = 0.5
+
+# HTTP/2 (one connection, streams multiplexed) where the server offers it, which takes the `h2` package.
+HTTP2 = importlib.util.find_spec("h2") is not None
+
+
+def http_client(timeout: httpx.Timeout) -> httpx.AsyncClient:
+    """The client a session's providers share across turns: one connection pool, kept alive, and
+    HTTP/2 when the server offers it over TLS (plain-http servers are spoken to in HTTP/1.1)."""
+    return httpx.AsyncClient(timeout=timeout, http2=HTTP2)
 
 
 class Provider(Protocol):
@@ -107,27 +123,31 @@ class _BoundedBody(httpx.AsyncByteStream):
     # Two line terminators in a row end an event: "\n\n", "\r\r", or "\n\r" (which "\r\n\r\n" holds).
     _EVENT_ENDS = (b"\n\n", b"\n\r", b"\r\r")
 
-    def __init__(self, response: httpx.Response, label: str, max_event: int, max_total: int) -> None:
+    def __init__(self, response: httpx.Response, chunks: AsyncIterator[bytes], label: str, max_event: int, max_total: int) -> None:
         self.response = response
+        self.chunks = chunks
         self.label = label
         self.max_event = max_event
         self.max_total = max_total
+        self.refused = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         pending = total = 0  # bytes since the last event ended; bytes in all
         tail = b""
-        async for chunk in self.response.aiter_bytes():
+        async for chunk in self.chunks:
             total += len(chunk)
             window = tail + chunk
             end = max(window.rfind(mark) for mark in self._EVENT_ENDS)
             pending = pending + len(chunk) if end < 0 else len(window) - end - 2
             tail = window[-1:]
             if pending > self.max_event:
+                self.refused = True
                 raise ProviderError(
                     f"{self.label} sent a stream event longer than {_mib(self.max_event)}; it was not read. "
                     "Check that --base-url points at an API of the chosen --provider."
                 )
             if total > self.max_total:
+                self.refused = True
                 raise ProviderError(
                     f"{self.label} sent more than {_mib(self.max_total)} in one answer; the rest was not read."
                 )
@@ -135,6 +155,20 @@ class _BoundedBody(httpx.AsyncByteStream):
 
     async def aclose(self) -> None:
         await self.response.aclose()
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read what is left of an answer (within MAX_DRAIN_BYTES and DRAIN_SECONDS) so that its
+    connection goes back to the pool; a server that keeps talking past the bounds loses it."""
+    size = 0
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > MAX_DRAIN_BYTES:
+                    return
+    except (TimeoutError, httpx.HTTPError, httpx.StreamError):
+        pass
 
 
 def _is_json(content_type: str) -> bool:
@@ -167,6 +201,10 @@ async def event_stream(
     httpx failures and HTTP errors become ProviderError; so does an event or a whole answer past
     the size bounds. A body that is not `text/event-stream` (and not JSON) is read as events all
     the same, as some servers label their streams loosely.
+
+    When the caller stops reading (at the end of the turn, or on an error in what the server sent),
+    the rest of the answer is drained within bounds so the connection carries the next request;
+    a cancelled turn, a refused stream or a broken connection closes it instead.
     """
     try:
         # No compression: it only delays a stream, and a small compressed chunk can inflate a lot.
@@ -189,17 +227,26 @@ async def event_stream(
             if _is_json(content_type):
                 await _refuse_json(response, label)
             stream_headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in ("content-encoding", "content-type")]
+            chunks = response.aiter_bytes()
+            stream = _BoundedBody(response, chunks, label, max_event, max_total)
             bounded = httpx.Response(
                 response.status_code,
                 headers=[*stream_headers, ("content-type", "text/event-stream; charset=utf-8")],
-                stream=_BoundedBody(response, label, max_event, max_total),
+                stream=stream,
                 request=response.request,
             )
             events = _with_data(EventSource(bounded).aiter_sse())
+            drain = False
             try:
                 yield events
+                drain = True
+            except ProviderError:
+                drain = not stream.refused  # what the server said was refused, not how much: the stream is sound
+                raise
             finally:
                 await events.aclose()
+                if drain:
+                    await _drain(chunks)
     except httpx.TimeoutException as exc:
         raise ProviderError(f"{label} did not answer in time ({type(exc).__name__} at {url})", retryable=True) from None
     except httpx.HTTPError as exc:

@@ -13,9 +13,6 @@ from ..errors import ProviderError
 from ..messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
 from .base import TextSink, event_stream, loads, name_problem, parse_json, wire_tool_name
 
-# Events read (and ignored) after `data: [DONE]` before the connection is given up instead.
-MAX_EVENTS_AFTER_DONE = 16
-
 # Model families that take `reasoning_effort`.
 REASONING_MODELS = re.compile(r"(^|/)(o\d|gpt-5|gpt-oss)", re.IGNORECASE)
 
@@ -92,20 +89,14 @@ class OpenAIProvider:
         finish = ""
         usage = Usage()
         done = False
-        after_done = 0
         url = f"{self.base_url}/chat/completions"
+        # The stream's end marker ends the turn; event_stream reads what follows it so that the
+        # connection can carry the next request.
         async with event_stream(self.client, "the OpenAI-compatible server", url, headers, self.body(request)) as events:
             async for event in events:
-                if done:
-                    # Read on to the end of the answer (servers send nothing more) so that the
-                    # connection can carry the next request; a server that keeps talking is cut off.
-                    after_done += 1
-                    if after_done > MAX_EVENTS_AFTER_DONE:
-                        break
-                    continue
                 if event.data.strip() == "[DONE]":
                     done = True
-                    continue
+                    break
                 chunk = parse_json(event.data, "a stream event")
                 if not isinstance(chunk, dict):
                     raise ProviderError(f"the model server sent an unexpected stream event: {event.data[:200]!r}")

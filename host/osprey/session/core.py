@@ -258,11 +258,12 @@ class Session:
         import httpx
 
         from ..providers import effort_supported, make_provider
+        from ..providers.base import http_client
 
         settings = self.settings
         if self._http is None:
             timeout = httpx.Timeout(settings.retry.turn_timeout, connect=settings.retry.connect_timeout)
-            self._http = await self._stack.enter_async_context(httpx.AsyncClient(timeout=timeout))
+            self._http = await self._stack.enter_async_context(http_client(timeout))
         provider = make_provider(settings, self._http)
         if settings.effort and not effort_supported(settings):
             self.warn(f"--effort {settings.effort} has no effect: {settings.model} takes no reasoning setting")
