@@ -11,6 +11,11 @@ import click
 from .. import __version__
 from .tui import given, tui_options
 
+# httpx imports its own command-line client, and with it rich and pygments (tens of ms), whenever
+# they are installed, as the TUI's dependencies are; Osprey never runs it. A None entry makes that
+# import fail at once, and httpx falls back to a stub `httpx.main`.
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
 # name -> (module, attribute, one-line help); modules load lazily so --help stays fast.
 SUBCOMMANDS = {
     "agent": ("osprey.cli.agent", "agent", "Run the agent loop headless on one prompt."),

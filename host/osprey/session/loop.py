@@ -133,7 +133,9 @@ class AgentLoop:
             task_turns += 1
             self.turns += 1
             turn_no = self.turns
-            request = ModelRequest(system=self.system(), messages=list(self.messages), tools=self.specs())
+            # Built without validation: every part is already a validated model, and validating the
+            # whole conversation again each turn costs time that grows with the conversation.
+            request = ModelRequest.model_construct(system=self.system(), messages=list(self.messages), tools=self.specs())
             try:
                 turn = await run_turn(self.provider, request, self.retry, self.on_text, self._notice)
             except TurnTimeout as exc:
@@ -179,7 +181,7 @@ class AgentLoop:
         Raises TurnTimeout or ProviderError when the model cannot write it (the conversation is
         then unchanged)."""
         ask = COMPACT_REQUEST + (f"\nAlso: {instructions.strip()}" if instructions.strip() else "")
-        request = ModelRequest(system=COMPACT_SYSTEM, messages=[*self.messages, UserMessage(content=ask)], tools=[])
+        request = ModelRequest.model_construct(system=COMPACT_SYSTEM, messages=[*self.messages, UserMessage(content=ask)], tools=[])
         turn = await run_turn(self.provider, request, self.retry, None, self._notice)
         summary = turn.message.text.strip()
         if not summary:

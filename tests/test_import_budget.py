@@ -1,0 +1,91 @@
+"""`osprey agent` imports only what its run needs: a real headless session against the loopback
+model server, in a subprocess, reports the modules it loaded, and the heavy ones it has no use
+for must not be among them (start-up time is mostly imports)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from osprey.testing.model_server import ModelServer, Reply
+
+# Runs the real CLI entry point, then writes the loaded modules (not the blocked ones) to stderr as one JSON line.
+RUNNER = """
+import json, sys
+from osprey.cli import main
+try:
+    main(sys.argv[1:], prog_name="osprey")
+except SystemExit as exc:
+    status = exc.code
+sys.stderr.write("MODULES " + json.dumps(sorted(m for m, v in sys.modules.items() if v is not None)) + "\\n")
+sys.exit(status)
+"""
+
+# Never wanted by a headless run: the TUI, and the httpx command-line client's rich and pygments.
+NEVER = ("textual", "osprey.tui", "rich", "pygments")
+# Only with --sandbox (docker), a tool manifest (jsonschema), or a bash call the floor parses (tree_sitter).
+NOT_FOR_A_PLAIN_SESSION = ("docker", "osprey.lanes", "osprey.lane_image", "jsonschema", "tree_sitter", "tree_sitter_bash")
+
+
+def loaded(env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    proc = subprocess.run([sys.executable, "-c", RUNNER, *args], env=env, capture_output=True, text=True, timeout=120, check=False)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("MODULES ")]
+    assert lines, proc.stderr
+    return proc, set(json.loads(lines[-1][len("MODULES "):]))
+
+
+def imported(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in names))
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    home = tmp_path / "home"
+    home.mkdir()
+    return dict(os.environ, OSPREY_HOME=str(home), OPENAI_API_KEY="test-key")
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    (path / "notes.txt").write_text("one\ntwo\n")
+    return path
+
+
+def agent(server: ModelServer, workspace: Path, prompt: str) -> list[str]:
+    return ["agent", "-C", str(workspace), "--provider", "openai", "--model", "test-model", "--base-url", server.base_url, prompt]
+
+
+def test_a_one_turn_session_loads_no_heavy_module_it_does_not_use(env: dict[str, str], workspace: Path) -> None:
+    with ModelServer([Reply.text("done")]) as server:
+        proc, modules = loaded(env, *agent(server, workspace, "Say done."))
+        server.assert_clean()
+    assert proc.returncode == 0, proc.stderr
+    end = json.loads(proc.stdout.splitlines()[-1])
+    assert end["type"] == "session_end" and end["final_text"] == "done"
+    # It did the real work: a provider, the ToolService client, the journal.
+    assert {"httpx", "grpc", "sqlite3", "osprey.session.core"} <= modules
+    assert imported(modules, NEVER) == []
+    assert imported(modules, NOT_FOR_A_PLAIN_SESSION) == []
+
+
+def test_a_session_that_reads_a_file_still_loads_none_of_them(env: dict[str, str], workspace: Path) -> None:
+    with ModelServer([Reply.tool_call("read_file", {"path": "notes.txt"}), Reply.text("read it")]) as server:
+        proc, modules = loaded(env, *agent(server, workspace, "Read notes.txt."))
+        server.assert_clean()
+    assert proc.returncode == 0, proc.stderr
+    results = [json.loads(line) for line in proc.stdout.splitlines() if '"tool_result"' in line]
+    assert [r["ok"] for r in results] == [True] and "two" in results[0]["output"]
+    assert imported(modules, NEVER + NOT_FOR_A_PLAIN_SESSION) == []
+
+
+def test_agent_help_loads_no_session_machinery(env: dict[str, str]) -> None:
+    proc, modules = loaded(env, "agent", "--help")
+    assert proc.returncode == 0 and "--provider" in proc.stdout
+    assert imported(modules, NEVER + NOT_FOR_A_PLAIN_SESSION + ("httpx", "grpc", "pydantic", "osprey.session")) == []
