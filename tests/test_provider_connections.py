@@ -284,3 +284,28 @@ async def test_the_session_client_speaks_http2_when_the_server_offers_it(dialect
     assert h2_server.accepted == 1
     assert built.versions == ["HTTP/2"] * 10
     assert len(h2_server.paths) == 10
+
+
+async def test_a_plain_http_client_never_speaks_tls_and_a_switch_to_https_takes_a_new_client(model_server: ModelServer,
+                                                                                             workspace: Path) -> None:
+    from osprey.providers.base import PlainHTTPTransport
+
+    model_server.add(Reply.text("hello"))
+    built = await session_provider("openai", model_server.base_url, workspace)
+    try:
+        assert isinstance(built.http._transport, PlainHTTPTransport)
+        turn = await built.provider.complete(request())
+        assert "hello" in str(turn.message)
+        with pytest.raises(httpx.UnsupportedProtocol, match="plain http only"):
+            await built.http.get("https://127.0.0.1:9/")
+        # A switch to an https server gets a client that verifies certificates; back to http, a plain one.
+        session = built.session
+        session.settings = session.settings.model_copy(update={"base_url": "https://127.0.0.1:9/v1"})
+        await session._make_provider()
+        assert session._http is not built.http and not isinstance(session._http._transport, PlainHTTPTransport)
+        assert session._http._transport._pool._ssl_context.verify_mode == ssl.CERT_REQUIRED
+        session.settings = session.settings.model_copy(update={"base_url": model_server.base_url})
+        await session._make_provider()
+        assert isinstance(session._http._transport, PlainHTTPTransport)
+    finally:
+        await built.session.close()

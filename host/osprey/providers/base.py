@@ -35,9 +35,30 @@ DRAIN_SECONDS = 0.5
 HTTP2 = importlib.util.find_spec("h2") is not None
 
 
-def http_client(timeout: httpx.Timeout) -> httpx.AsyncClient:
+def plain_http(base_url: str | None) -> bool:
+    """The server is spoken to without TLS (`http://`, e.g. a local model server)."""
+    return base_url is not None and base_url.lower().startswith("http://")
+
+
+class PlainHTTPTransport(httpx.AsyncHTTPTransport):
+    """A transport for `http://` only: it never loads the CA bundle (tens of milliseconds at every
+    start) because it refuses to speak TLS at all."""
+
+    def __init__(self) -> None:
+        super().__init__(verify=False)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.scheme != "http":
+            raise httpx.UnsupportedProtocol(f"this client speaks plain http only, not {request.url.scheme}")
+        return await super().handle_async_request(request)
+
+
+def http_client(timeout: httpx.Timeout, base_url: str | None = None) -> httpx.AsyncClient:
     """The client a session's providers share across turns: one connection pool, kept alive, and
-    HTTP/2 when the server offers it over TLS (plain-http servers are spoken to in HTTP/1.1)."""
+    HTTP/2 when the server offers it over TLS. For an `http://` base URL, a plain-http client
+    (HTTP/1.1, no TLS set up at all)."""
+    if plain_http(base_url):
+        return httpx.AsyncClient(timeout=timeout, transport=PlainHTTPTransport())
     return httpx.AsyncClient(timeout=timeout, http2=HTTP2)
 
 

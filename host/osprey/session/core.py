@@ -124,6 +124,7 @@ class Session:
         self.warn = warn
         self.provider = provider
         self._http = http
+        self._plain_http: bool | None = None  # whether the session's own client speaks plain http only
         self.interceptors = list(interceptors)
         self.allow_rules = parse_allow_rules(options.allow)
         self._stack = AsyncExitStack()
@@ -258,12 +259,15 @@ class Session:
         import httpx
 
         from ..providers import effort_supported, make_provider
-        from ..providers.base import http_client
+        from ..providers.base import http_client, plain_http
 
         settings = self.settings
-        if self._http is None:
+        plain = plain_http(settings.base_url)
+        if self._http is None or (self._plain_http is not None and self._plain_http != plain):
+            # A client of our own; a switch between an http:// and an https:// server takes a new one.
             timeout = httpx.Timeout(settings.retry.turn_timeout, connect=settings.retry.connect_timeout)
-            self._http = await self._stack.enter_async_context(http_client(timeout))
+            self._http = await self._stack.enter_async_context(http_client(timeout, settings.base_url))
+            self._plain_http = plain
         provider = make_provider(settings, self._http)
         if settings.effort and not effort_supported(settings):
             self.warn(f"--effort {settings.effort} has no effect: {settings.model} takes no reasoning setting")
