@@ -27,12 +27,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import json  # noqa: E402
-from functools import lru_cache  # noqa: E402
-
 import httpx  # noqa: E402
 
-import osprey.testing.model_server as model_server  # noqa: E402
 from osprey.config import load_settings  # noqa: E402
 from osprey.dispatch import LocalDispatcher  # noqa: E402
 from osprey.render import JsonlWriter  # noqa: E402
@@ -42,20 +38,6 @@ from osprey.sessions.journal import Journal, journal_path  # noqa: E402
 from osprey.testing.model_server import ModelServer, Reply  # noqa: E402
 
 FILE = "notes.txt"
-
-# The model server checks every tool's JSON schema with jsonschema on every request (~13 ms for
-# the base tools), the same for the session and the floor. Cached by content here, so the floor is
-# the HTTP round trip rather than the test server's own checks.
-_uncached = model_server._schema_problem
-_check_schema = lru_cache(maxsize=None)(lambda text: _uncached(json.loads(text)))
-
-
-def _schema_problem(schema: Any) -> str | None:
-    try:
-        return _check_schema(json.dumps(schema, sort_keys=True))
-    except TypeError:
-        return _uncached(schema)
-
 
 def script(turns: int) -> list[Reply]:
     return [*(Reply.tool_call("read_file", {"path": FILE}) for _ in range(turns)), Reply.text("done")]
@@ -152,7 +134,6 @@ async def measure(turns: int, rounds: int, modes: tuple[str, ...]) -> None:
 
 
 def main() -> None:
-    model_server._schema_problem = _schema_problem
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)

@@ -12,6 +12,7 @@ per request, and checks every request against the protocol's invariants.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import math
 import socket
@@ -361,9 +362,21 @@ def _schema_problem(schema: Any) -> str | None:
     if schema.get("type") != "object":
         return "must be a JSON schema with type 'object'"
     try:
+        text = json.dumps(schema, sort_keys=True)
+    except (TypeError, ValueError):
+        return "is not JSON"
+    return _checked_schema(text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked_schema(text: str) -> str | None:
+    """A schema's problem, by its canonical JSON: every request sends the same tool schemas, and
+    checking them costs milliseconds each time."""
+    try:
         from jsonschema import SchemaError, validators
     except ImportError:  # pragma: no cover - jsonschema is a project dependency
         return None
+    schema = json.loads(text)
     try:
         validators.validator_for(schema).check_schema(schema)
     except SchemaError as exc:
