@@ -795,3 +795,22 @@ async def test_recording_round_trips_turns_exactly(model_server: ModelServer, ht
     with pytest.raises(ProviderError, match="only 2 turns"):
         await replay.complete(simple_request())
     assert isinstance(played[0], ModelTurn)
+
+
+def test_openai_body_reuses_the_encoded_arguments_of_earlier_calls_and_keeps_only_current_ones() -> None:
+    import httpx
+
+    from osprey.messages import AssistantMessage, ModelRequest, ToolCall, ToolResultMessage, UserMessage
+    from osprey.providers.openai import OpenAIProvider, to_wire_messages
+
+    provider = OpenAIProvider(httpx.AsyncClient(), "m", "http://127.0.0.1:9/v1", None)
+    messages: list[Any] = [UserMessage(content="go")]
+    for n in range(5):
+        call = ToolCall(id=f"c{n}", name="read_file", arguments={"path": f"f{n}.txt", "nested": {"n": n, "s": "é\ud83d"[:1]}})
+        messages += [AssistantMessage(text="", tool_calls=[call]), ToolResultMessage(tool_call_id=f"c{n}", name="read_file", content="ok")]
+        request = ModelRequest(system="s", messages=list(messages), tools=[])
+        assert provider.body(request)["messages"] == to_wire_messages(request)
+        assert len(provider._encoded) == n + 1
+    # After compaction the conversation is new: nothing of the old one is kept.
+    request = ModelRequest(system="s", messages=[UserMessage(content="summary")], tools=[])
+    assert provider.body(request)["messages"] == to_wire_messages(request) and provider._encoded == {}

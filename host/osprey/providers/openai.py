@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -21,7 +22,9 @@ def supports_effort(model: str) -> bool:
     return bool(REASONING_MODELS.search(model))
 
 
-def to_wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
+def to_wire_messages(request: ModelRequest, arguments: Callable[[ToolCall], str] | None = None) -> list[dict[str, Any]]:
+    """The chat-completions messages; `arguments` gives a call's arguments as JSON text."""
+    encode = arguments or (lambda c: json.dumps(c.arguments))
     out: list[dict[str, Any]] = []
     if request.system:
         out.append({"role": "system", "content": request.system})
@@ -32,7 +35,7 @@ def to_wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
             msg: dict[str, Any] = {"role": "assistant", "content": m.text or None}
             if m.tool_calls:
                 msg["tool_calls"] = [
-                    {"id": c.id, "type": "function", "function": {"name": wire_tool_name(c.name), "arguments": json.dumps(c.arguments)}}
+                    {"id": c.id, "type": "function", "function": {"name": wire_tool_name(c.name), "arguments": encode(c)}}
                     for c in m.tool_calls
                 ]
             out.append(msg)
@@ -63,11 +66,25 @@ class OpenAIProvider:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.effort = effort if effort and supports_effort(model) else None
+        # Each earlier call's arguments as JSON, by the call (kept alive here, so its id stays its
+        # own): the conversation is resent every turn, and encoding it all again grows with it.
+        self._encoded: dict[int, tuple[ToolCall, str]] = {}
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
+        previous, current = self._encoded, {}
+
+        def encode(call: ToolCall) -> str:
+            hit = previous.get(id(call))
+            if hit is None or hit[0] is not call:
+                hit = (call, json.dumps(call.arguments))
+            current[id(call)] = hit
+            return hit[1]
+
+        messages = to_wire_messages(request, encode)
+        self._encoded = current
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": to_wire_messages(request),
+            "messages": messages,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
