@@ -59,6 +59,7 @@ MAX_EVENT_BYTES = 16 * 1024 * 1024
 TRUNCATED_KEY = "journal_truncated"
 TITLE_CHARS = 80
 BATCH = 512  # events per transaction at most
+GATHER_S = 0.004  # how long the writer waits for more events before it commits
 CLOSE_TIMEOUT = 30.0  # seconds close() waits for the writer (a locked database waits BUSY_TIMEOUT_MS per try)
 # While the database cannot be written, at most this many events (or bytes of their JSON) wait in memory.
 MAX_UNSAVED_EVENTS = 20_000
@@ -294,6 +295,7 @@ class Journal:
             item = self._queue.get(timeout=timeout) if timeout is None or timeout > 0 else self._queue.get_nowait()
         except queue.Empty:
             return False
+        gather_until = time.monotonic() + (GATHER_S if not self.failing else 0.0)
         while True:
             if item is None:
                 return True
@@ -305,7 +307,10 @@ class Journal:
                           f"later events of session {item.session_id} are not kept, so its saved record will stop before them "
                           "(a resume says so)")
             try:
-                item = self._queue.get_nowait()
+                # What else comes within GATHER goes in the same transaction: a turn's few events
+                # cost one commit, and the writer wakes the GIL once, not once per event.
+                wait = gather_until - time.monotonic()
+                item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
             except queue.Empty:
                 return False
 
