@@ -1,43 +1,104 @@
-"""Sandbox lane start-up and round trips.
+"""Sandbox lane start-up against the engine's own create+start, like for like, and round trips.
 
-- Lane ready time: from asking for a lane to its first `read_file` answered, p50 and p95, against
-  `docker run --rm IMAGE true` in the same run. Goal: ratio <= 1.5.
+- Lane ready: `LaneSupervisor.start()` (everything a session pays: the engine checks, the image
+  check, the container, the sidecar answering its gRPC health check), against the floor: a
+  container of the same image, with the same run options, created and started through the same
+  Docker SDK (`create_container` + `start`, two API calls) whose process, started by the same
+  entry method (tini, then python3), answers on a unix socket in the same bind-mounted
+  directory. Rounds alternate lane and floor. Teardown (`close()`; `remove_container`) is timed
+  apart. Goal (issue 8): lane ready p50 <= 1.5x the floor's.
 - `read_file` round trip through the lane versus through the local dispatcher. Goal: <= +1 ms p50.
+
+`--rounds N` (default 12) scales the run (about 2 s a round on two cores).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import os
+import socket
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stats import percentile, time_command  # noqa: E402
+from _stats import percentile  # noqa: E402
 
 from osprey.config import SandboxSettings  # noqa: E402
-from osprey.dispatch import open_tool_service  # noqa: E402
+from osprey.dispatch import make_home, open_tool_service  # noqa: E402
 from osprey.lane_image import docker_client, ensure_image  # noqa: E402
+from osprey.lanes import SOCKET_IN_LANE, SOCKET_NAME, lane_run_options, make_socket_dir, remove_socket_dir  # noqa: E402
 
-STARTS = 15
 CALLS = 2000
+LISTENER = (
+    "import socket\n"
+    f"s = socket.socket(socket.AF_UNIX); s.bind('{SOCKET_IN_LANE}/{SOCKET_NAME}'); s.listen(8)\n"
+    "while True:\n"
+    "    c, _ = s.accept(); c.sendall(b'ok'); c.close()\n"
+)
 
 
-async def lane_ready_times(workspace: str) -> list[float]:
-    times = []
-    for i in range(STARTS):
+def floor_create_args(client: Any, image: str, workspace: str, name: str, socket_dir: Path) -> dict[str, Any]:
+    """The lane's own run options, with the listener in place of the sidecar, as the SDK's
+    low-level `create_container` takes them."""
+    from docker.models.containers import _create_container_args
+
+    options = lane_run_options(image, workspace, name, SandboxSettings(enabled=True), socket_dir)
+    options.update(name=f"osprey-bench-floor-{os.getpid()}-{name}", labels={"osprey.bench": "lane_ready"},
+                   entrypoint=["/usr/bin/tini", "--", "python3", "-c", LISTENER], command=None)
+    return _create_container_args({"image": image, "version": client.api._version, **options})
+
+
+def floor_once(client: Any, image: str, workspace: str, name: str) -> tuple[float, float]:
+    """(seconds to a started container whose process answered, seconds to remove it)."""
+    socket_dir, _ = make_socket_dir(workspace)
+    path = str(socket_dir / SOCKET_NAME)
+    container_id = None
+    try:
         start = time.perf_counter()
-        async with open_tool_service([workspace], sandbox=SandboxSettings(enabled=True), session_id=f"bench-{i}") as service:
-            await service.client.read_file("small.txt")
-            times.append(time.perf_counter() - start)
-    return times
+        container_id = client.api.create_container(**floor_create_args(client, image, workspace, name, socket_dir))["Id"]
+        client.api.start(container_id)
+        while True:
+            if os.path.exists(path):
+                with socket.socket(socket.AF_UNIX) as s:
+                    try:
+                        s.connect(path)
+                        if s.recv(2) == b"ok":
+                            break
+                    except OSError:
+                        pass
+            time.sleep(0.002)
+        ready = time.perf_counter() - start
+        start = time.perf_counter()
+        client.api.remove_container(container_id, force=True)
+        container_id = None
+        return ready, time.perf_counter() - start
+    finally:
+        if container_id is not None:
+            client.api.remove_container(container_id, force=True)
+        remove_socket_dir(socket_dir)
+
+
+async def lane_once(workspace: str, name: str) -> tuple[float, float]:
+    """(seconds until the lane's sidecar answers its health check, seconds to close the lane)."""
+    home = make_home([workspace], sandbox=SandboxSettings(enabled=True), session_id=name)
+    start = time.perf_counter()
+    try:
+        await home.start()
+        ready = time.perf_counter() - start
+    finally:
+        start = time.perf_counter()
+        await home.close()
+    return ready, time.perf_counter() - start
 
 
 async def round_trips(workspace: str, sandbox: bool) -> list[float]:
     options = SandboxSettings(enabled=True) if sandbox else None
-    async with open_tool_service([workspace], sandbox=options, session_id="bench-rt") as service:
+    async with open_tool_service([workspace], sandbox=options, session_id=f"bench-rt-{os.getpid()}") as service:
         samples = []
         for i in range(CALLS + 200):
             start = time.perf_counter()
@@ -47,24 +108,51 @@ async def round_trips(workspace: str, sandbox: bool) -> list[float]:
         return samples
 
 
-def main() -> None:
-    image = ensure_image(docker_client())
+def ms(samples: list[float], q: float) -> float:
+    return percentile(samples, q) * 1e3
+
+
+async def main(rounds: int) -> None:
+    client = docker_client()
+    image = ensure_image(client)
     with tempfile.TemporaryDirectory() as workspace:
+        workspace = os.path.realpath(workspace)
         (Path(workspace) / "small.txt").write_text("".join(f"line {i}\n" for i in range(40)))
-        time_command(["docker", "run", "--rm", "--network", "none", "--entrypoint", "true", image], 1)
-        baseline = time_command(["docker", "run", "--rm", "--network", "none", "--entrypoint", "true", image], STARTS)
-        ready = asyncio.run(lane_ready_times(workspace))
-        local = asyncio.run(round_trips(workspace, sandbox=False))
-        lane = asyncio.run(round_trips(workspace, sandbox=True))
-    b50, b95 = percentile(baseline, 50), percentile(baseline, 95)
-    r50, r95 = percentile(ready, 50), percentile(ready, 95)
-    print(f"image {image}")
-    print(f"docker run --rm IMAGE true:    p50 {b50 * 1e3:.0f} ms  p95 {b95 * 1e3:.0f} ms")
-    print(f"lane ready (to first answer):  p50 {r50 * 1e3:.0f} ms  p95 {r95 * 1e3:.0f} ms  ratio p50 {r50 / b50:.2f} (goal <= 1.5)")
-    l50, n50 = percentile(local, 50), percentile(lane, 50)
-    print(f"read_file local dispatcher:    p50 {l50 * 1e3:.3f} ms  p99 {percentile(local, 99) * 1e3:.3f} ms")
-    print(f"read_file through the lane:    p50 {n50 * 1e3:.3f} ms  p99 {percentile(lane, 99) * 1e3:.3f} ms  (+{(n50 - l50) * 1e3:.3f} ms p50; goal <= +1 ms)")
+        tag = f"bench-{os.getpid()}"
+        await lane_once(workspace, f"{tag}-warm")
+        floor_once(client, image, workspace, f"{tag}-warm")
+        lane: list[float] = []
+        lane_down: list[float] = []
+        floor: list[float] = []
+        floor_down: list[float] = []
+        for r in range(rounds):
+            order = ("lane", "floor") if r % 2 == 0 else ("floor", "lane")
+            for subject in order:
+                if subject == "lane":
+                    ready, down = await lane_once(workspace, f"{tag}-{r}")
+                    lane.append(ready)
+                    lane_down.append(down)
+                else:
+                    ready, down = await asyncio.to_thread(floor_once, client, image, workspace, f"{tag}-{r}")
+                    floor.append(ready)
+                    floor_down.append(down)
+        local = await round_trips(workspace, sandbox=False)
+        through_lane = await round_trips(workspace, sandbox=True)
+    print(f"image {image}; {rounds} interleaved rounds")
+    print(f"floor: create_container+start, process answers: p50 {ms(floor, 50):6.0f} ms  p90 {ms(floor, 90):6.0f} ms")
+    print(f"lane ready (sidecar answers health):           p50 {ms(lane, 50):6.0f} ms  p90 {ms(lane, 90):6.0f} ms"
+          f"  ratio p50 {ms(lane, 50) / ms(floor, 50):.2f}  p90 {ms(lane, 90) / ms(floor, 90):.2f} (goal <= 1.5)")
+    print(f"teardown: floor remove_container p50 {ms(floor_down, 50):.0f} ms; lane close p50 {ms(lane_down, 50):.0f} ms"
+          f" (ratio {ms(lane_down, 50) / ms(floor_down, 50):.2f})")
+    both = [a + b for a, b in zip(lane, lane_down, strict=True)]
+    both_floor = [a + b for a, b in zip(floor, floor_down, strict=True)]
+    print(f"ready + teardown: lane p50 {ms(both, 50):.0f} ms, floor p50 {ms(both_floor, 50):.0f} ms (ratio {ms(both, 50) / ms(both_floor, 50):.2f})")
+    l50, n50 = ms(local, 50), ms(through_lane, 50)
+    print(f"read_file local dispatcher:    p50 {l50:.3f} ms  p99 {ms(local, 99):.3f} ms")
+    print(f"read_file through the lane:    p50 {n50:.3f} ms  p99 {ms(through_lane, 99):.3f} ms  (+{n50 - l50:.3f} ms p50; goal <= +1 ms)")
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=12)
+    asyncio.run(main(parser.parse_args().rounds))

@@ -18,6 +18,7 @@ import asyncio
 import os
 import secrets
 import shutil
+import socket
 import stat
 import tempfile
 import threading
@@ -37,6 +38,48 @@ SOCKET_IN_LANE = "/run/osprey"
 SOCKET_NAME = "tools.sock"
 TOKEN_NAME = "token"
 LOG_LINES = 20
+# How often a starting lane's container is asked whether it exited (only to fail early with its logs).
+STATE_CHECK_S = 0.25
+SOCKET_POLL_S = 0.002
+
+# One Docker client per engine address and one checked image per (engine, base) for the whole
+# process: a lane start then costs no ping, no version query and no image inspection. The image
+# tag names its content, so a cached one stays right; one removed meanwhile is checked again.
+_cache_lock = threading.Lock()
+_clients: dict[tuple[str, ...], Any] = {}
+_images: dict[tuple[tuple[str, ...], str | None], str] = {}
+
+
+def _engine_key() -> tuple[str, ...]:
+    return tuple(os.environ.get(name, "") for name in ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONTEXT"))
+
+
+def lane_client() -> Any:
+    """This process's Docker client for lanes (made, and the engine pinged, once per engine)."""
+    key = _engine_key()
+    with _cache_lock:
+        client = _clients.get(key)
+    if client is not None:
+        return client
+    client = docker_client()
+    with _cache_lock:
+        kept = _clients.setdefault(key, client)
+    if kept is not client:
+        client.close()
+    return kept
+
+
+def _cached_image(base: str | None) -> str | None:
+    with _cache_lock:
+        return _images.get((_engine_key(), base))
+
+
+def _remember_image(base: str | None, tag: str | None) -> None:
+    with _cache_lock:
+        if tag is None:
+            _images.pop((_engine_key(), base), None)
+        else:
+            _images[(_engine_key(), base)] = tag
 
 
 def _owner_alive(labels: dict[str, str]) -> bool:
@@ -93,6 +136,13 @@ def workspace_owner(workspace: str) -> tuple[int, int]:
 def lane_logs(container: Any, lines: int = LOG_LINES) -> str:
     try:
         return container.logs(tail=lines).decode("utf-8", "replace").strip()
+    except Exception:  # noqa: BLE001 - the container may already be gone
+        return ""
+
+
+def _logs_of(client: Any, container_id: str, lines: int = LOG_LINES) -> str:
+    try:
+        return client.api.logs(container_id, tail=lines).decode("utf-8", "replace").strip()
     except Exception:  # noqa: BLE001 - the container may already be gone
         return ""
 
@@ -292,35 +342,67 @@ def make_socket_dir(workspace: str) -> tuple[Path, str]:
     return socket_dir, token
 
 
-async def wait_lane_ready(container: Any, connection: Connection, socket_path: str, deadline_s: float) -> None:
-    """Poll for the socket and gRPC health; fail early, with the lane's logs, if it exits."""
+async def wait_lane_ready(client: Any, container_id: str, connection: Connection, socket_path: str, deadline_s: float) -> int | None:
+    """Wait until the sidecar answers its health check; fail early, with the lane's logs, if
+    the container exits. Returns the container's main pid (None if the engine did not say).
+
+    The socket is looked for every 2 ms (a connect, no engine call), and gRPC is used only once
+    it accepts: a gRPC connection refused between the sidecar's bind and its listen would put
+    the channel into its reconnect backoff, a second or so. The engine is asked for the
+    container's state at once (that answer also gives the pid) and then every 0.25 s."""
     start = time.monotonic()
     end = start + deadline_s
-    next_state_check = start + 0.1
-    while True:
-        if os.path.exists(socket_path) and await connection.healthy(timeout=0.5):
-            return
-        now = time.monotonic()
-        if now > end:
-            raise SandboxError(f"the lane did not answer within {deadline_s:g} s; its last log lines:\n{lane_logs(container) or '(none)'}")
-        if now >= next_state_check:
-            next_state_check = now + 0.1
-            await asyncio.to_thread(container.reload)
-            if container.status in ("exited", "dead"):
-                state = container.attrs.get("State", {})
-                raise SandboxError(f"the lane exited during start-up (exit code {state.get('ExitCode')}); its last log lines:\n{lane_logs(container) or '(none)'}")
-        await asyncio.sleep(0.003)
+    state: asyncio.Future[dict[str, Any]] = asyncio.ensure_future(asyncio.to_thread(client.api.inspect_container, container_id))
+    next_state_check = start + STATE_CHECK_S
+    pid: int | None = None
+    try:
+        while True:
+            if _listening(socket_path) and await connection.healthy(timeout=0.5):
+                if pid is None:
+                    attrs = await state  # the first answer came long before the sidecar's
+                    pid = attrs.get("State", {}).get("Pid") or None
+                return pid
+            if state.done():
+                attrs = state.result()
+                pid = attrs.get("State", {}).get("Pid") or pid
+                if attrs.get("State", {}).get("Status") in ("exited", "dead"):
+                    raise SandboxError(f"the lane exited during start-up (exit code {attrs['State'].get('ExitCode')}); its last log lines:\n{await asyncio.to_thread(_logs_of, client, container_id) or '(none)'}")
+            now = time.monotonic()
+            if now > end:
+                raise SandboxError(f"the lane did not answer within {deadline_s:g} s; its last log lines:\n{await asyncio.to_thread(_logs_of, client, container_id) or '(none)'}")
+            if state.done() and now >= next_state_check:
+                next_state_check = now + STATE_CHECK_S
+                state = asyncio.ensure_future(asyncio.to_thread(client.api.inspect_container, container_id))
+            await asyncio.sleep(SOCKET_POLL_S)
+    finally:
+        if not state.done():
+            # The thread goes on; its answer is not wanted.
+            state.cancel()
+
+
+def _listening(socket_path: str) -> bool:
+    """Whether a unix socket at `socket_path` accepts connections now (one non-blocking connect)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.setblocking(False)
+        try:
+            probe.connect(socket_path)
+        except BlockingIOError:
+            return True  # listening, its backlog momentarily full
+        except OSError:
+            return False  # not there yet, or bound but not listening
+    return True
 
 
 NOBODY = 65534
 
 
-def lock_down(container: Any, socket_dir: Path) -> None:
+def lock_down(container: Any, socket_dir: Path, pid: int | None = None) -> None:
     """After start-up, take the socket dir and /dev out of the lane's hands.
 
     The sidecar seals both (mode 0555), but their owner could chmod them back. A host running as
     root hands them to `nobody`, which the lane's user (root without capabilities included) can
-    neither write to nor chmod. Without root on the host the seal is all there is.
+    neither write to nor chmod. Without root on the host the seal is all there is. `pid` is the
+    container's main pid when known (else the engine is asked).
     """
     # The broker holds the token in memory. The sidecar has sealed the dir, which, without
     # root, we own too: open it just long enough to delete the file.
@@ -329,104 +411,163 @@ def lock_down(container: Any, socket_dir: Path) -> None:
     os.chmod(socket_dir, 0o555)
     if os.geteuid() != 0:
         return
-    container.reload()
-    pid = container.attrs.get("State", {}).get("Pid")
+    if pid is None:
+        container.reload()
+        pid = container.attrs.get("State", {}).get("Pid")
     targets = [socket_dir] + ([Path(f"/proc/{pid}/root/dev")] if pid else [])
     for target in targets:
         os.chown(target, NOBODY, NOBODY)
         os.chmod(target, 0o555 if target == socket_dir else 0o755)
 
 
-async def provision_lane(workspace: str, session_id: str, options: SandboxSettings, *, progress: Progress = _quiet, home: Path | None = None) -> Lane:
-    """A fresh lane for `workspace`, ready to answer; everything is removed again on failure."""
-    import docker
+class _NameTaken(Exception):
+    """The lane's container name belongs to another container (an orphan not reaped yet)."""
 
+
+class _ImageGone(Exception):
+    """The cached lane image is no longer on the engine."""
+
+
+async def provision_lane(workspace: str, session_id: str, options: SandboxSettings, *, progress: Progress = _quiet, home: Path | None = None) -> Lane:
+    """A fresh lane for `workspace`, ready to answer; everything is removed again on failure.
+
+    Orphaned lanes are reaped while this one starts; the engine client and the checked image
+    are reused across starts (see `lane_client`)."""
     workspace = os.path.realpath(workspace)
-    client = await asyncio.to_thread(docker_client)
-    cancel = threading.Event()
-    try:
-        await asyncio.to_thread(reap_orphans, client)
-        # A first build can take a minute; Ctrl-C must stop it rather than wait for it.
-        build = asyncio.ensure_future(asyncio.to_thread(lambda: ensure_image(client, options.base_image, progress=progress, home=home, cancel=cancel)))
-        try:
-            image = await asyncio.shield(build)
-        except asyncio.CancelledError:
-            cancel.set()
-            try:
-                await build
-            except Exception:  # noqa: BLE001 - the cancelled build's own error
-                pass
-            raise
-    except docker.errors.DockerException as exc:
-        raise SandboxError(f"preparing the lane failed: {_short(exc)}") from None
+    client = await asyncio.to_thread(lane_client)
+    reaping = asyncio.ensure_future(asyncio.to_thread(reap_orphans, client))
     socket_dir: Path | None = None
-    container = None
+    container_id: str | None = None
     connection = None
     try:
+        image = await _lane_image(client, options, progress, home)
         check_home_outside(workspace, options, home)
         socket_dir, token = make_socket_dir(workspace)
         protected = protected_state(workspace)
-        # The thread finishes even if we are cancelled meanwhile; wait for it, so that a
-        # container it made is known and removed below.
-        create = asyncio.ensure_future(asyncio.to_thread(_create_and_start, client, image, workspace, session_id, options, socket_dir))
-        try:
-            container = await asyncio.shield(create)
-        except asyncio.CancelledError:
+        name = f"osprey-lane-{session_id}"
+        for attempt in range(2):
             try:
-                container = await create
-            except Exception:  # noqa: BLE001 - it failed on its own; nothing to remove
-                pass
-            raise
+                container_id = await _create_and_start_shielded(client, image, workspace, session_id, options, socket_dir)
+                break
+            except _NameTaken:
+                if attempt:
+                    raise SandboxError(f"the lane container could not be created: the name {name} is taken by another container") from None
+                await _quietly(reaping)  # an orphan of the same name is being removed
+            except _ImageGone:
+                if attempt:
+                    raise SandboxError(f"the lane image {image} disappeared during start-up") from None
+                _remember_image(options.base_image, None)
+                image = await _lane_image(client, options, progress, home)
+        assert container_id is not None
         socket_path = str(socket_dir / SOCKET_NAME)
         connection = Connection(socket_path, token=token)
-        await wait_lane_ready(container, connection, socket_path, options.ready_timeout)
-        await asyncio.to_thread(lock_down, container, socket_dir)
-        return Lane(container.id, container.name, socket_dir, token, workspace, image, connection, protected)
+        pid = await wait_lane_ready(client, container_id, connection, socket_path, options.ready_timeout)
+        if pid is not None:
+            lock_down(None, socket_dir, pid)  # no engine call: only the file system
+        else:
+            await asyncio.to_thread(lock_down, client.containers.prepare_model({"Id": container_id}), socket_dir, pid)
+        await _quietly(reaping)
+        return Lane(container_id, name, socket_dir, token, workspace, image, connection, protected)
     except BaseException:
         if connection is not None:
             await connection.close()
-        if container is not None:
-            await asyncio.to_thread(_force_remove, container)
+        if container_id is not None:
+            await asyncio.to_thread(_force_remove, client, container_id)
         if socket_dir is not None:
             remove_socket_dir(socket_dir)
+        await _quietly(reaping)
         raise
 
 
-def _create_and_start(client: Any, image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path) -> Any:
+async def _quietly(task: asyncio.Future[Any]) -> None:
+    """Wait for a housekeeping task whose failure must not fail a lane start."""
+    try:
+        await task
+    except Exception:  # noqa: BLE001 - reaping is best effort; the next start tries again
+        pass
+
+
+async def _lane_image(client: Any, options: SandboxSettings, progress: Progress, home: Path | None) -> str:
+    """The lane image, checked (or built) once per process and base."""
     import docker
 
+    cached = _cached_image(options.base_image)
+    if cached is not None:
+        return cached
+    cancel = threading.Event()
+    # A first build can take a minute; Ctrl-C must stop it rather than wait for it.
+    build = asyncio.ensure_future(asyncio.to_thread(lambda: ensure_image(client, options.base_image, progress=progress, home=home, cancel=cancel)))
     try:
-        container = client.containers.create(image, detach=True, **lane_run_options(image, workspace, session_id, options, socket_dir))
+        image = await asyncio.shield(build)
+    except asyncio.CancelledError:
+        cancel.set()
+        try:
+            await build
+        except Exception:  # noqa: BLE001 - the cancelled build's own error
+            pass
+        raise
+    except docker.errors.DockerException as exc:
+        raise SandboxError(f"preparing the lane failed: {_short(exc)}") from None
+    _remember_image(options.base_image, image)
+    return image
+
+
+async def _create_and_start_shielded(client: Any, image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path) -> str:
+    # The thread finishes even if we are cancelled meanwhile; wait for it, so that a
+    # container it made is known to the caller and removed.
+    create = asyncio.ensure_future(asyncio.to_thread(_create_and_start, client, image, workspace, session_id, options, socket_dir))
+    try:
+        return await asyncio.shield(create)
+    except asyncio.CancelledError:
+        try:
+            container_id = await create
+        except Exception:  # noqa: BLE001 - it failed on its own; nothing to remove
+            raise asyncio.CancelledError from None
+        await asyncio.to_thread(_force_remove, client, container_id)
+        raise
+
+
+def _create_and_start(client: Any, image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path) -> str:
+    """Create the lane's container with all its options in one call and start it (two engine
+    calls: no inspection in between); its id."""
+    import docker
+    from docker.models.containers import _create_container_args
+
+    run_options = lane_run_options(image, workspace, session_id, options, socket_dir)
+    try:
+        args = _create_container_args({"image": image, "version": client.api._version, **run_options})
+        container_id: str = client.api.create_container(**args)["Id"]
+    except docker.errors.ImageNotFound:
+        raise _ImageGone() from None
+    except docker.errors.APIError as exc:
+        if exc.status_code == 409:
+            raise _NameTaken() from None
+        raise SandboxError(f"the lane container could not be created: {_short(exc)}") from None
     except docker.errors.DockerException as exc:
         raise SandboxError(f"the lane container could not be created: {_short(exc)}") from None
     try:
-        container.start()
+        client.api.start(container_id)
     except docker.errors.DockerException as exc:
-        _force_remove(container)
+        _force_remove(client, container_id)
         raise SandboxError(f"the lane container could not start: {_short(exc)}") from None
-    return container
+    return container_id
 
 
-def _force_remove(container: Any) -> None:
+def _force_remove(client: Any, container_id: str) -> None:
     import docker
 
     try:
-        container.remove(force=True)
+        client.api.remove_container(container_id, force=True)
     except docker.errors.NotFound:
         pass
 
 
 async def destroy_lane(lane: Lane) -> None:
     """Remove the lane's container and socket dir; safe to call twice."""
-    import docker
-
     await lane.connection.close()
     try:
-        client = await asyncio.to_thread(docker_client)
-        container = await asyncio.to_thread(client.containers.get, lane.container_id)
-        await asyncio.to_thread(_force_remove, container)
-    except docker.errors.NotFound:
-        pass
+        client = await asyncio.to_thread(lane_client)
+        await asyncio.to_thread(_force_remove, client, lane.container_id)
     finally:
         remove_socket_dir(lane.socket_dir)
 
@@ -436,10 +577,10 @@ async def lane_state(lane: Lane) -> dict[str, Any]:
     import docker
 
     try:
-        client = await asyncio.to_thread(docker_client)
-        container = await asyncio.to_thread(client.containers.get, lane.container_id)
+        client = await asyncio.to_thread(lane_client)
+        attrs = await asyncio.to_thread(client.api.inspect_container, lane.container_id)
     except (docker.errors.NotFound, SandboxError):
         return {"Running": False, "Gone": True, "logs": ""}
-    state = dict(container.attrs.get("State", {}))
-    state["logs"] = lane_logs(container)
+    state = dict(attrs.get("State", {}))
+    state["logs"] = await asyncio.to_thread(_logs_of, client, lane.container_id)
     return state
