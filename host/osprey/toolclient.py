@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 # gRPC's C core logs connection teardown at INFO on stderr, which would mix into
@@ -197,8 +197,49 @@ class ToolClient:
         return ReadFileResult.from_wire(r)
 
     async def write_file(self, path: str, content: str) -> WriteFileResult:
+        """Small content goes in one message; larger content streams in chunks, each encoded as
+        it is sent, so neither end holds a second whole copy of it."""
+        if len(content) > wire.WRITE_MAX_BYTES:
+            raise ToolError("invalid_argument", f"the content is over the {wire.WRITE_MAX_BYTES}-byte limit of write_file; write it in parts (bash can append)")
+        if len(content) > wire.WRITE_CHUNK_BYTES:
+            r = await self._write_stream(path, content)
+            if r is not None:
+                return WriteFileResult.from_wire(r)
         r = await self._unary("WriteFile", pb.WriteFileRequest(path=path, content=content))
         return WriteFileResult.from_wire(r)
+
+    async def _write_stream(self, path: str, content: str) -> pb.WriteFileResponse | None:
+        """WriteFileStream; None when the service predates it (the caller sends one message)."""
+        step = wire.WRITE_CHUNK_BYTES
+
+        unencodable: list[UnicodeEncodeError] = []
+
+        def chunks() -> Iterator[pb.WriteFileChunk]:
+            try:
+                yield pb.WriteFileChunk(path=path, data=content[:step].encode("utf-8"), last=len(content) <= step)
+                for at in range(step, len(content), step):
+                    yield pb.WriteFileChunk(data=content[at : at + step].encode("utf-8"), last=at + step >= len(content))
+            except UnicodeEncodeError as exc:
+                # (a lone surrogate) The stream ends without its last chunk, so nothing is written;
+                # the caller gets this error, as from a WriteFile message that could not be built.
+                unencodable.append(exc)
+
+        used = self._connection
+        try:
+            connection = self._current()
+            try:
+                return await connection.stub.WriteFileStream(chunks(), metadata=connection.metadata, timeout=self.call_deadline_s)
+            except grpc.aio.AioRpcError as exc:
+                if unencodable:
+                    raise unencodable[0] from None
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    return None
+                raise _map_rpc_error(exc, connection.where, self.call_deadline_s) from None
+            except grpc.aio.UsageError as exc:
+                raise DispatcherError(f"the connection to the ToolService at {connection.where} is closed ({exc})") from None
+        except (DispatcherError, ToolTimeout) as exc:
+            await self._after_failure(exc, used)
+            raise
 
     async def edit_file(self, path: str, old_string: str, new_string: str, replace_all: bool = False) -> EditFileResult:
         r = await self._unary("EditFile", pb.EditFileRequest(path=path, old_string=old_string, new_string=new_string, replace_all=replace_all))

@@ -130,6 +130,7 @@ class ReadFileResult(WireModel):
     more: bool
     long_lines_cut: int
     resolved_path: str
+    total_lines_is_lower_bound: bool
 
 
 class WriteFileResult(WireModel):

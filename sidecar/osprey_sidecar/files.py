@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import codecs
 import errno
+import io
 import os
 import secrets
 import stat
+from collections.abc import Iterable, Iterator
 
 from . import errors as E
 from ._proto import tools_pb2 as pb
@@ -16,39 +19,55 @@ from .paths import NotARegularFile, Parent, Roots, cut, open_regular, to_wire
 DEFAULT_READ_LIMIT = 2000
 MAX_LINE_CHARS = 2000
 BINARY_SNIFF_BYTES = 8192
+# edit_file holds the whole file: it refuses larger ones. read_file reads only its window.
 MAX_READ_BYTES = 256 * 1024 * 1024
+READ_CHUNK_BYTES = 256 * 1024
+# After its window read_file counts the lines of at most this much more of the file; past it,
+# total_lines is a lower bound (a full count would cost in proportion to the file's size).
+COUNT_AHEAD_BYTES = 4 * 1024 * 1024
+# A line longer than this (in bytes) cannot fit MAX_LINE_CHARS characters: only its head is kept.
+LINE_HEAD_BYTES = 4 * MAX_LINE_CHARS + 4
 DEFAULT_TREE_DEPTH = 3
 DEFAULT_TREE_ENTRIES = 500
 
 
-def _looks_binary(head: bytes) -> bool:
+def _looks_binary(head: bytes | bytearray) -> bool:
     return b"\x00" in head
 
 
-def _read_all(fd: int, st: os.stat_result, shown: str) -> bytes:
-    if st.st_size > MAX_READ_BYTES:
-        raise ToolFailure(E.INVALID_ARGUMENT, f"{shown} is {st.st_size} bytes, over the {MAX_READ_BYTES}-byte limit; use grep or bash (head, sed -n) to read parts of it")
-    chunks = []
-    size = 0
-    while size <= MAX_READ_BYTES:
-        chunk = os.read(fd, min(1 << 20, MAX_READ_BYTES + 1 - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    if size > MAX_READ_BYTES:
-        raise ToolFailure(E.INVALID_ARGUMENT, f"{shown} grew over the {MAX_READ_BYTES}-byte limit while it was read; use grep or bash (head, sed -n) to read parts of it")
-    return b"".join(chunks)
-
-
-def _read_text(parent: Parent, shown: str, refusal: str) -> tuple[bytes, int]:
-    """The bytes and permission bits of the text file `parent.name`; a binary one is refused with `refusal`."""
+def _open_file(parent: Parent, shown: str) -> tuple[int, os.stat_result]:
     try:
-        fd, st = open_regular(parent.fd, parent.name)
+        return open_regular(parent.fd, parent.name)
     except IsADirectoryError:
         raise ToolFailure(E.IS_DIRECTORY, f"{shown} is a directory; use list_directory or tree to see what it holds") from None
     except NotARegularFile:
         raise ToolFailure(E.INVALID_ARGUMENT, f"{shown} is not a regular file") from None
+
+
+def _read_all(fd: int, st: os.stat_result, shown: str) -> bytearray:
+    """The whole file in one buffer (no second copy while it is read)."""
+    if st.st_size > MAX_READ_BYTES:
+        raise ToolFailure(E.INVALID_ARGUMENT, f"{shown} is {st.st_size} bytes, over the {MAX_READ_BYTES}-byte limit; use grep or bash (head, sed -n) to read parts of it")
+    # One byte over the size seen, so a file that grew is noticed; grown further below if so.
+    buf = bytearray(st.st_size + 1)
+    size = 0
+    while size <= MAX_READ_BYTES:
+        if size == len(buf):
+            buf.extend(bytes(min(len(buf), MAX_READ_BYTES + 1 - size)))
+        with memoryview(buf) as view:
+            n = os.readv(fd, [view[size:]])
+        if not n:
+            break
+        size += n
+    if size > MAX_READ_BYTES:
+        raise ToolFailure(E.INVALID_ARGUMENT, f"{shown} grew over the {MAX_READ_BYTES}-byte limit while it was read; use grep or bash (head, sed -n) to read parts of it")
+    del buf[size:]
+    return buf
+
+
+def _read_text(parent: Parent, shown: str, refusal: str) -> tuple[bytearray, int]:
+    """The bytes and permission bits of the text file `parent.name`; a binary one is refused with `refusal`."""
+    fd, st = _open_file(parent, shown)
     try:
         data = _read_all(fd, st, shown)
     finally:
@@ -58,49 +77,168 @@ def _read_text(parent: Parent, shown: str, refusal: str) -> tuple[bytes, int]:
     return data, stat.S_IMODE(st.st_mode)
 
 
+def _skip_lines(fh: io.BufferedReader[io.FileIO], count: int) -> int:
+    """Move past `count` lines without decoding them; the number of lines skipped (fewer at the end)."""
+    skipped = 0
+    while skipped < count:
+        at = fh.tell()
+        chunk = fh.read(READ_CHUNK_BYTES)
+        if not chunk:
+            # A last line without a newline is a line too.
+            return skipped + (at > 0 and not _ends_with_newline(fh))
+        newlines = chunk.count(b"\n")
+        if skipped + newlines < count:
+            skipped += newlines
+            continue
+        pos = -1
+        for _ in range(count - skipped):
+            pos = chunk.index(b"\n", pos + 1)
+        fh.seek(at + pos + 1)
+        return count
+    return skipped
+
+
+def _ends_with_newline(fh: io.BufferedReader[io.FileIO]) -> bool:
+    at = fh.tell()
+    fh.seek(at - 1)
+    last = fh.read(1)
+    fh.seek(at)
+    return last == b"\n"
+
+
+def _read_line(fh: io.BufferedReader[io.FileIO]) -> tuple[str, int] | None:
+    """The next line (its \\n and trailing \\r dropped, cut to MAX_LINE_CHARS) and how many
+    characters were cut; None at the end. A long line's rest is only counted, never kept."""
+    raw = fh.readline(LINE_HEAD_BYTES)
+    if not raw:
+        return None
+    if raw.endswith(b"\n") or len(raw) < LINE_HEAD_BYTES:
+        line = raw.decode("utf-8", "replace").removesuffix("\n").rstrip("\r")
+        if len(line) > MAX_LINE_CHARS:
+            return line[:MAX_LINE_CHARS], len(line) - MAX_LINE_CHARS
+        return line, 0
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    head = decoder.decode(raw)
+    length = len(head)
+    trailing_cr = len(head) - len(head.rstrip("\r"))
+    while True:
+        piece = fh.readline(READ_CHUNK_BYTES)
+        last = not piece or piece.endswith(b"\n")
+        text = decoder.decode(piece.removesuffix(b"\n"), last)
+        length += len(text)
+        stripped = text.rstrip("\r")
+        trailing_cr = trailing_cr + len(text) if not stripped else len(text) - len(stripped)
+        if last:
+            break
+    length -= trailing_cr
+    if length > MAX_LINE_CHARS:
+        return head[:MAX_LINE_CHARS], length - MAX_LINE_CHARS
+    return head[:length], 0
+
+
+def _read_window(fh: io.BufferedReader[io.FileIO], start: int, count: int) -> tuple[list[str], int]:
+    """Up to `count` numbered lines from here, and how many were cut. Lines are taken a chunk
+    at a time; a line with no newline in a whole chunk goes through `_read_line`."""
+    out: list[str] = []
+    cut_lines = 0
+    while len(out) < count:
+        at = fh.tell()
+        chunk = fh.read(READ_CHUNK_BYTES)
+        if not chunk:
+            break
+        parts = chunk.split(b"\n")
+        del parts[-1]  # what follows the last newline is read again with the next chunk
+        if not parts:
+            fh.seek(at)
+            got = _read_line(fh)
+            if got is None:
+                break
+            line, dropped = got
+            if dropped:
+                line += f" [... line cut, {dropped} more characters]"
+                cut_lines += 1
+            out.append(f"{start + len(out):>6}\t{line}")
+            continue
+        del parts[count - len(out) :]
+        fh.seek(at + sum(map(len, parts)) + len(parts))
+        for raw in parts:
+            line = raw.decode("utf-8", "replace").rstrip("\r")
+            if len(line) > MAX_LINE_CHARS:
+                line = line[:MAX_LINE_CHARS] + f" [... line cut, {len(line) - MAX_LINE_CHARS} more characters]"
+                cut_lines += 1
+            out.append(f"{start + len(out):>6}\t{line}")
+    return out, cut_lines
+
+
+def _count_ahead(fh: io.BufferedReader[io.FileIO]) -> tuple[int, bool]:
+    """Lines from here on, counted within COUNT_AHEAD_BYTES without decoding: (lines, whether
+    that reached the end). Short of the end the count is a lower bound."""
+    lines = 0
+    budget = COUNT_AHEAD_BYTES
+    last = b"\n"
+    while budget > 0:
+        chunk = fh.read(min(READ_CHUNK_BYTES, budget))
+        if not chunk:
+            return lines + (last != b"\n"), True
+        lines += chunk.count(b"\n")
+        last = chunk[-1:]
+        budget -= len(chunk)
+    if fh.peek(1):
+        return lines + 1, False  # a line at least starts after what was counted
+    return lines + (last != b"\n"), True
+
+
 def read_file(roots: Roots, path: str, offset: int = 0, limit: int = 0) -> pb.ReadFileResponse:
-    """Numbered lines of a text file, from line `offset` (1-based), at most `limit` lines."""
+    """Numbered lines of a text file, from line `offset` (1-based), at most `limit` lines.
+
+    Only the lines before and in the window are read (the ones before without decoding), and
+    at most COUNT_AHEAD_BYTES after it to count the rest; past that, `total_lines` is a lower
+    bound and `total_lines_is_lower_bound` says so."""
     if offset < 0 or limit < 0:
         raise ToolFailure(E.INVALID_ARGUMENT, "offset and limit must not be negative")
     shown = cut(path)
-    refusal = "{path} is a binary file ({size} bytes); read_file only reads text. Use bash (for example `file` or `xxd | head`) to inspect it."
-    try:
-        real, (data, _) = roots.in_parent(path, lambda parent: (parent.real, _read_text(parent, shown, refusal)))
-    except OSError as exc:
-        raise from_os_error(exc, shown) from None
-    text = data.decode("utf-8", "replace")
-    # Lines end at \n, as grep counts them (str.splitlines would also split at \r, \f, \x85, \u2028, ...).
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    total = len(lines)
     start = max(offset, 1)
     count = limit or DEFAULT_READ_LIMIT
-    if total and start > total:
-        raise ToolFailure(E.INVALID_ARGUMENT, f"offset {offset} is past the end of {shown}, which has {total} lines")
-    chosen = lines[start - 1 : start - 1 + count]
-    cut_lines = 0
-    out = []
-    for number, line in enumerate(chosen, start):
-        line = line.rstrip("\r")
-        if len(line) > MAX_LINE_CHARS:
-            line = line[:MAX_LINE_CHARS] + f" [... line cut, {len(line) - MAX_LINE_CHARS} more characters]"
-            cut_lines += 1
-        out.append(f"{number:>6}\t{line}")
-    end = start + len(chosen) - 1 if chosen else 0
-    return pb.ReadFileResponse(
-        content="\n".join(out),
-        start_line=start if chosen else 0,
-        end_line=end,
-        total_lines=total,
-        more=end < total,
-        long_lines_cut=cut_lines,
-        resolved_path=to_wire(real),
-    )
+
+    def read(parent: Parent) -> tuple[str, pb.ReadFileResponse]:
+        fd, st = _open_file(parent, shown)
+        with io.BufferedReader(io.FileIO(fd, "rb", closefd=True), READ_CHUNK_BYTES) as fh:
+            if _looks_binary(os.pread(fd, BINARY_SNIFF_BYTES, 0)):
+                raise ToolFailure(
+                    E.BINARY_FILE,
+                    f"{shown} is a binary file ({st.st_size} bytes); read_file only reads text. Use bash (for example `file` or `xxd | head`) to inspect it.",
+                )
+            before = _skip_lines(fh, start - 1)
+            out, cut_lines = _read_window(fh, start, count)
+            after, complete = _count_ahead(fh)
+        total = before + len(out) + after
+        if total and start > total:
+            raise ToolFailure(E.INVALID_ARGUMENT, f"offset {offset} is past the end of {shown}, which has {total} lines")
+        end = start + len(out) - 1 if out else 0
+        return parent.real, pb.ReadFileResponse(
+            content="\n".join(out),
+            start_line=start if out else 0,
+            end_line=end,
+            total_lines=total,
+            more=end < total,
+            long_lines_cut=cut_lines,
+            total_lines_is_lower_bound=not complete,
+        )
+
+    try:
+        real, response = roots.in_parent(path, read)
+    except OSError as exc:
+        raise from_os_error(exc, shown) from None
+    response.resolved_path = to_wire(real)
+    return response
 
 
-def _atomic_write(parent: Parent, data: bytes, mode: int | None) -> None:
-    """Replace `parent.name` with `data`: a temporary file in the same directory, renamed over it."""
+Chunks = Iterable[bytes | bytearray | memoryview]
+
+
+def _atomic_write(parent: Parent, chunks: Chunks, mode: int | None) -> int:
+    """Replace `parent.name` with the concatenated `chunks` (consumed as written): a temporary
+    file in the same directory, renamed over it. Returns the bytes written."""
     for _ in range(100):
         tmp = f".osprey-{secrets.token_hex(6)}.tmp"
         try:
@@ -110,12 +248,17 @@ def _atomic_write(parent: Parent, data: bytes, mode: int | None) -> None:
             continue
     else:
         raise FileExistsError(errno.EEXIST, "no free temporary file name", parent.name)
+    written = 0
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fchmod(fh.fileno(), mode if mode is not None else 0o666 & ~_UMASK)
-            os.fsync(fh.fileno())
+        with open(fd, "wb", buffering=0, closefd=True) as fh:
+            for chunk in chunks:
+                with memoryview(chunk) as view:
+                    while view:
+                        n = fh.write(view)
+                        written += n or 0
+                        view = view[n:]
+            os.fchmod(fd, mode if mode is not None else 0o666 & ~_UMASK)
+            os.fsync(fd)
         os.replace(tmp, parent.name, src_dir_fd=parent.fd, dst_dir_fd=parent.fd)
     except BaseException:
         try:
@@ -123,6 +266,7 @@ def _atomic_write(parent: Parent, data: bytes, mode: int | None) -> None:
         except OSError:
             pass
         raise
+    return written
 
 
 def _read_umask() -> int:
@@ -137,10 +281,40 @@ _UMASK = _read_umask()
 
 def write_file(roots: Roots, path: str, content: str) -> pb.WriteFileResponse:
     """Replace (or create) a file atomically, creating parent directories."""
-    data = content.encode("utf-8", "surrogateescape")
-    shown = cut(path)
+    return write_file_chunks(roots, path, [content.encode("utf-8", "surrogateescape")], check_utf8=False)
 
-    def write(parent: Parent) -> tuple[str, bool]:
+
+def write_file_chunks(roots: Roots, path: str, chunks: Chunks, *, max_bytes: int | None = None, check_utf8: bool = True) -> pb.WriteFileResponse:
+    """`write_file` of content arriving in pieces (UTF-8 bytes), each written as it comes, so
+    no more than one piece is held; content that is not UTF-8 (when `check_utf8`) or is over
+    `max_bytes` is refused and the file left as it was."""
+    shown = cut(path)
+    consumed = False
+
+    def checked() -> Iterator[bytes | bytearray | memoryview]:
+        nonlocal consumed
+        consumed = True
+        decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        size = 0
+        for chunk in chunks:
+            size += len(chunk)
+            if max_bytes is not None and size > max_bytes:
+                raise ToolFailure(E.INVALID_ARGUMENT, f"the content for {shown} is over the {max_bytes}-byte limit of write_file; write it in parts (bash can append)")
+            try:
+                if check_utf8:
+                    decoder.decode(chunk)
+            except UnicodeDecodeError:
+                raise ToolFailure(E.INVALID_ARGUMENT, f"the content for {shown} is not UTF-8 text") from None
+            yield chunk
+        try:
+            decoder.decode(b"", check_utf8)
+        except UnicodeDecodeError:
+            raise ToolFailure(E.INVALID_ARGUMENT, f"the content for {shown} ends inside a UTF-8 character") from None
+
+    def write(parent: Parent) -> tuple[str, bool, int]:
+        if consumed:
+            # A symlink appeared on the way after the content was written: it cannot be read again.
+            raise ToolFailure(E.IO_ERROR, f"{shown}: the path changed while it was written; try again")
         try:
             st = os.stat(parent.name, dir_fd=parent.fd, follow_symlinks=False)
         except FileNotFoundError:
@@ -149,14 +323,22 @@ def write_file(roots: Roots, path: str, content: str) -> pb.WriteFileResponse:
             raise OSError(errno.ELOOP, "a symbolic link is in the way", parent.name)
         if st is not None and stat.S_ISDIR(st.st_mode):
             raise ToolFailure(E.IS_DIRECTORY, f"{shown} is a directory; give a file path")
-        _atomic_write(parent, data, stat.S_IMODE(st.st_mode) if st else None)
-        return parent.real, st is None
+        written = _atomic_write(parent, checked(), stat.S_IMODE(st.st_mode) if st else None)
+        return parent.real, st is None, written
 
     try:
-        real, created = roots.in_parent(path, write, create=True)
+        real, created, written = roots.in_parent(path, write, create=True)
     except OSError as exc:
         raise from_os_error(exc, shown) from None
-    return pb.WriteFileResponse(resolved_path=to_wire(real), bytes_written=len(data), created=created)
+    return pb.WriteFileResponse(resolved_path=to_wire(real), bytes_written=written, created=created)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def edit_file(roots: Roots, path: str, old_string: str, new_string: str, replace_all: bool = False) -> pb.EditFileResponse:
@@ -166,25 +348,55 @@ def edit_file(roots: Roots, path: str, old_string: str, new_string: str, replace
     if old_string == new_string:
         raise ToolFailure(E.INVALID_ARGUMENT, "old_string and new_string are the same; nothing would change")
     shown = cut(path)
+    old = old_string.encode("utf-8", "surrogateescape")
+    new = new_string.encode("utf-8", "surrogateescape")
 
     def edit(parent: Parent) -> pb.EditFileResponse:
         # Read and replaced through one directory descriptor: the file edited is the file read.
         data, mode = _read_text(parent, shown, "{path} is a binary file; edit_file only edits text")
-        text = data.decode("utf-8", "surrogateescape")
-        count = text.count(old_string)
-        if count == 0:
-            raise ToolFailure(E.NO_MATCH, f"old_string was not found in {shown}; read the file again and copy the exact text, including whitespace and indentation")
-        if count > 1 and not replace_all:
-            raise ToolFailure(E.AMBIGUOUS_MATCH, f"old_string occurs {count} times in {shown}; add surrounding lines to make it unique, or set replace_all to replace every occurrence")
-        first_line = text[: text.index(old_string)].count("\n") + 1
-        updated = text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
-        _atomic_write(parent, updated.encode("utf-8", "surrogateescape"), mode)
+        if not _is_utf8(old_string):
+            # Escaped non-UTF-8 bytes in the needle could match inside a character: match on the text.
+            text = data.decode("utf-8", "surrogateescape")
+            del data
+            count = text.count(old_string)
+            _check_count(count, replace_all, shown)
+            first_line = text.count("\n", 0, text.index(old_string)) + 1
+            updated = text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
+            del text
+            _atomic_write(parent, [updated.encode("utf-8", "surrogateescape")], mode)
+            return pb.EditFileResponse(resolved_path=to_wire(parent.real), replacements=count if replace_all else 1, first_line=first_line)
+        # A UTF-8 needle starts on a character boundary, so its matches in the bytes are its matches
+        # in the decoded text; the file is held once and written around the matches.
+        count = data.count(old)
+        _check_count(count, replace_all, shown)
+        found = [data.index(old)]
+        while replace_all and len(found) < count:
+            found.append(data.index(old, found[-1] + len(old)))
+        first_line = data.count(b"\n", 0, found[0]) + 1
+
+        def pieces() -> Iterator[bytes | memoryview]:
+            with memoryview(data) as view:
+                at = 0
+                for i in found:
+                    yield view[at:i]
+                    yield new
+                    at = i + len(old)
+                yield view[at:]
+
+        _atomic_write(parent, pieces(), mode)
         return pb.EditFileResponse(resolved_path=to_wire(parent.real), replacements=count if replace_all else 1, first_line=first_line)
 
     try:
         return roots.in_parent(path, edit)
     except OSError as exc:
         raise from_os_error(exc, shown) from None
+
+
+def _check_count(count: int, replace_all: bool, shown: str) -> None:
+    if count == 0:
+        raise ToolFailure(E.NO_MATCH, f"old_string was not found in {shown}; read the file again and copy the exact text, including whitespace and indentation")
+    if count > 1 and not replace_all:
+        raise ToolFailure(E.AMBIGUOUS_MATCH, f"old_string occurs {count} times in {shown}; add surrounding lines to make it unique, or set replace_all to replace every occurrence")
 
 
 def _kind(mode: int) -> pb.DirEntry.Kind:

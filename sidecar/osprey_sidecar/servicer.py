@@ -16,12 +16,12 @@ from . import errors as E
 from ._proto import tools_pb2 as pb
 from ._proto import tools_pb2_grpc as pb_grpc
 from .errors import ToolFailure
-from .files import edit_file, list_directory, read_file, tree, write_file
+from .files import edit_file, list_directory, read_file, tree, write_file, write_file_chunks
 from .paths import Roots, cut
 from .search import SEARCH_BUDGET_S, find_files, grep
 from .shell import BashRun, ExecRun
 from .strays import reap_strays
-from .wire import CATEGORY_KEY
+from .wire import CATEGORY_KEY, WRITE_MAX_BYTES
 
 log = logging.getLogger("osprey_sidecar")
 
@@ -111,6 +111,31 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
     @_mapped
     def WriteFile(self, request: pb.WriteFileRequest, context: grpc.ServicerContext) -> pb.WriteFileResponse:
         return write_file(self.roots, request.path, request.content)
+
+    @_mapped
+    def WriteFileStream(self, request_iterator: Iterator[pb.WriteFileChunk], context: grpc.ServicerContext) -> pb.WriteFileResponse:
+        first = next(request_iterator, None)
+
+        def chunks() -> Iterator[bytes]:
+            chunk: pb.WriteFileChunk | None = first
+            while chunk is not None:
+                yield chunk.data
+                if chunk.last:
+                    return
+                chunk = next(request_iterator, None)
+            raise ToolFailure(E.INVALID_ARGUMENT, "the content stream ended before its last chunk; the file was left as it was")
+
+        try:
+            if first is None or not first.path:
+                raise ToolFailure(E.INVALID_ARGUMENT, "a streamed write_file must name its path in the first chunk")
+            return write_file_chunks(self.roots, first.path, chunks(), max_bytes=WRITE_MAX_BYTES)
+        except ToolFailure:
+            # Refused early (a directory in the way, over the limit, ...): take in the rest of the
+            # stream first, or the client, still sending, sees a failed write, not this status.
+            for chunk in request_iterator:
+                if chunk.last:
+                    break
+            raise
 
     @_mapped
     def EditFile(self, request: pb.EditFileRequest, context: grpc.ServicerContext) -> pb.EditFileResponse:

@@ -12,6 +12,11 @@ TOKEN_KEY = "x-osprey-token"
 # A failed call's trailing metadata carries its stable category (not_found, ...) under this key.
 CATEGORY_KEY = "osprey-error-category"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# write_file: content of up to this many characters goes in one WriteFile message; longer
+# content goes through WriteFileStream in chunks of this many characters, up to WRITE_MAX_BYTES
+# bytes in all.
+WRITE_CHUNK_BYTES = 512 * 1024
+WRITE_MAX_BYTES = MAX_MESSAGE_BYTES
 # The gRPC health service reports SERVING for this name once the ToolService answers.
 SERVICE_NAME = "osprey.sandbox.v1.ToolService"
 CHANNEL_OPTIONS = (

@@ -23,7 +23,8 @@ async def _read_file(call: Invocation, ctx: ToolContext) -> str:
         return f"{a.path} is empty."
     text = r.content
     if r.more:
-        text += f"\n[lines {r.start_line}-{r.end_line} of {r.total_lines}; call again with offset={r.end_line + 1} to read on]"
+        total = f"at least {r.total_lines}" if r.total_lines_is_lower_bound else f"{r.total_lines}"
+        text += f"\n[lines {r.start_line}-{r.end_line} of {total}; call again with offset={r.end_line + 1} to read on]"
     if r.long_lines_cut:
         text += f"\n[{r.long_lines_cut} long lines were cut]"
     return text

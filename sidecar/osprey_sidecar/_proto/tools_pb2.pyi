@@ -18,7 +18,7 @@ class ReadFileRequest(_message.Message):
     def __init__(self, path: _Optional[str] = ..., offset: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class ReadFileResponse(_message.Message):
-    __slots__ = ("content", "start_line", "end_line", "total_lines", "more", "long_lines_cut", "resolved_path")
+    __slots__ = ("content", "start_line", "end_line", "total_lines", "more", "long_lines_cut", "resolved_path", "total_lines_is_lower_bound")
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     START_LINE_FIELD_NUMBER: _ClassVar[int]
     END_LINE_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,7 @@ class ReadFileResponse(_message.Message):
     MORE_FIELD_NUMBER: _ClassVar[int]
     LONG_LINES_CUT_FIELD_NUMBER: _ClassVar[int]
     RESOLVED_PATH_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_LINES_IS_LOWER_BOUND_FIELD_NUMBER: _ClassVar[int]
     content: str
     start_line: int
     end_line: int
@@ -33,7 +34,8 @@ class ReadFileResponse(_message.Message):
     more: bool
     long_lines_cut: int
     resolved_path: str
-    def __init__(self, content: _Optional[str] = ..., start_line: _Optional[int] = ..., end_line: _Optional[int] = ..., total_lines: _Optional[int] = ..., more: _Optional[bool] = ..., long_lines_cut: _Optional[int] = ..., resolved_path: _Optional[str] = ...) -> None: ...
+    total_lines_is_lower_bound: bool
+    def __init__(self, content: _Optional[str] = ..., start_line: _Optional[int] = ..., end_line: _Optional[int] = ..., total_lines: _Optional[int] = ..., more: _Optional[bool] = ..., long_lines_cut: _Optional[int] = ..., resolved_path: _Optional[str] = ..., total_lines_is_lower_bound: _Optional[bool] = ...) -> None: ...
 
 class WriteFileRequest(_message.Message):
     __slots__ = ("path", "content")
@@ -42,6 +44,16 @@ class WriteFileRequest(_message.Message):
     path: str
     content: str
     def __init__(self, path: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+
+class WriteFileChunk(_message.Message):
+    __slots__ = ("path", "data", "last")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    data: bytes
+    last: bool
+    def __init__(self, path: _Optional[str] = ..., data: _Optional[bytes] = ..., last: _Optional[bool] = ...) -> None: ...
 
 class WriteFileResponse(_message.Message):
     __slots__ = ("resolved_path", "bytes_written", "created")

@@ -44,6 +44,11 @@ class ToolServiceStub:
                 request_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.WriteFileRequest.SerializeToString,
                 response_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.WriteFileResponse.FromString,
                 _registered_method=True)
+        self.WriteFileStream = channel.stream_unary(
+                '/osprey.sandbox.v1.ToolService/WriteFileStream',
+                request_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.WriteFileChunk.SerializeToString,
+                response_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.WriteFileResponse.FromString,
+                _registered_method=True)
         self.EditFile = channel.unary_unary(
                 '/osprey.sandbox.v1.ToolService/EditFile',
                 request_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.EditFileRequest.SerializeToString,
@@ -92,6 +97,14 @@ class ToolServiceServicer:
 
     def WriteFile(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteFileStream(self, request_iterator, context):
+        """WriteFile for large content: the file arrives in chunks, each written as it
+        comes; the first chunk names the path. Same checks, same atomic replace.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -153,6 +166,11 @@ def add_ToolServiceServicer_to_server(servicer, server):
             'WriteFile': grpc.unary_unary_rpc_method_handler(
                     servicer.WriteFile,
                     request_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.WriteFileRequest.FromString,
+                    response_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.WriteFileResponse.SerializeToString,
+            ),
+            'WriteFileStream': grpc.stream_unary_rpc_method_handler(
+                    servicer.WriteFileStream,
+                    request_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.WriteFileChunk.FromString,
                     response_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.WriteFileResponse.SerializeToString,
             ),
             'EditFile': grpc.unary_unary_rpc_method_handler(
@@ -244,6 +262,33 @@ class ToolService:
             target,
             '/osprey.sandbox.v1.ToolService/WriteFile',
             osprey__sidecar_dot___proto_dot_tools__pb2.WriteFileRequest.SerializeToString,
+            osprey__sidecar_dot___proto_dot_tools__pb2.WriteFileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteFileStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/osprey.sandbox.v1.ToolService/WriteFileStream',
+            osprey__sidecar_dot___proto_dot_tools__pb2.WriteFileChunk.SerializeToString,
             osprey__sidecar_dot___proto_dot_tools__pb2.WriteFileResponse.FromString,
             options,
             channel_credentials,
