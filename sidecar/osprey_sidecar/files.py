@@ -24,7 +24,7 @@ MAX_READ_BYTES = 256 * 1024 * 1024
 READ_CHUNK_BYTES = 256 * 1024
 # After its window read_file counts the lines of at most this much more of the file; past it,
 # total_lines is a lower bound (a full count would cost in proportion to the file's size).
-COUNT_AHEAD_BYTES = 4 * 1024 * 1024
+COUNT_AHEAD_BYTES = 2 * 1024 * 1024
 # A line longer than this (in bytes) cannot fit MAX_LINE_CHARS characters: only its head is kept.
 LINE_HEAD_BYTES = 4 * MAX_LINE_CHARS + 4
 DEFAULT_TREE_DEPTH = 3
