@@ -1,19 +1,33 @@
-"""Peak memory and time of `grep "."` over one large file, per engine, and of a catastrophic pattern.
+"""Peak memory of grep and find_files against ripgrep's, on a 50,000-file tree and a big file.
 
-Each measurement runs `osprey_sidecar.search.grep` in a fresh Python process and reports the
-peak RSS of that process (the serving side) and of its largest child (ripgrep or the Python
-engine's worker). Goal: tens of MB, whatever the file's size.
-Usage: grep_memory.py [SIZE_MB]   (default 300; the file is made in a temporary directory)
+Each case starts a fresh local dispatcher (the ToolService's servicer as a session runs it),
+makes one call, and reports the growth of the servicer's peak RSS (VmHWM after the call minus
+before it) beside the peak RSS of `rg` run with the same flags (`--sort path --hidden
+--no-require-git`, its output cut after COUNT_LIMIT lines, as `| head` would, which is where the
+tool stops too). The tool's own ripgrep or Python worker is measured apart, in a fresh process
+that calls `osprey_sidecar.search` directly (its largest child's peak). "holding all" is what
+the matching lines themselves take, a lower bound for a search that held every match.
+Goal: tens of MB whatever the tree or file size; the servicer's growth far below "holding all".
+Usage: grep_memory.py [FILES] [SIZE_MB]   (defaults 50000 and 300; made in a temporary directory)
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from osprey.dispatch import open_tool_service
+from osprey_sidecar.search import COUNT_LIMIT
+
+LINE = b"the quick brown fox jumps over the lazy dog 0123456789 abcdefghijklmnopqrstuvwxyz\n"
+TREE_LINES = 40  # per file of the tree, every one matching the broad pattern
 
 PROBE = r"""
 import json, resource, sys, time
@@ -28,7 +42,7 @@ try:
     outcome = {"matches": len(r.matches), "total": r.total, "truncated": r.truncated, "engine": r.engine}
 except ToolFailure as exc:
     outcome = {"failure": exc.category}
-outcome["seconds"] = time.perf_counter() - start
+outcome["seconds"] = round(time.perf_counter() - start, 3)
 # VmHWM, not ru_maxrss: the latter keeps the peak of whatever process forked this one.
 outcome["self_mb"] = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 1024
 outcome["child_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -41,9 +55,53 @@ def probe(root: Path, pattern: str, engine: str, **extra: object) -> dict[str, o
     return json.loads(out.stdout)
 
 
+def vm_hwm_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")) / 1024
+
+
+def rg_peak(cmd: list[str], cwd: Path) -> tuple[float, float]:
+    """Peak RSS (MB) and wall time of `cmd`, cut after COUNT_LIMIT lines of output."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    seen = 0
+    while seen < COUNT_LIMIT and (chunk := proc.stdout.read1(1 << 16)):
+        seen += chunk.count(b"\n")
+    proc.kill()
+    _, _, usage = os.wait4(proc.pid, 0)
+    proc.returncode = 0  # reaped above
+    proc.stdout.close()
+    return usage.ru_maxrss / 1024, time.perf_counter() - start
+
+
+async def servicer_case(root: Path, call: str, pattern: str) -> tuple[float, float, float, str]:
+    """(servicer peak before, growth, seconds, outcome) of one call in a fresh dispatcher."""
+    async with open_tool_service([str(root)]) as service:
+        pid = service.proc.pid  # type: ignore[attr-defined]
+        before = vm_hwm_mb(pid)
+        start = time.perf_counter()
+        if call == "grep":
+            r = await service.client.grep(pattern)
+            outcome = f"{len(r.matches)} returned, total {r.total}{'+' if r.truncated else ''}"
+        else:
+            f = await service.client.find_files(pattern)
+            outcome = f"{len(f.paths)} returned, total {f.total}{'+' if f.truncated else ''}"
+        seconds = time.perf_counter() - start
+        return before, vm_hwm_mb(pid) - before, seconds, outcome
+
+
+def make_tree(root: Path, files: int) -> None:
+    text = LINE * TREE_LINES
+    for d in range(files // 100):
+        folder = root / f"d{d:04d}"
+        folder.mkdir()
+        for f in range(100):
+            (folder / f"f{f:03d}.txt").write_bytes(text)
+
+
 def make_file(path: Path, size_mb: int) -> None:
-    line = b"the quick brown fox jumps over the lazy dog 0123456789 abcdefghijklmnopqrstuvwxyz\n"
-    block = line * (1024 * 1024 // len(line))
+    block = LINE * (1024 * 1024 // len(LINE))
     with path.open("wb") as fh:
         written = 0
         while written < size_mb * 1024 * 1024:
@@ -52,23 +110,43 @@ def make_file(path: Path, size_mb: int) -> None:
 
 
 def main() -> None:
-    size_mb = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+    files = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000
+    size_mb = int(sys.argv[2]) if len(sys.argv) > 2 else 300
+    rg = shutil.which("rg")
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
+        tree, big = Path(tmp, "tree"), Path(tmp, "big")
+        tree.mkdir()
+        big.mkdir()
         start = time.perf_counter()
-        make_file(root / "big.txt", size_mb)
-        print(f"made a {size_mb} MB file in {time.perf_counter() - start:.1f} s")
+        make_tree(tree, files)
+        make_file(big / "big.txt", size_mb)
+        print(f"made {files} files of {TREE_LINES} lines and a {size_mb} MB file in {time.perf_counter() - start:.1f} s; COUNT_LIMIT {COUNT_LIMIT}")
+        cases = [
+            ("grep broad (every line) over the tree", tree, "grep", "quick", files * TREE_LINES * len(LINE)),
+            ("grep none over the tree", tree, "grep", "zzz_not_there", 0),
+            (f"grep broad over {size_mb} MB", big, "grep", "quick", size_mb * 1024 * 1024),
+            ('grep "." over the tree', tree, "grep", ".", files * TREE_LINES * len(LINE)),
+            ("find_files broad over the tree", tree, "find", "*.txt", files * len(str(tree / "d0000/f000.txt"))),
+            ("find_files none over the tree", tree, "find", "*.nothing", 0),
+        ]
+        for name, root, call, pattern, all_bytes in cases:
+            before, growth, seconds, outcome = asyncio.run(servicer_case(root, call, pattern))
+            line = f"{name}: {outcome}; servicer +{growth:.1f} MB (from {before:.0f} MB) in {seconds * 1e3:.0f} ms"
+            if rg is not None:
+                flags = [rg, "--no-config", "--sort", "path", "--hidden", "--no-require-git"]
+                cmd = [*flags, "--files", "-g", pattern] if call == "find" else [*flags, "-n", "-e", pattern]
+                peak, rg_s = rg_peak(cmd, root)
+                line += f"; rg {peak:.1f} MB in {rg_s * 1e3:.0f} ms"
+            if all_bytes:
+                line += f"; holding all would take >= {all_bytes / 2**20:.0f} MB"
+            print(line)
         for engine in ("ripgrep", "python"):
-            r = probe(root, ".", engine)
-            print(f'grep "." ({engine} requested): {r}')
-        redos = root / "redos"
+            print(f'tool\'s own child, grep "." over {size_mb} MB ({engine}): {probe(big, ".", engine)}')
+            print(f"tool's own child, grep broad over the tree ({engine}): {probe(tree, 'quick', engine)}")
+        redos = Path(tmp, "redos")
         redos.mkdir()
         (redos / "a.txt").write_text("a" * 40 + "\n")
-        try:
-            r = probe(redos, "(?=(a+)+b)", "python", budget_s=2.0)
-        except subprocess.CalledProcessError as exc:  # a search without a budget parameter
-            r = {"error": exc.stderr[-200:]}
-        print(f"(?=(a+)+b) over 40 a's, budget 2 s: {r}")
+        print(f"(?=(a+)+b) over 40 a's, budget 2 s: {probe(redos, '(?=(a+)+b)', 'python', budget_s=2.0)}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 import resource
@@ -66,8 +67,25 @@ _STDERR_KEEP = 4096
 _RG_BINARY_MESSAGES = (b": binary file matches (", b": WARNING: stopped searching binary file")
 _FD_DIR = "/proc/self/fd"
 _SNIFF_BYTES = 8192
+# A file this small is read whole before it is handed to ripgrep when the pattern is a plain
+# literal (or literals joined by `|`): one without any of them cannot match and is not handed
+# over, which spares ripgrep's cost per file (a few system calls and a path to resolve).
+_PREFILTER_BYTES = 64 * 1024
+_REGEX_SYNTAX = frozenset("\\.^$*+?{}[]()|")
 # Runs the worker; sys.path gets the sidecar's own directory, since a lane puts it there by hand.
 _WORKER = "import sys; sys.path.insert(0, sys.argv[1]); from osprey_sidecar.grepworker import main; sys.exit(main())"
+
+
+def _literals(pattern: str, ignore_case: bool) -> tuple[bytes, ...] | None:
+    """The strings one of which every matching line holds, when the pattern is nothing but
+    literals joined by `|` (read the same way by ripgrep and Python); else None."""
+    if ignore_case or any(c in _REGEX_SYNTAX for c in pattern.replace("|", "")):
+        return None
+    try:
+        alternatives = tuple(a.encode("utf-8") for a in pattern.split("|"))
+    except UnicodeEncodeError:  # a lone surrogate: the Python engine reads it as a raw byte
+        return None
+    return None if b"" in alternatives else alternatives
 
 
 class _Expired(Exception):
@@ -240,6 +258,7 @@ class _Search:
         self.pattern, self.top, self.file, self.glob, self.file_filter = pattern, target.real, target.file, glob, file_filter
         self.ignore_case, self.limit, self.deadline, self.cancelled = ignore_case, limit, deadline, cancelled
         self.root = roots.root_of(target.real)
+        self.literals = _literals(pattern, ignore_case)
 
     def python(self) -> Found:
         request = {
@@ -276,6 +295,7 @@ class _Search:
             return
         assert self.root is not None
         opener = FileOpener(self.root)
+        handed = False
         try:
             for entry in walk(self.top, self.root, files_only=True):
                 _check_time(self.deadline, self.cancelled)
@@ -295,13 +315,21 @@ class _Search:
                     continue
                 # ripgrep searches a file it is given to the end, past a NUL byte; one that is binary
                 # from its start (most are) is not handed over, and the rest are dropped as it reports them.
+                whole = self.literals is not None and st.st_size <= _PREFILTER_BYTES
                 try:
-                    skip = st.st_size == 0 or b"\x00" in os.pread(fd, _SNIFF_BYTES, 0)
+                    head = os.pread(fd, _PREFILTER_BYTES + 1 if whole else _SNIFF_BYTES, 0) if st.st_size else b""
                 except OSError:
-                    skip = True
+                    head = b""
+                skip = not head or b"\x00" in head
+                if not skip and whole and len(head) <= _PREFILTER_BYTES and handed:
+                    assert self.literals is not None
+                    skip = not any(literal in head for literal in self.literals)
                 if skip:
                     os.close(fd)
                     continue
+                # The first file is handed over whatever it holds, so ripgrep runs (and can turn
+                # down a pattern it does not support) whenever there is a text file to search.
+                handed = True
                 yield fd, entry.rel
         finally:
             opener.close()
@@ -327,10 +355,23 @@ class _Search:
         if prlimit:
             cmd = [prlimit, f"--as={cap}", "--", *cmd]
         out = _RgOutput(self.limit, _count_limit(self.limit), self.deadline)
-        batches = _Batches(self._files())
+        searched = [0, 0, 0]  # files in the finished runs, the lines they counted, files in the current run
+
+        def needed() -> int | None:
+            """How many files the next run is likely to need, judged by the finished runs:
+            twice what would reach the count limit, at least RG_FIRST_BATCH; None for no bound."""
+            done, counted, current = searched
+            if not counted:
+                return None
+            rate = counted / done  # matching lines per file
+            left = out.count_limit - counted - rate * current
+            return max(RG_FIRST_BATCH, math.ceil(2 * left / rate))
+
+        batches = _Batches(self._files(), needed)
         first = True
         try:
             while batch := batches.take():
+                searched[2] = len(batch)
                 out.files = {os.fsencode(f"{_FD_DIR}/{fd}"): (rel, fd) for fd, rel in batch}
                 try:
                     ran = _stream(
@@ -354,6 +395,7 @@ class _Search:
                 if first and returncode not in (0, 1) and not out.seen:
                     return None  # e.g. a pattern ripgrep's regex engine does not support
                 first = False
+                searched[:] = [searched[0] + len(batch), out.total, 0]
         finally:
             batches.close()
         return out.kept, out.total
@@ -365,10 +407,12 @@ _NO_DESCRIPTOR = (-1, "")
 
 class _Batches:
     """Open files for ripgrep, in runs of growing size; the next run is opened while ripgrep
-    searches the current one (`step`, between reads of its output)."""
+    searches the current one (`step`, between reads of its output). `needed` bounds a run's
+    size further, so that a search about to reach its count limit opens few files it will not search."""
 
-    def __init__(self, files: Generator[tuple[int, str], None, None]) -> None:
+    def __init__(self, files: Generator[tuple[int, str], None, None], needed: Callable[[], int | None] = lambda: None) -> None:
         self._files = files
+        self._needed = needed
         self._size = RG_FIRST_BATCH
         self._next: list[tuple[int, str]] = []
         self._done = False
@@ -376,7 +420,7 @@ class _Batches:
 
     def step(self, count: int = 16) -> bool:
         """Open up to `count` more files for the next run; whether it wants more."""
-        want = min(self._size, _most_open())
+        want = min(self._size, _most_open(), self._needed() or self._size)
         while count > 0 and not self._done and not self._blocked and len(self._next) < want:
             count -= 1
             item = next(self._files, None)
@@ -472,6 +516,8 @@ class _RgOutput:
         self.seen = True
         start = 0
         while True:
+            if not self._partial:
+                start = self._count_run(data, start)
             newline = data.find(b"\n", start)
             if newline == -1:
                 room = _RG_LINE_KEEP - len(self._partial)
@@ -485,6 +531,25 @@ class _RgOutput:
             start = newline + 1
             if self._line(line):
                 return True
+
+    def _count_run(self, data: bytes, start: int) -> int:
+        """Once every match to return is held, count the current file's lines from `start` at
+        once, up to the last whole line of `data` when that line is the file's too (a file's
+        lines arrive together, so all between are); where the next line is to be parsed."""
+        if self._name is None or self._skip or len(self.kept) + len(self._hits) < self.keep:
+            return start
+        prefix = self._name + b"\x00"
+        end = data.rfind(b"\n", start)
+        if end == -1 or not data.startswith(prefix, start):
+            return start
+        before_last = data.rfind(b"\n", start, end)
+        if not data.startswith(prefix, start if before_last == -1 else before_last + 1):
+            return start
+        lines = data.count(b"\n", start, end + 1)
+        if self.total + self._count + lines >= self.count_limit:
+            return start  # the count limit falls in this run: parsed line by line
+        self._count += lines
+        return end + 1
 
     def _line(self, line: bytes) -> bool:
         name, sep, rest = line.partition(b"\x00")
