@@ -7,9 +7,12 @@
   entry method (tini, then python3), answers on a unix socket in the same bind-mounted
   directory. Rounds alternate lane and floor. Teardown (`close()`; `remove_container`) is timed
   apart. Goal (issue 8): lane ready p50 <= 1.5x the floor's.
+- Also in the rotation, to split the gap: the same create+start of the lane's own container (its
+  sidecar, its options) up to the sidecar's health answer, with none of Osprey's host-side
+  steps: what the sidecar's own start-up costs over the floor's listener.
 - `read_file` round trip through the lane versus through the local dispatcher. Goal: <= +1 ms p50.
 
-`--rounds N` (default 12) scales the run (about 2 s a round on two cores).
+`--rounds N` (default 12) scales the run (about 3 s a round on two cores).
 """
 
 from __future__ import annotations
@@ -83,6 +86,35 @@ def floor_once(client: Any, image: str, workspace: str, name: str) -> tuple[floa
         remove_socket_dir(socket_dir)
 
 
+async def sidecar_once(client: Any, image: str, workspace: str, name: str) -> float:
+    """Seconds from create_container to the health answer of a bare lane container (no reaping,
+    no image check, no lock-down); it is removed afterwards."""
+    from docker.models.containers import _create_container_args
+
+    from osprey.lanes import _listening
+    from osprey.toolclient import Connection
+
+    socket_dir, token = make_socket_dir(workspace)
+    path = str(socket_dir / SOCKET_NAME)
+    options = lane_run_options(image, workspace, name, SandboxSettings(enabled=True), socket_dir)
+    options.update(name=f"osprey-bench-sidecar-{os.getpid()}-{name}", labels={"osprey.bench": "lane_ready"})
+    args = _create_container_args({"image": image, "version": client.api._version, **options})
+    connection = Connection(path, token=token)
+    container_id = None
+    try:
+        start = time.perf_counter()
+        container_id = (await asyncio.to_thread(client.api.create_container, **args))["Id"]
+        await asyncio.to_thread(client.api.start, container_id)
+        while not (_listening(path) and await connection.healthy(timeout=0.5)):
+            await asyncio.sleep(0.002)
+        return time.perf_counter() - start
+    finally:
+        await connection.close()
+        if container_id is not None:
+            await asyncio.to_thread(client.api.remove_container, container_id, force=True)
+        remove_socket_dir(socket_dir)
+
+
 async def lane_once(workspace: str, name: str) -> tuple[float, float]:
     """(seconds until the lane's sidecar answers its health check, seconds to close the lane)."""
     home = make_home([workspace], sandbox=SandboxSettings(enabled=True), session_id=name)
@@ -125,10 +157,13 @@ async def main(rounds: int) -> None:
         lane_down: list[float] = []
         floor: list[float] = []
         floor_down: list[float] = []
+        sidecar: list[float] = []
+        subjects = ["lane", "floor", "sidecar"]
         for r in range(rounds):
-            order = ("lane", "floor") if r % 2 == 0 else ("floor", "lane")
-            for subject in order:
-                if subject == "lane":
+            for subject in subjects[r % 3:] + subjects[: r % 3]:
+                if subject == "sidecar":
+                    sidecar.append(await sidecar_once(client, image, workspace, f"{tag}-{r}"))
+                elif subject == "lane":
                     ready, down = await lane_once(workspace, f"{tag}-{r}")
                     lane.append(ready)
                     lane_down.append(down)
@@ -142,6 +177,8 @@ async def main(rounds: int) -> None:
     print(f"floor: create_container+start, process answers: p50 {ms(floor, 50):6.0f} ms  p90 {ms(floor, 90):6.0f} ms")
     print(f"lane ready (sidecar answers health):           p50 {ms(lane, 50):6.0f} ms  p90 {ms(lane, 90):6.0f} ms"
           f"  ratio p50 {ms(lane, 50) / ms(floor, 50):.2f}  p90 {ms(lane, 90) / ms(floor, 90):.2f} (goal <= 1.5)")
+    print(f"bare lane container, create+start to health:    p50 {ms(sidecar, 50):6.0f} ms  p90 {ms(sidecar, 90):6.0f} ms"
+          f"  (sidecar start over the floor's listener: p50 +{ms(sidecar, 50) - ms(floor, 50):.0f} ms; Osprey's host side: p50 {ms(lane, 50) - ms(sidecar, 50):+.0f} ms)")
     print(f"teardown: floor remove_container p50 {ms(floor_down, 50):.0f} ms; lane close p50 {ms(lane_down, 50):.0f} ms"
           f" (ratio {ms(lane_down, 50) / ms(floor_down, 50):.2f})")
     both = [a + b for a, b in zip(lane, lane_down, strict=True)]

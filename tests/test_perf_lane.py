@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,8 +63,10 @@ async def test_a_cached_image_that_was_removed_is_checked_again(workspace: Path,
     try:
         async with open_tool_service([str(workspace)], sandbox=SandboxSettings(enabled=True), session_id=session("regone")) as home:
             assert (await home.client.bash("echo up")).output == "up\n"
-            assert home.lane.image == image  # type: ignore[attr-defined]
-        assert lanes._cached_image(base) == image
+            used = home.lane.image  # type: ignore[attr-defined]
+        # The image checked again (the same one, unless the sidecar's sources changed meanwhile).
+        assert used != ours and used.startswith("osprey-lane:")
+        assert lanes._cached_image(base) == used
     finally:
         lanes._remember_image(base, None)
 
@@ -108,8 +111,10 @@ def test_readiness_probe_tells_bound_from_listening(tmp_path: Path) -> None:
         server.bind(path)
         assert os.path.exists(path)
         assert not lanes._listening(path), "a bound socket that does not listen yet is not ready"
+        assert lanes._listener_pid(path) is None
         server.listen(1)
         assert lanes._listening(path)
+        assert lanes._listener_pid(path) == os.getpid()
 
 
 def test_the_probe_does_not_disturb_a_grpc_server(tmp_path: Path) -> None:
@@ -148,3 +153,19 @@ async def test_the_one_call_create_keeps_every_lane_option(workspace: Path, clie
     binds = {b.split(":")[1]: b for b in host["Binds"]}
     assert binds[os.path.realpath(workspace)].endswith(":rw")
     assert lanes.SOCKET_IN_LANE in binds
+
+
+async def test_a_root_host_locks_the_lanes_dev_through_the_sidecars_pid(workspace: Path, client: Any) -> None:
+    """The pid read from the sidecar's socket names a process of the lane: its /dev is the one
+    handed to nobody (as root), and the socket dir is sealed either way."""
+    async with open_tool_service([str(workspace)], sandbox=SandboxSettings(enabled=True), session_id=session("dev")) as home:
+        lane = home.lane  # type: ignore[attr-defined]
+        pid = lanes._listener_pid(lane.socket_path)
+        assert pid is not None
+        top = client.api.top(lane.container_id, ps_args="-o pid")
+        assert str(pid) in [row[0].strip() for row in top["Processes"]], "the socket's listener is not a process of the lane"
+        assert stat.S_IMODE(os.stat(lane.socket_dir).st_mode) == 0o555
+        assert not (lane.socket_dir / lanes.TOKEN_NAME).exists()
+        if os.geteuid() == 0:
+            dev = os.stat(f"/proc/{pid}/root/dev")
+            assert (dev.st_uid, dev.st_gid) == (lanes.NOBODY, lanes.NOBODY)

@@ -20,6 +20,7 @@ import secrets
 import shutil
 import socket
 import stat
+import struct
 import tempfile
 import threading
 import time
@@ -162,21 +163,24 @@ def list_lanes(client: Any | None = None) -> list[dict[str, Any]]:
 
 
 def reap_orphans(client: Any | None = None) -> list[str]:
-    """Remove lanes whose owner process is gone (or from an earlier boot), with their socket dirs."""
+    """Remove lanes whose owner process is gone (or from an earlier boot), with their socket dirs.
+
+    One engine call lists them with their labels (no inspection per container)."""
     import docker
 
     client = client or docker_client()
     removed = []
-    for c in client.containers.list(all=True, filters={"label": LABEL}):
-        labels = c.labels or {}
+    for c in client.api.containers(all=True, filters={"label": LABEL}):
+        labels = c.get("Labels") or {}
         if _owner_alive(labels):
             continue
         try:
-            c.remove(force=True)
+            client.api.remove_container(c["Id"], force=True)
         except docker.errors.DockerException:
             continue  # gone already, or not ours to remove: it must not stop this start
         remove_socket_dir(labels.get("osprey.socket_dir", ""))
-        removed.append(c.name)
+        names = c.get("Names") or [c["Id"][:12]]
+        removed.append(names[0].lstrip("/"))
     return removed
 
 
@@ -344,38 +348,38 @@ def make_socket_dir(workspace: str) -> tuple[Path, str]:
 
 async def wait_lane_ready(client: Any, container_id: str, connection: Connection, socket_path: str, deadline_s: float) -> int | None:
     """Wait until the sidecar answers its health check; fail early, with the lane's logs, if
-    the container exits. Returns the container's main pid (None if the engine did not say).
+    the container exits. Returns the pid (in this pid namespace) of a process of the lane, for
+    `lock_down`: the sidecar's, from its socket, else the container's from the engine.
 
     The socket is looked for every 2 ms (a connect, no engine call), and gRPC is used only once
     it accepts: a gRPC connection refused between the sidecar's bind and its listen would put
-    the channel into its reconnect backoff, a second or so. The engine is asked for the
-    container's state at once (that answer also gives the pid) and then every 0.25 s."""
+    the channel into its reconnect backoff, a second or so. The engine is asked whether the
+    container exited only every 0.25 s, so a lane that starts sooner costs no engine call here."""
     start = time.monotonic()
     end = start + deadline_s
-    state: asyncio.Future[dict[str, Any]] = asyncio.ensure_future(asyncio.to_thread(client.api.inspect_container, container_id))
+    state: asyncio.Future[dict[str, Any]] | None = None
     next_state_check = start + STATE_CHECK_S
-    pid: int | None = None
     try:
         while True:
             if _listening(socket_path) and await connection.healthy(timeout=0.5):
+                pid = _listener_pid(socket_path)
                 if pid is None:
-                    attrs = await state  # the first answer came long before the sidecar's
+                    attrs = await asyncio.to_thread(client.api.inspect_container, container_id)
                     pid = attrs.get("State", {}).get("Pid") or None
                 return pid
-            if state.done():
-                attrs = state.result()
-                pid = attrs.get("State", {}).get("Pid") or pid
+            if state is not None and state.done():
+                attrs, state = state.result(), None
                 if attrs.get("State", {}).get("Status") in ("exited", "dead"):
                     raise SandboxError(f"the lane exited during start-up (exit code {attrs['State'].get('ExitCode')}); its last log lines:\n{await asyncio.to_thread(_logs_of, client, container_id) or '(none)'}")
             now = time.monotonic()
             if now > end:
                 raise SandboxError(f"the lane did not answer within {deadline_s:g} s; its last log lines:\n{await asyncio.to_thread(_logs_of, client, container_id) or '(none)'}")
-            if state.done() and now >= next_state_check:
+            if state is None and now >= next_state_check:
                 next_state_check = now + STATE_CHECK_S
                 state = asyncio.ensure_future(asyncio.to_thread(client.api.inspect_container, container_id))
             await asyncio.sleep(SOCKET_POLL_S)
     finally:
-        if not state.done():
+        if state is not None and not state.done():
             # The thread goes on; its answer is not wanted.
             state.cancel()
 
@@ -391,6 +395,21 @@ def _listening(socket_path: str) -> bool:
         except OSError:
             return False  # not there yet, or bound but not listening
     return True
+
+
+def _listener_pid(socket_path: str) -> int | None:
+    """The pid of the process listening on `socket_path`, as this pid namespace sees it (None
+    where the kernel cannot say: another pid namespace, or no SO_PEERCRED)."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(socket_path)
+            pid, _, _ = struct.unpack("3i", probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        except OSError:
+            return None
+    return pid or None
 
 
 NOBODY = 65534
