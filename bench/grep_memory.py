@@ -5,7 +5,8 @@ makes one call, and reports the growth of the servicer's peak RSS (VmHWM after t
 before it) beside the peak RSS of `rg` run with the same flags (`--sort path --hidden
 --no-require-git`, its output cut after COUNT_LIMIT lines, as `| head` would, which is where the
 tool stops too). The tool's own ripgrep or Python worker is measured apart, in a fresh process
-that calls `osprey_sidecar.search` directly (its largest child's peak). "holding all" is what
+that calls `osprey_sidecar.search` directly (its largest child's peak by ru_maxrss: an upper
+bound, as it counts the pages the child shared with that process before exec). "holding all" is what
 the matching lines themselves take, a lower bound for a search that held every match.
 Goal: tens of MB whatever the tree or file size; the servicer's growth far below "holding all".
 Usage: grep_memory.py [FILES] [SIZE_MB]   (defaults 50000 and 300; made in a temporary directory)
@@ -60,19 +61,24 @@ def vm_hwm_mb(pid: int) -> float:
         return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")) / 1024
 
 
-def rg_peak(cmd: list[str], cwd: Path) -> tuple[float, float]:
-    """Peak RSS (MB) and wall time of `cmd`, cut after COUNT_LIMIT lines of output."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert proc.stdout is not None
-    seen = 0
-    while seen < COUNT_LIMIT and (chunk := proc.stdout.read1(1 << 16)):
-        seen += chunk.count(b"\n")
-    proc.kill()
-    _, _, usage = os.wait4(proc.pid, 0)
-    proc.returncode = 0  # reaped above
-    proc.stdout.close()
-    return usage.ru_maxrss / 1024, time.perf_counter() - start
+def rg_peak(cmd: list[str], cwd: Path) -> tuple[float | None, float]:
+    """Peak RSS (MB, by GNU time: a child forked from this process would count this process's
+    pages too) and wall time of `cmd`, its output cut after COUNT_LIMIT lines (it then dies of
+    SIGPIPE, as under `| head`)."""
+    time_cmd = shutil.which("time") or ("/usr/bin/time" if os.path.exists("/usr/bin/time") else None)
+    with tempfile.NamedTemporaryFile("r") as report:
+        full = [time_cmd, "-f", "%M", "-o", report.name, *cmd] if time_cmd else cmd
+        start = time.perf_counter()
+        proc = subprocess.Popen(full, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert proc.stdout is not None
+        seen = 0
+        while seen < COUNT_LIMIT and (chunk := proc.stdout.read1(1 << 16)):
+            seen += chunk.count(b"\n")
+        proc.stdout.close()
+        proc.wait()
+        seconds = time.perf_counter() - start
+        lines = report.read().split()
+    return (int(lines[-1]) / 1024 if time_cmd and lines and lines[-1].isdigit() else None), seconds
 
 
 async def servicer_case(root: Path, call: str, pattern: str) -> tuple[float, float, float, str]:
@@ -136,7 +142,7 @@ def main() -> None:
                 flags = [rg, "--no-config", "--sort", "path", "--hidden", "--no-require-git"]
                 cmd = [*flags, "--files", "-g", pattern] if call == "find" else [*flags, "-n", "-e", pattern]
                 peak, rg_s = rg_peak(cmd, root)
-                line += f"; rg {peak:.1f} MB in {rg_s * 1e3:.0f} ms"
+                line += f"; rg {'?' if peak is None else f'{peak:.1f}'} MB in {rg_s * 1e3:.0f} ms"
             if all_bytes:
                 line += f"; holding all would take >= {all_bytes / 2**20:.0f} MB"
             print(line)
