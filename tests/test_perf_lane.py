@@ -21,6 +21,7 @@ from osprey import lanes
 from osprey.config import SandboxSettings
 from osprey.dispatch import open_tool_service
 from osprey.lane_image import docker_client
+from osprey.toolclient import accepts_connections
 
 
 @pytest.fixture
@@ -106,14 +107,14 @@ async def test_a_name_held_by_a_container_that_is_no_lane_fails_the_start_cleanl
 
 def test_readiness_probe_tells_bound_from_listening(tmp_path: Path) -> None:
     path = str(tmp_path / "s.sock")
-    assert not lanes._listening(path)
+    assert not accepts_connections(path)
     with socket.socket(socket.AF_UNIX) as server:
         server.bind(path)
         assert os.path.exists(path)
-        assert not lanes._listening(path), "a bound socket that does not listen yet is not ready"
+        assert not accepts_connections(path), "a bound socket that does not listen yet is not ready"
         assert lanes._listener_pid(path) is None
         server.listen(1)
-        assert lanes._listening(path)
+        assert accepts_connections(path)
         assert lanes._listener_pid(path) == os.getpid()
 
 
@@ -128,7 +129,7 @@ def test_the_probe_does_not_disturb_a_grpc_server(tmp_path: Path) -> None:
     server = build_server([str(tmp_path)], path)
     try:
         for _ in range(50):
-            assert lanes._listening(path)
+            assert accepts_connections(path)
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
         with grpc.insecure_channel(f"unix:{path}", options=list(CHANNEL_OPTIONS)) as channel:

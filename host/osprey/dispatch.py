@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Literal, Self
 
 from .errors import DispatcherError, SandboxError
 from .owners import owner_gone, owner_record
-from .toolclient import Connection, ToolClient
+from .toolclient import Connection, ToolClient, accepts_connections
 
 if TYPE_CHECKING:
     from .config import SandboxSettings
@@ -143,11 +143,10 @@ class LocalDispatcher(ToolServiceHome):
 
     async def _wait_ready(self, connection: Connection, proc: asyncio.subprocess.Process, socket_path: str) -> None:
         async def ready_when_listening() -> None:
-            # A connection attempt before the socket exists would put the channel into gRPC's
-            # reconnect backoff (a second or more), so wait for the socket first.
+            # gRPC only once the socket accepts (see accepts_connections): not merely once it exists.
             end = time.monotonic() + READY_DEADLINE_S
-            while not os.path.exists(socket_path) and proc.returncode is None and time.monotonic() < end:
-                await asyncio.sleep(0.005)
+            while not accepts_connections(socket_path) and proc.returncode is None and time.monotonic() < end:
+                await asyncio.sleep(0.002)
             await connection.wait_ready(max(end - time.monotonic(), 0.1))
 
         ready = asyncio.ensure_future(ready_when_listening())

@@ -32,7 +32,7 @@ from .config import SandboxSettings, read_no_follow, size_bytes
 from .errors import SandboxError
 from .lane_image import Progress, _quiet, _short, docker_client, ensure_image
 from .owners import boot_id, pid_alive, pid_namespace
-from .toolclient import Connection
+from .toolclient import Connection, accepts_connections
 
 LABEL = "osprey.lane"
 SOCKET_IN_LANE = "/run/osprey"
@@ -361,7 +361,7 @@ async def wait_lane_ready(client: Any, container_id: str, connection: Connection
     next_state_check = start + STATE_CHECK_S
     try:
         while True:
-            if _listening(socket_path) and await connection.healthy(timeout=0.5):
+            if accepts_connections(socket_path) and await connection.healthy(timeout=0.5):
                 pid = _listener_pid(socket_path)
                 if pid is None:
                     attrs = await asyncio.to_thread(client.api.inspect_container, container_id)
@@ -382,19 +382,6 @@ async def wait_lane_ready(client: Any, container_id: str, connection: Connection
         if state is not None and not state.done():
             # The thread goes on; its answer is not wanted.
             state.cancel()
-
-
-def _listening(socket_path: str) -> bool:
-    """Whether a unix socket at `socket_path` accepts connections now (one non-blocking connect)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.setblocking(False)
-        try:
-            probe.connect(socket_path)
-        except BlockingIOError:
-            return True  # listening, its backlog momentarily full
-        except OSError:
-            return False  # not there yet, or bound but not listening
-    return True
 
 
 def _listener_pid(socket_path: str) -> int | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
@@ -75,6 +76,21 @@ def _map_rpc_error(exc: grpc.aio.AioRpcError, where: str, deadline_s: float | No
         # Our own cancellation surfaces as asyncio.CancelledError, never as a status.
         return DispatcherError(f"the ToolService at {where} cancelled the call (it may be shutting down)")
     return ToolError("internal", f"the ToolService failed ({code.name}): {exc.details()}")
+
+
+def accepts_connections(socket_path: str) -> bool:
+    """Whether a unix socket at `socket_path` accepts connections now (one non-blocking connect).
+    Services are probed with this before gRPC is used: a gRPC connection refused between a
+    server's bind and its listen puts the channel into its reconnect backoff, a second or so."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.setblocking(False)
+        try:
+            probe.connect(socket_path)
+        except BlockingIOError:
+            return True  # listening, its backlog momentarily full
+        except OSError:
+            return False  # not there yet, or bound but not listening
+    return True
 
 
 class Connection:
