@@ -8,6 +8,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-for script in ("toolservice_overhead.py", "policy_overhead.py", "grep_vs_rg.py", "grep_memory.py", "cli_startup.py", "lane_ready.py", "image_build.py", "tui_latency.py"):
+SCRIPTS = (
+    "toolservice_overhead.py", "file_scaling.py", "bash_latency.py", "policy_overhead.py", "grep_vs_rg.py", "grep_memory.py",
+    "provider_connections.py", "loop_overhead.py", "cli_startup.py", "lane_ready.py", "image_build.py", "tui_latency.py",
+)
+
+for script in SCRIPTS:
     print(f"== {script}", flush=True)
     subprocess.run([sys.executable, str(HERE / script)], check=True)
