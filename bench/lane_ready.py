@@ -91,8 +91,8 @@ async def sidecar_once(client: Any, image: str, workspace: str, name: str) -> fl
     no image check, no lock-down); it is removed afterwards."""
     from docker.models.containers import _create_container_args
 
-    from osprey.lanes import _listening
     from osprey.toolclient import Connection
+    from osprey.toolclient import accepts_connections as _listening
 
     socket_dir, token = make_socket_dir(workspace)
     path = str(socket_dir / SOCKET_NAME)
