@@ -797,7 +797,7 @@ async def test_recording_round_trips_turns_exactly(model_server: ModelServer, ht
     assert isinstance(played[0], ModelTurn)
 
 
-def test_openai_body_reuses_the_encoded_arguments_of_earlier_calls_and_keeps_only_current_ones() -> None:
+def test_openai_body_reuses_the_wire_form_of_earlier_messages_and_keeps_only_current_ones() -> None:
     import httpx
 
     from osprey.messages import AssistantMessage, ModelRequest, ToolCall, ToolResultMessage, UserMessage
@@ -810,7 +810,7 @@ def test_openai_body_reuses_the_encoded_arguments_of_earlier_calls_and_keeps_onl
         messages += [AssistantMessage(text="", tool_calls=[call]), ToolResultMessage(tool_call_id=f"c{n}", name="read_file", content="ok")]
         request = ModelRequest(system="s", messages=list(messages), tools=[])
         assert provider.body(request)["messages"] == to_wire_messages(request)
-        assert len(provider._encoded) == n + 1
+        assert len(provider._wired) == 2 * n + 3  # the prompt, and each call with its result
     # After compaction the conversation is new: nothing of the old one is kept.
     request = ModelRequest(system="s", messages=[UserMessage(content="summary")], tools=[])
-    assert provider.body(request)["messages"] == to_wire_messages(request) and provider._encoded == {}
+    assert provider.body(request)["messages"] == to_wire_messages(request) and len(provider._wired) == 1

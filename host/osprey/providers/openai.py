@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from ..errors import ProviderError
-from ..messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
+from ..messages import AssistantMessage, Message, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
 from .base import TextSink, event_stream, loads, name_problem, parse_json, wire_tool_name
 
 # Model families that take `reasoning_effort`.
@@ -22,25 +22,31 @@ def supports_effort(model: str) -> bool:
     return bool(REASONING_MODELS.search(model))
 
 
-def to_wire_messages(request: ModelRequest, arguments: Callable[[ToolCall], str] | None = None) -> list[dict[str, Any]]:
-    """The chat-completions messages; `arguments` gives a call's arguments as JSON text."""
-    encode = arguments or (lambda c: json.dumps(c.arguments))
+def to_wire_message(m: Message) -> dict[str, Any] | None:
+    """One message of the conversation in the chat-completions format."""
+    if isinstance(m, UserMessage):
+        return {"role": "user", "content": m.content}
+    if isinstance(m, AssistantMessage):
+        msg: dict[str, Any] = {"role": "assistant", "content": m.text or None}
+        if m.tool_calls:
+            msg["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": wire_tool_name(c.name), "arguments": json.dumps(c.arguments)}}
+                for c in m.tool_calls
+            ]
+        return msg
+    if isinstance(m, ToolResultMessage):
+        return {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
+    return None
+
+
+def to_wire_messages(request: ModelRequest, wire: Callable[[Message], dict[str, Any] | None] = to_wire_message) -> list[dict[str, Any]]:
+    """The chat-completions messages (`wire` turns one message into its wire form)."""
     out: list[dict[str, Any]] = []
     if request.system:
         out.append({"role": "system", "content": request.system})
     for m in request.messages:
-        if isinstance(m, UserMessage):
-            out.append({"role": "user", "content": m.content})
-        elif isinstance(m, AssistantMessage):
-            msg: dict[str, Any] = {"role": "assistant", "content": m.text or None}
-            if m.tool_calls:
-                msg["tool_calls"] = [
-                    {"id": c.id, "type": "function", "function": {"name": wire_tool_name(c.name), "arguments": encode(c)}}
-                    for c in m.tool_calls
-                ]
-            out.append(msg)
-        elif isinstance(m, ToolResultMessage):
-            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+        if (wired := wire(m)) is not None:
+            out.append(wired)
     return out
 
 
@@ -66,22 +72,23 @@ class OpenAIProvider:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.effort = effort if effort and supports_effort(model) else None
-        # Each earlier call's arguments as JSON, by the call (kept alive here, so its id stays its
-        # own): the conversation is resent every turn, and encoding it all again grows with it.
-        self._encoded: dict[int, tuple[ToolCall, str]] = {}
+        # Each earlier message's wire form, by the message (kept alive here, so its id stays its
+        # own): the conversation is resent every turn, and converting it all again grows with it.
+        # Messages are never changed once in the conversation; the wire forms are only read.
+        self._wired: dict[int, tuple[Message, dict[str, Any] | None]] = {}
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
-        previous, current = self._encoded, {}
+        previous, current = self._wired, {}
 
-        def encode(call: ToolCall) -> str:
-            hit = previous.get(id(call))
-            if hit is None or hit[0] is not call:
-                hit = (call, json.dumps(call.arguments))
-            current[id(call)] = hit
+        def wire(m: Message) -> dict[str, Any] | None:
+            hit = previous.get(id(m))
+            if hit is None or hit[0] is not m:
+                hit = (m, to_wire_message(m))
+            current[id(m)] = hit
             return hit[1]
 
-        messages = to_wire_messages(request, encode)
-        self._encoded = current
+        messages = to_wire_messages(request, wire)
+        self._wired = current
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
