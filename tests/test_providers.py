@@ -810,7 +810,10 @@ def test_openai_body_reuses_the_wire_form_of_earlier_messages_and_keeps_only_cur
         messages += [AssistantMessage(text="", tool_calls=[call]), ToolResultMessage(tool_call_id=f"c{n}", name="read_file", content="ok")]
         request = ModelRequest(system="s", messages=list(messages), tools=[])
         assert provider.body(request)["messages"] == to_wire_messages(request)
-        assert len(provider._wired) == 2 * n + 3  # the prompt, and each call with its result
+        assert provider._sent == messages and provider._sent_wire[-1] is not None
     # After compaction the conversation is new: nothing of the old one is kept.
     request = ModelRequest(system="s", messages=[UserMessage(content="summary")], tools=[])
-    assert provider.body(request)["messages"] == to_wire_messages(request) and len(provider._wired) == 1
+    assert provider.body(request)["messages"] == to_wire_messages(request) and len(provider._sent_wire) == 1
+    # The same request again gives the same body.
+    first = provider.body(request)["messages"]
+    assert provider.body(request)["messages"] == first

@@ -76,9 +76,16 @@ _TOOL_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 UNNAMED_TOOL = "unnamed_tool"
 
 
+# A lone surrogate in parsed JSON comes from a `\uD800`-`\uDFFF` escape, or was in the text already.
+_MAY_HOLD_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+
+
 def loads(data: str | bytes) -> Any:
-    """json.loads for anything a model or its server wrote: lone surrogates scrubbed."""
-    return scrub(json.loads(data))
+    """json.loads for anything a model or its server wrote: lone surrogates scrubbed (the
+    recursive scrub runs only when the text could hold one)."""
+    text = data if isinstance(data, str) else data.decode(json.detect_encoding(data), "surrogatepass")
+    value = json.loads(text)
+    return scrub(value) if _MAY_HOLD_SURROGATE.search(text) else value
 
 
 def name_problem(name: str) -> str | None:

@@ -72,23 +72,22 @@ class OpenAIProvider:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.effort = effort if effort and supports_effort(model) else None
-        # Each earlier message's wire form, by the message (kept alive here, so its id stays its
-        # own): the conversation is resent every turn, and converting it all again grows with it.
-        # Messages are never changed once in the conversation; the wire forms are only read.
-        self._wired: dict[int, tuple[Message, dict[str, Any] | None]] = {}
+        # The last request's messages and their wire forms: the conversation is resent every
+        # turn with a few messages added, and converting all of it again grows with it. Messages
+        # are never changed once in the conversation, and the wire forms are only read.
+        self._sent: list[Message] = []
+        self._sent_wire: list[dict[str, Any] | None] = []
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
-        previous, current = self._wired, {}
-
-        def wire(m: Message) -> dict[str, Any] | None:
-            hit = previous.get(id(m))
-            if hit is None or hit[0] is not m:
-                hit = (m, to_wire_message(m))
-            current[id(m)] = hit
-            return hit[1]
-
-        messages = to_wire_messages(request, wire)
-        self._wired = current
+        sent, now = self._sent, request.messages
+        n = len(sent)
+        if len(now) >= n and all(a is b for a, b in zip(sent, now[:n], strict=True)):
+            wired = self._sent_wire + [to_wire_message(m) for m in now[n:]]
+        else:  # compacted or rebuilt: start again
+            wired = [to_wire_message(m) for m in now]
+        self._sent, self._sent_wire = list(now), wired
+        messages = [{"role": "system", "content": request.system}] if request.system else []
+        messages += [w for w in wired if w is not None]
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
