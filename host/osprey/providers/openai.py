@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -39,15 +38,15 @@ def to_wire_message(m: Message) -> dict[str, Any] | None:
     return None
 
 
-def to_wire_messages(request: ModelRequest, wire: Callable[[Message], dict[str, Any] | None] = to_wire_message) -> list[dict[str, Any]]:
-    """The chat-completions messages (`wire` turns one message into its wire form)."""
-    out: list[dict[str, Any]] = []
-    if request.system:
-        out.append({"role": "system", "content": request.system})
-    for m in request.messages:
-        if (wired := wire(m)) is not None:
-            out.append(wired)
-    return out
+def to_wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    """The chat-completions messages of a request."""
+    return _with_system(request.system, [to_wire_message(m) for m in request.messages])
+
+
+def _with_system(system: str, wired: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """The system message (when there is one), then the messages that have a wire form."""
+    head = [{"role": "system", "content": system}] if system else []
+    return head + [w for w in wired if w is not None]
 
 
 def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
@@ -86,8 +85,7 @@ class OpenAIProvider:
         else:  # compacted or rebuilt: start again
             wired = [to_wire_message(m) for m in now]
         self._sent, self._sent_wire = list(now), wired
-        messages = [{"role": "system", "content": request.system}] if request.system else []
-        messages += [w for w in wired if w is not None]
+        messages = _with_system(request.system, wired)
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
