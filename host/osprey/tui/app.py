@@ -610,13 +610,17 @@ class OspreyApp(App[int]):
     async def _cmd_new(self, argument: str) -> None:
         if self._quitting:
             return
+        await self._clear_session()
+        self._start_session()
+
+    async def _clear_session(self) -> None:
+        """Close the session and empty the screen and transcript, for the next session."""
         await self._close_session()
         await self.conversation.remove_children()
         self._hidden = 0
         self.transcript = Transcript()
         self._tool_rows.clear()
         self._start, self._tokens = None, (0, 0)
-        self._start_session()
 
     def _idle_session(self, what: str) -> Session | None:
         """The session when a command may change it now; otherwise says why not and returns None."""
@@ -746,12 +750,7 @@ class OspreyApp(App[int]):
         except OspreyError as exc:
             self._note(f"cannot resume {session_id}: {exc}", "error")
             return
-        await self._close_session()
-        await self.conversation.remove_children()
-        self._hidden = 0
-        self.transcript = Transcript()
-        self._tool_rows.clear()
-        self._start, self._tokens = None, (0, 0)
+        await self._clear_session()
         await self._take_recorded_model(events)
         self._resume_next = Resume(row, events)
         self._start_session()
