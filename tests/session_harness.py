@@ -98,6 +98,21 @@ class Harness:
         await self.session.start()
         return self.session, provider
 
+    async def working(self) -> tuple[Session, asyncio.Event, asyncio.Task[Any]]:
+        """A session working on a prompt whose model turn waits: set the event and it answers "ok";
+        the task is the submit, to await."""
+        gate = asyncio.Event()
+
+        async def wait(request: Any) -> Any:
+            await gate.wait()
+            return text("ok")
+
+        session, provider = await self.start([wait])
+        task = asyncio.create_task(session.submit("first"))
+        while not provider.requests:
+            await asyncio.sleep(0.01)
+        return session, gate, task
+
     async def run(self, script: list[Step], prompt: str = "Do the task.", **kw: Any) -> tuple[SessionEnd, FakeProvider]:
         session, provider = await self.start(script, **kw)
         try:

@@ -3,7 +3,6 @@ near the context limit; the record keeps it, so a resumed session goes on from t
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -98,16 +97,7 @@ async def test_an_empty_summary_leaves_the_conversation_as_it_was(h: Harness) ->
 
 
 async def test_compact_is_refused_while_a_prompt_is_worked_on(h: Harness) -> None:
-    gate = asyncio.Event()
-
-    async def wait(request: Any) -> Any:
-        await gate.wait()
-        return text("ok")
-
-    session, provider = await h.start([wait])
-    task = asyncio.create_task(session.submit("first"))
-    while not provider.requests:
-        await asyncio.sleep(0.01)
+    session, gate, task = await h.working()
     with pytest.raises(RuntimeError, match="still being worked on"):
         await session.compact()
     gate.set()

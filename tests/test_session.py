@@ -119,16 +119,7 @@ async def test_a_stopped_task_leaves_the_session_usable(h: Harness) -> None:
 
 
 async def test_submit_refuses_a_second_prompt_while_one_runs(h: Harness) -> None:
-    gate = asyncio.Event()
-
-    async def wait(request: Any) -> Any:
-        await gate.wait()
-        return text("ok")
-
-    session, provider = await h.start([wait])
-    task = asyncio.create_task(session.submit("first"))
-    while not provider.requests:
-        await asyncio.sleep(0.01)
+    session, gate, task = await h.working()
     with pytest.raises(RuntimeError, match="still being worked on"):
         await session.submit("second")
     gate.set()
