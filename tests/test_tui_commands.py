@@ -243,16 +243,20 @@ async def test_a_journaled_session_is_shown_and_continued(rig: JournaledRig) -> 
     assert [r.id for r in list_sessions(path)] == [row.id]
 
 
-async def test_sessions_tree_resumes_in_place(rig: JournaledRig) -> None:
+async def test_sessions_tree_resumes_in_place_with_the_model_the_session_ran_with(rig: JournaledRig) -> None:
     rig.scripts += [[text("first")], [text("second")], []]
     app = rig.app()
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
+        await _command(pilot, app, "/model gpt-old")
         await type_prompt(pilot, app, "the first session")
         await until(pilot, lambda: len(rig.ends()) == 1)
         await app.workers.wait_for_complete()
         await _command(pilot, app, "/new")
         await started(pilot, app)
+        await _command(pilot, app, "/model gpt-new")
+        await _command(pilot, app, "/effort high")
+        assert app.current_settings is not None and (app.current_settings.model, app.current_settings.effort) == ("gpt-new", "high")
         await type_prompt(pilot, app, "the second session")
         await until(pilot, lambda: len(rig.ends()) == 2)
         await app.workers.wait_for_complete()
@@ -263,6 +267,8 @@ async def test_sessions_tree_resumes_in_place(rig: JournaledRig) -> None:
         await started(pilot, app)
         assert rig.ids[2] == rig.ids[0]
         assert [u.text for u in app.query(UserRow)] == ["the first session"]
+        assert app.current_settings is not None and app.current_settings.model == "gpt-old"
+        assert app.current_settings.effort is None and app.model_flags == {"provider": "openai", "model": "gpt-old"}
 
 
 @pytest.fixture
@@ -338,27 +344,3 @@ async def test_a_catalog_that_fails_leaves_the_picker_usable_by_name(rig: Journa
         await pilot.press(*"typed-model", "enter")
         await until(pilot, lambda: any(isinstance(e, ModelSwitch) for e in rig.events))
         assert "typed-model" in _status(app)
-
-
-async def test_sessions_tree_resumes_with_the_model_the_session_ran_with(rig: JournaledRig) -> None:
-    rig.scripts += [[text("first")], [text("second")], []]
-    app = rig.app()
-    async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
-        await _command(pilot, app, "/model gpt-old")
-        await type_prompt(pilot, app, "the first session")
-        await until(pilot, lambda: len(rig.ends()) == 1)
-        await app.workers.wait_for_complete()
-        await _command(pilot, app, "/new")
-        await started(pilot, app)
-        await _command(pilot, app, "/model gpt-new")
-        await _command(pilot, app, "/effort high")
-        assert app.current_settings is not None and (app.current_settings.model, app.current_settings.effort) == ("gpt-new", "high")
-        await type_prompt(pilot, app, "/sessions")
-        await until(pilot, lambda: isinstance(app.screen, SessionsScreen))
-        await pilot.press("down", "enter")
-        await until(pilot, lambda: len(rig.ids) == 3)
-        await started(pilot, app)
-        assert rig.ids[2] == rig.ids[0]
-        assert app.current_settings is not None and app.current_settings.model == "gpt-old"
-        assert app.current_settings.effort is None and app.model_flags == {"provider": "openai", "model": "gpt-old"}
