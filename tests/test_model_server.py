@@ -635,3 +635,58 @@ def test_anthropic_missing_headers(missing: str) -> None:
     with ModelServer([Reply.text("ok")]) as server:
         post_anthropic(server, anthropic_body(), headers=headers)
         assert server.violations == [f"request 1 (anthropic): missing '{missing}' header"]
+
+
+# ------------------------------------------------------------------ answering like servers that do not stream
+
+
+def test_a_reply_can_be_a_whole_json_answer_to_a_streamed_request() -> None:
+    script = [Reply.text("whole", stream=False, usage=(8, 2)),
+              Reply.tool_call("ls", {"d": 1}, id="toolu_9", stream=False),
+              Reply.text("streamed again")]
+    with ModelServer(script) as server:
+        r = post_openai(server, openai_body(stream=True))
+        assert r.headers["content-type"] == "application/json"
+        body = r.json()
+        assert body["object"] == "chat.completion" and body["choices"][0]["message"]["content"] == "whole"
+        assert body["usage"] == {"prompt_tokens": 8, "completion_tokens": 2, "total_tokens": 10}
+        r = post_anthropic(server, anthropic_body(stream=True))
+        assert r.json()["content"] == [{"type": "tool_use", "id": "toolu_9", "name": "ls", "input": {"d": 1}}]
+        assert r.json()["stop_reason"] == "tool_use"
+        r = post_openai(server, openai_body(stream=True))
+        assert r.headers["content-type"].startswith("text/event-stream")
+        assert assemble_openai(openai_chunks(r.text))["content"] == "streamed again"
+        server.assert_clean()
+
+
+def test_a_server_wide_stream_switch_and_a_reply_that_overrides_it() -> None:
+    with ModelServer([Reply.text("a"), Reply.text("b", stream=True)], stream=False) as server:
+        assert post_anthropic(server, anthropic_body(stream=True)).json()["content"] == [{"type": "text", "text": "a"}]
+        r = post_anthropic(server, anthropic_body(stream=True))
+        assert assemble_anthropic(anthropic_events(r.text))["blocks"][0]["text"] == "b"
+        server.assert_clean()
+
+
+@pytest.mark.parametrize(("content_type", "sent"), [("text/event-stream", "text/event-stream"), ("", None)])
+def test_a_reply_can_carry_a_wrong_or_no_content_type(content_type: str, sent: str | None) -> None:
+    with ModelServer([Reply.text("x", stream=False, content_type=content_type),
+                      Reply.error(200, {"error": {"message": "m"}}, content_type=content_type)]) as server:
+        for key in ("object", "error"):
+            r = post_openai(server, openai_body(stream=True))
+            assert r.headers.get("content-type") == sent
+            assert r.json()[key]
+        server.assert_clean()
+
+
+def test_usage_at_end_moves_all_usage_into_the_last_event() -> None:
+    with ModelServer([Reply.text("late", usage=(40, 6), usage_at="end")] * 2) as server:
+        events = anthropic_events(post_anthropic(server, anthropic_body(stream=True)).text)
+        assert events[0][1]["message"]["usage"] == {"input_tokens": 0, "output_tokens": 0}
+        assert events[-2][1]["usage"] == {"input_tokens": 40, "output_tokens": 6}
+        chunks = openai_chunks(post_openai(server, openai_body(stream=True, stream_options={"include_usage": True})).text)
+        assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+        assert chunks[-1]["usage"] == {"prompt_tokens": 40, "completion_tokens": 6, "total_tokens": 46}
+        assert all("usage" not in c for c in chunks[:-1])
+        server.assert_clean()
+    with pytest.raises(ValueError, match="usage_at"):
+        ModelServer(usage_at="middle")  # type: ignore[arg-type]

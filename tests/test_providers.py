@@ -22,7 +22,7 @@ from osprey.config import RetrySettings
 from osprey.errors import ConfigError, ProviderError
 from osprey.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
 from osprey.providers.anthropic import AnthropicProvider
-from osprey.providers.base import MAX_EVENT_BYTES, event_stream
+from osprey.providers.base import MAX_EVENT_BYTES, model_answer
 from osprey.providers.openai import OpenAIProvider, _usage
 from osprey.providers.replay import RecordingProvider, ReplayProvider
 from osprey.session.loop import TurnTimeout, run_turn
@@ -272,6 +272,72 @@ async def test_anthropic_cache_usage_and_final_output_tokens(http: httpx.AsyncCl
         turn = await make_provider("anthropic", http, server.base_url).complete(simple_request())
     # output_tokens comes from message_delta (the running total), not message_start's placeholder.
     assert turn.usage == Usage(input_tokens=7, output_tokens=42, cache_read_tokens=900, cache_write_tokens=50)
+
+
+async def test_anthropic_usage_in_both_events_later_non_zero_counts_win(http: httpx.AsyncClient) -> None:
+    """Input tokens sent again (or only) in message_delta, cache counts only in message_start."""
+    events = [
+        {"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [], "stop_reason": None,
+                                              "usage": {"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 900}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"input_tokens": 12, "output_tokens": 3}},
+        {"type": "message_delta", "delta": {}, "usage": {"output_tokens": 5, "cache_read_input_tokens": 0}},
+        {"type": "message_stop"},
+    ]
+    with CannedServer([(200, "text/event-stream", sse(events))]) as server:
+        turn = await make_provider("anthropic", http, server.base_url).complete(simple_request())
+    assert turn.usage == Usage(input_tokens=12, output_tokens=5, cache_read_tokens=900)
+    assert turn.stop_reason == "end_turn"
+
+
+async def test_openai_usage_in_the_chunk_with_choices_and_its_details(http: httpx.AsyncClient) -> None:
+    """llama.cpp style: usage in the finish_reason chunk; other chunks carry `"usage": null`."""
+    usage = {"prompt_tokens": 100, "completion_tokens": 40, "prompt_tokens_details": {"cached_tokens": 64},
+             "completion_tokens_details": {"reasoning_tokens": 30}}
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}}], "usage": None},
+        {"choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}], "usage": usage},
+    ]
+    body = b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
+    with CannedServer([(200, "text/event-stream", body)]) as server:
+        turn = await make_provider("openai", http, server.base_url).complete(simple_request())
+    assert turn.message.text == "Hello"
+    assert turn.usage == Usage(input_tokens=100, output_tokens=40, cache_read_tokens=64, reasoning_tokens=30)
+
+
+async def test_anthropic_whole_message_keeps_thinking_and_cache_counts(http: httpx.AsyncClient) -> None:
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+               "content": [{"type": "thinking", "thinking": "They want a file listing.", "signature": "sig=="},
+                           {"type": "text", "text": "Listing."},
+                           {"type": "tool_use", "id": "toolu_1", "name": "tree", "input": {"path": "."}}],
+               "stop_reason": "tool_use",
+               "usage": {"input_tokens": 50, "output_tokens": 20, "cache_read_input_tokens": 400, "cache_creation_input_tokens": 8}}
+    with CannedServer([(200, "application/json", json.dumps(message).encode())]) as server:
+        shown: list[str] = []
+        turn = await make_provider("anthropic", http, server.base_url).complete(simple_request(), shown.append)
+    assert shown == ["Listing."] and turn.message.text == "Listing."
+    assert turn.message.reasoning == [{"type": "thinking", "thinking": "They want a file listing.", "signature": "sig=="}]
+    assert [(c.id, c.name, c.arguments) for c in turn.message.tool_calls] == [("toolu_1", "tree", {"path": "."})]
+    assert turn.usage == Usage(input_tokens=50, output_tokens=20, cache_read_tokens=400, cache_write_tokens=8)
+
+
+async def test_openai_whole_completion_with_object_arguments_and_no_call_ids(http: httpx.AsyncClient) -> None:
+    """Some servers send a call's arguments as an object, and no id."""
+    completion = {"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None, "tool_calls": [
+            {"type": "function", "function": {"name": "read_file", "arguments": {"path": "a.txt"}}},
+            {"type": "function", "function": {"name": "tree", "arguments": "{}"}}]}}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 4}}
+    with CannedServer([(200, "application/json", json.dumps(completion).encode())]) as server:
+        shown: list[str] = []
+        turn = await make_provider("openai", http, server.base_url).complete(simple_request(), shown.append)
+    assert shown == [] and turn.message.text == ""
+    calls = turn.message.tool_calls
+    assert [(c.name, c.arguments, c.arguments_error) for c in calls] == [("read_file", {"path": "a.txt"}, None), ("tree", {}, None)]
+    assert calls[0].id != calls[1].id and turn.stop_reason == "tool_calls"
+    assert turn.usage == Usage(input_tokens=9, output_tokens=4)
 
 
 # ------------------------------------------------------------------ reasoning effort
@@ -692,9 +758,10 @@ async def test_an_endless_error_body_is_cut_short(http: httpx.AsyncClient) -> No
 async def test_a_whole_answer_is_refused_past_the_stream_bound(http: httpx.AsyncClient) -> None:
     with EndlessServer(200, "text/event-stream", b"", b": keep-alive\n\n" + b'data: {"choices": []}\n\n' * 1000) as server:
         with pytest.raises(ProviderError, match="more than 1 MiB in one answer"):
-            async with event_stream(http, "the server", f"{server.base_url}/chat/completions", {}, {}, max_total=1024 * 1024) as events:
+            async with model_answer(http, "the server", f"{server.base_url}/chat/completions", {}, {}, max_total=1024 * 1024) as answer:
                 count = 0
-                async for event in events:
+                assert answer.events is not None
+                async for event in answer.events:
                     assert event.data == '{"choices": []}'
                     count += 1
         assert server.hung_up.wait(10)
@@ -708,30 +775,64 @@ async def test_the_event_bound_counts_from_where_the_last_event_ended(newline: s
     big = f"data: {'b' * 100}{newline}data: more".encode()
     with CannedServer([(200, "text/event-stream", small), (200, "text/event-stream", small + big)]) as server:
         url = f"{server.base_url}/chat/completions"
-        async with event_stream(http, "the server", url, {}, {}, max_event=64) as events:
-            got = [(e.event, e.data) async for e in events]
+        async with model_answer(http, "the server", url, {}, {}, max_event=64) as answer:
+            assert answer.events is not None
+            got = [(e.event, e.data) async for e in answer.events]
         assert got == [("e", f"{n:04d}") for n in range(5000)]
         with pytest.raises(ProviderError, match="longer than"):
-            async with event_stream(http, "the server", url, {}, {}, max_event=64) as events:
-                async for _ in events:
+            async with model_answer(http, "the server", url, {}, {}, max_event=64) as answer:
+                assert answer.events is not None
+                async for _ in answer.events:
                     pass
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-async def test_a_json_error_with_status_200_is_reported(dialect: str, http: httpx.AsyncClient) -> None:
-    body = b'{"error": {"message": "quota used up", "type": "insufficient_quota"}}'
+@pytest.mark.parametrize(("error", "retryable", "status"), [
+    ({"message": "quota used up", "type": "insufficient_quota", "code": "insufficient_quota"}, False, None),
+    ({"message": "quota used up", "type": "requests", "code": "rate_limit_exceeded"}, True, None),
+    ({"message": "quota used up", "type": "None", "code": "429"}, True, 429),  # LiteLLM
+    ({"message": "quota used up", "type": "BadRequestError", "code": 400}, False, 400),  # vLLM
+    ("quota used up", False, None),
+])
+async def test_a_json_error_with_status_200_is_retried_only_when_it_can_change(
+        dialect: str, error: Any, retryable: bool, status: int | None, http: httpx.AsyncClient) -> None:
+    body = json.dumps({"error": error}).encode()
     with CannedServer([(200, "application/json; charset=utf-8", body)]) as server:
         with pytest.raises(ProviderError) as info:
             await make_provider(dialect, http, server.base_url).complete(simple_request())
-    assert "quota used up" in str(info.value) and info.value.retryable
+    assert "quota used up" in str(info.value)
+    assert info.value.retryable is retryable and info.value.status == status
 
 
-async def test_a_server_that_does_not_stream_is_told_apart(http: httpx.AsyncClient) -> None:
-    body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}).encode()
+@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize(("ctype", "body"), [
+    ("text/html", b"<html><body>Welcome to the proxy admin page</body></html>"),
+    ("text/event-stream", b"Welcome to the proxy admin page"),
+])
+async def test_an_answer_that_is_neither_a_stream_nor_json_is_refused_at_once(dialect: str, ctype: str, body: bytes, http: httpx.AsyncClient) -> None:
+    with CannedServer([(200, ctype, body)]) as server:
+        with pytest.raises(ProviderError) as info:
+            await make_provider(dialect, http, server.base_url).complete(simple_request())
+    assert "neither an event stream nor JSON" in str(info.value) and "proxy admin page" in str(info.value)
+    assert not info.value.retryable
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize("body", [b'{"choices": [', b"{}", b'{"content": "not blocks", "choices": "none"}'])
+async def test_a_whole_answer_that_is_malformed_is_not_retried(dialect: str, body: bytes, http: httpx.AsyncClient) -> None:
     with CannedServer([(200, "application/json", body)]) as server:
         with pytest.raises(ProviderError) as info:
-            await make_provider("openai", http, server.base_url).complete(simple_request())
-    assert "instead of an event stream" in str(info.value) and "streaming" in str(info.value)
+            await make_provider(dialect, http, server.base_url).complete(simple_request())
+    assert not info.value.retryable
+    assert "not JSON" in str(info.value) or "unexpected shape" in str(info.value)
+
+
+async def test_a_whole_answer_past_its_bound_is_refused(http: httpx.AsyncClient) -> None:
+    with EndlessServer(200, "application/json", b'{"choices": [{"message": {"content": "', b"a" * 65536) as server:
+        with pytest.raises(ProviderError, match="JSON answer longer than 1 MiB") as info:
+            async with model_answer(http, "the server", f"{server.base_url}/chat/completions", {}, {}, max_document=1024 * 1024):
+                pass
+        assert server.hung_up.wait(10)
     assert not info.value.retryable
 
 

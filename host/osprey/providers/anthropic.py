@@ -1,4 +1,4 @@
-"""Anthropic messages with tool use, streamed."""
+"""Anthropic messages with tool use, streamed (or, from a server that does not stream, whole)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ import httpx
 
 from ..errors import ProviderError
 from ..messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
-from .base import TextSink, event_stream, loads, name_problem, parse_json, wire_tool_name
+from .base import TextSink, loads, merge_usage, model_answer, name_problem, parse_json, reported_error, wire_tool_name
 
 API_VERSION = "2023-06-01"
 # Models with extended thinking.
 THINKING_MODELS = re.compile(r"claude-(3-7|sonnet-4|opus-4|haiku-4|[a-z]+-[5-9])", re.IGNORECASE)
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
-RETRYABLE_ERRORS = {"overloaded_error", "api_error", "rate_limit_error"}
+
+
+LABEL = "the Anthropic API"
 
 
 def supports_effort(model: str) -> bool:
@@ -85,20 +87,16 @@ class AnthropicProvider:
         stop_reason = ""
         finished = False
         url = f"{self.base_url}/messages"
-        async with event_stream(self.client, "the Anthropic API", url, headers, self.body(request)) as events:
-            async for event in events:
+        async with model_answer(self.client, LABEL, url, headers, self.body(request)) as answer:
+            if answer.events is None:
+                return self._whole_turn(answer.document, on_text)
+            async for event in answer.events:
                 payload = parse_json(event.data, "a stream event")
                 shown = ""
                 try:
                     kind = payload.get("type", event.event) if isinstance(payload, dict) else event.event
                     if kind == "message_start":
-                        raw = (payload.get("message") or {}).get("usage") or {}
-                        usage = Usage(
-                            input_tokens=int(raw.get("input_tokens") or 0),
-                            output_tokens=int(raw.get("output_tokens") or 0),
-                            cache_read_tokens=int(raw.get("cache_read_input_tokens") or 0),
-                            cache_write_tokens=int(raw.get("cache_creation_input_tokens") or 0),
-                        )
+                        usage = merge_usage(usage, _usage((payload.get("message") or {}).get("usage")))
                     elif kind == "content_block_start":
                         block = dict(payload.get("content_block") or {})
                         block["_json"] = ""
@@ -118,18 +116,12 @@ class AnthropicProvider:
                             block["signature"] = block.get("signature", "") + delta.get("signature", "")
                     elif kind == "message_delta":
                         stop_reason = (payload.get("delta") or {}).get("stop_reason") or stop_reason
-                        out_tokens = (payload.get("usage") or {}).get("output_tokens")
-                        if out_tokens is not None:
-                            usage.output_tokens = int(out_tokens)
+                        usage = merge_usage(usage, _usage(payload.get("usage")))
                     elif kind == "message_stop":
                         finished = True
-                        break  # event_stream reads the rest so that the connection can be reused
+                        break  # model_answer reads the rest so that the connection can be reused
                     elif kind == "error":
-                        err = payload.get("error") or {}
-                        raise ProviderError(
-                            f"the Anthropic API reported {err.get('type', 'an error')} mid-stream: {err.get('message', '')}",
-                            retryable=err.get("type") in RETRYABLE_ERRORS,
-                        )
+                        raise reported_error(LABEL, payload.get("error") or {}, " mid-stream")
                 except (AttributeError, KeyError, TypeError, ValueError) as exc:
                     raise ProviderError(f"the Anthropic API sent a stream event of an unexpected shape ({exc}): {event.data[:200]!r}") from None
                 if shown and on_text:
@@ -137,6 +129,24 @@ class AnthropicProvider:
         if not finished:
             raise ProviderError("the Anthropic API closed the stream before the turn finished", retryable=True)
         return self._turn(blocks, usage, stop_reason)
+
+    def _whole_turn(self, document: Any, on_text: TextSink | None) -> ModelTurn:
+        """The turn in a whole `message` object (from a server that ignored `stream: true`)."""
+        try:
+            if not isinstance(document, dict) or document.get("type", "message") != "message":
+                raise ValueError("it is not a message object")
+            content = document.get("content")
+            if not isinstance(content, list) or not all(isinstance(b, dict) for b in content):
+                raise ValueError("its content is not a list of blocks")
+            usage = _usage(document.get("usage"))
+            turn = self._turn(dict(enumerate(content)), usage, document.get("stop_reason") or "")
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            excerpt = json.dumps(document)[:200]
+            raise ProviderError(f"the Anthropic API sent a whole answer of an unexpected shape ({exc}): {excerpt!r}. "
+                                "Check that --base-url points at an API of the chosen --provider.") from None
+        if turn.message.text and on_text:
+            on_text(turn.message.text)
+        return turn
 
     @staticmethod
     def _turn(blocks: dict[int, dict[str, Any]], usage: Usage, stop_reason: str) -> ModelTurn:
@@ -149,7 +159,7 @@ class AnthropicProvider:
             if btype == "text":
                 text.append(block.get("text", ""))
             elif btype == "tool_use":
-                raw = block["_json"]
+                raw = block.get("_json", "")
                 args: Any = block.get("input") or {}
                 problem = None
                 if raw.strip():
@@ -164,3 +174,14 @@ class AnthropicProvider:
             elif btype in ("thinking", "redacted_thinking"):
                 reasoning.append({k: v for k, v in block.items() if k != "_json"})
         return ModelTurn(message=AssistantMessage(text="".join(text), tool_calls=calls, reasoning=reasoning), usage=usage, stop_reason=stop_reason)
+
+
+def _usage(raw: Any) -> Usage:
+    """The counts an event (or a whole message) carries; absent fields are 0."""
+    raw = raw or {}
+    return Usage(
+        input_tokens=int(raw.get("input_tokens") or 0),
+        output_tokens=int(raw.get("output_tokens") or 0),
+        cache_read_tokens=int(raw.get("cache_read_input_tokens") or 0),
+        cache_write_tokens=int(raw.get("cache_creation_input_tokens") or 0),
+    )

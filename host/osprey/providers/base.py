@@ -1,4 +1,4 @@
-"""The provider interface, the bounded server-sent-event stream (httpx-sse) and the httpx error boundary."""
+"""The provider interface, the bounded answer (a server-sent-event stream via httpx-sse, or one whole JSON document) and the httpx error boundary."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, aconnect_sse
 
 from ..errors import ProviderError
-from ..messages import ModelRequest, ModelTurn, scrub
+from ..messages import ModelRequest, ModelTurn, Usage, scrub
 
 TextSink = Callable[[str], None]
 
@@ -25,6 +26,8 @@ RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
 MAX_EVENT_BYTES = 8 * 1024 * 1024
 MAX_STREAM_BYTES = 256 * 1024 * 1024
 MAX_ERROR_BODY_BYTES = 64 * 1024
+# A whole answer sent as one JSON document (by a server that does not stream) is held at once.
+MAX_DOCUMENT_BYTES = 32 * 1024 * 1024
 # What is read of an answer after the provider stopped reading it (the end of a stream, or what
 # follows an error event) so that the connection can carry the next request; past either bound the
 # connection is closed instead.
@@ -69,6 +72,12 @@ class Provider(Protocol):
     model: str
 
     async def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelTurn: ...
+
+
+def merge_usage(old: Usage, new: Usage) -> Usage:
+    """Usage reported again later in an answer: per field, a later non-zero count replaces the
+    earlier one (counts are cumulative; servers differ in which event carries which field)."""
+    return Usage(**{k: getattr(new, k) or getattr(old, k) for k in Usage.model_fields})
 
 
 # What tool names look like to the APIs that will see them again in the conversation.
@@ -127,11 +136,11 @@ def _error_detail(body: bytes) -> str:
     return json.dumps(payload)[:300]
 
 
-async def _head(response: httpx.Response, limit: int = MAX_ERROR_BODY_BYTES) -> bytes:
+async def _head(chunks: AsyncIterator[bytes], limit: int = MAX_ERROR_BODY_BYTES) -> bytes:
     """At most `limit` bytes of a response body; the rest is left unread (the connection is dropped)."""
     parts: list[bytes] = []
     size = 0
-    async for chunk in response.aiter_bytes():
+    async for chunk in chunks:
         parts.append(chunk)
         size += len(chunk)
         if size >= limit:
@@ -199,47 +208,142 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
         pass
 
 
-def _is_json(content_type: str) -> bool:
-    media = content_type.partition(";")[0].strip().lower()
-    return media == "application/json" or media.endswith("+json")
+# What an error object's `type` or `code` says when the condition passes with time (overload, rate
+# limits, a server fault): the request is worth sending again. Any other error is not.
+RETRYABLE_ERROR_TYPES = frozenset({
+    "overloaded_error", "api_error", "rate_limit_error", "server_error", "rate_limit_exceeded",
+    "internal_server_error", "internalservererror", "service_unavailable", "serviceunavailableerror",
+    "ratelimiterror", "timeout", "timeout_error",
+})
 
 
-async def _refuse_json(response: httpx.Response, label: str) -> None:
-    """A 2xx JSON answer where a stream was asked for: an error object, or a server that does not stream."""
-    raw = await _head(response)
+def error_of(payload: Any) -> Any:
+    """The error a JSON document from a server reports, or None: `{"error": ...}` (OpenAI, and
+    Anthropic's `{"type": "error", "error": {...}}`) or vLLM's `{"object": "error", ...}`."""
+    if not isinstance(payload, dict):
+        return None
+    if payload.get("error") is not None:
+        return payload["error"]
+    if payload.get("object") == "error" or payload.get("type") == "error":
+        return payload
+    return None
+
+
+def _status_in(value: Any) -> int | None:
+    """An HTTP status given as an error's `code` (LiteLLM sends "429", vLLM 400), or None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    return value if isinstance(value, int) and 100 <= value <= 599 else None
+
+
+def reported_error(label: str, err: Any, where: str) -> ProviderError:
+    """The ProviderError for an error object a server sent (mid-stream, or as its whole answer):
+    retryable when its status-like code is (429, 5xx...) or, without one, when its type or code
+    names a condition that passes (overload, rate limit, server fault); otherwise the same request
+    would get the same answer."""
+    if isinstance(err, dict):
+        kind, code, message = err.get("type"), err.get("code"), err.get("message")
+        status = _status_in(code) or _status_in(err.get("status"))
+    else:
+        kind = code = status = None
+        message = err
+    names = {str(v).lower() for v in (kind, code) if isinstance(v, str)}
+    retryable = status in RETRYABLE_STATUS if status is not None else bool(names & RETRYABLE_ERROR_TYPES)
+    what = kind if isinstance(kind, str) and kind and kind != "None" else "an error"
+    detail = f": {message}" if message else ""
+    return ProviderError(f"{label} reported {what}{where}{detail}", retryable=retryable, status=status)
+
+
+@dataclass
+class Answer:
+    """What a model server sent for one request: its events (a stream), or, from a server that
+    ignored `stream: true`, the whole answer as one JSON document (`events` is then None)."""
+
+    events: AsyncIterator[ServerSentEvent] | None
+    document: Any = None
+
+
+# How an event stream's first line begins (a field name, or ":" for a comment).
+_STREAM_OPENINGS = b"deir:"
+
+
+async def _peek(chunks: AsyncIterator[bytes]) -> tuple[bytes, AsyncIterator[bytes]]:
+    """The first non-blank byte of a body (b"" when there is none), and the body again, whole.
+    Whitespace before it is read up to MAX_DRAIN_BYTES."""
+    seen: list[bytes] = []
+    size = 0
+    first = b""
+    async for chunk in chunks:
+        seen.append(chunk)
+        size += len(chunk)
+        first = chunk.lstrip()[:1]
+        if first or size > MAX_DRAIN_BYTES:
+            break
+
+    async def again() -> AsyncIterator[bytes]:
+        for chunk in seen:
+            yield chunk
+        async for chunk in chunks:
+            yield chunk
+
+    return first, again()
+
+
+async def _document(response: httpx.Response, chunks: AsyncIterator[bytes], label: str, limit: int) -> Any:
+    """A whole JSON answer, read within `limit` bytes; an error object in it becomes its ProviderError."""
+    declared = response.headers.get("content-length", "")
+    too_long = ProviderError(f"{label} sent a JSON answer longer than {_mib(limit)}; it was not read.")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_long
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise too_long
+        parts.append(chunk)
+    raw = b"".join(parts)
     try:
-        payload = json.loads(raw)
+        document = loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
-        payload = None
-    if isinstance(payload, dict) and "error" in payload:
-        raise ProviderError(f"{label} answered with an error instead of a stream: {_error_detail(raw)}", retryable=True)
-    raise ProviderError(
-        f"{label} answered with a JSON document instead of an event stream: {raw[:200].decode('utf-8', 'replace')!r}. "
-        "Check that --base-url points at an API of the chosen --provider and that the server supports streaming."
-    )
+        excerpt = raw[:200].decode("utf-8", "replace")
+        raise ProviderError(
+            f"{label} sent an answer that is not JSON: {excerpt!r}. "
+            "Check that --base-url points at an API of the chosen --provider."
+        ) from None
+    err = error_of(document)
+    if err is not None:
+        raise reported_error(label, err, " instead of an answer")
+    return document
 
 
 @asynccontextmanager
-async def event_stream(
+async def model_answer(
     client: httpx.AsyncClient, label: str, url: str, headers: dict[str, str], body: dict[str, Any],
-    *, max_event: int = MAX_EVENT_BYTES, max_total: int = MAX_STREAM_BYTES,
-) -> AsyncIterator[AsyncIterator[ServerSentEvent]]:
-    """POST `body` and yield the answer's server-sent events that carry data.
+    *, max_event: int = MAX_EVENT_BYTES, max_total: int = MAX_STREAM_BYTES, max_document: int = MAX_DOCUMENT_BYTES,
+) -> AsyncIterator[Answer]:
+    """POST `body` (which asks for a stream) and yield the answer: its server-sent events that carry
+    data, or the whole JSON document of a server that does not stream.
 
-    httpx failures and HTTP errors become ProviderError; so does an event or a whole answer past
-    the size bounds. A body that is not `text/event-stream` (and not JSON) is read as events all
-    the same, as some servers label their streams loosely.
+    Which of the two it is, the body says, not its content type (servers label both loosely): a
+    body that opens with `{` is a JSON document (an event stream cannot open so), one that opens
+    as an event stream is read as events; anything else is refused. A JSON error object becomes
+    the ProviderError its type says (see `reported_error`).
 
-    When the caller stops reading (at the end of the turn, or on an error in what the server sent),
-    the rest of the answer is drained within bounds so the connection carries the next request;
-    a cancelled turn, a refused stream or a broken connection closes it instead.
+    httpx failures and HTTP errors become ProviderError; so does an event, a whole stream or a
+    document past the size bounds. When the caller stops reading a stream (at the end of the turn,
+    or on an error in what the server sent), the rest of it is drained within bounds so the
+    connection carries the next request; a cancelled turn, a refused stream or a broken connection
+    closes it instead.
     """
     try:
         # No compression: it only delays a stream, and a small compressed chunk can inflate a lot.
         async with aconnect_sse(client, "POST", url, headers={**headers, "Accept-Encoding": "identity"}, json=body) as source:
             response = source.response
             if response.status_code >= 400:
-                raw = await _head(response)
+                raw = await _head(response.aiter_bytes())
                 status = response.status_code
                 hint = ""
                 if status in (401, 403):
@@ -251,11 +355,17 @@ async def event_stream(
                     retryable=status in RETRYABLE_STATUS,
                     status=status,
                 )
-            content_type = response.headers.get("content-type", "")
-            if _is_json(content_type):
-                await _refuse_json(response, label)
+            first, chunks = await _peek(response.aiter_bytes())
+            if first == b"{":
+                yield Answer(None, await _document(response, chunks, label, max_document))
+                return
+            if first and first not in _STREAM_OPENINGS:
+                head = (await _head(chunks, 200)).strip()
+                raise ProviderError(
+                    f"{label} answered with neither an event stream nor JSON: {head.decode('utf-8', 'replace')!r}. "
+                    "Check that --base-url points at an API of the chosen --provider."
+                )
             stream_headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in ("content-encoding", "content-type")]
-            chunks = response.aiter_bytes()
             stream = _BoundedBody(response, chunks, label, max_event, max_total)
             bounded = httpx.Response(
                 response.status_code,
@@ -266,7 +376,7 @@ async def event_stream(
             events = _with_data(EventSource(bounded).aiter_sse())
             drain = False
             try:
-                yield events
+                yield Answer(events)
                 drain = True
             except ProviderError:
                 drain = not stream.refused  # what the server said was refused, not how much: the stream is sound

@@ -11,7 +11,7 @@ import httpx
 
 from ..errors import ProviderError
 from ..messages import AssistantMessage, Message, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
-from .base import TextSink, event_stream, loads, name_problem, parse_json, wire_tool_name
+from .base import TextSink, error_of, loads, merge_usage, model_answer, name_problem, parse_json, reported_error, wire_tool_name
 
 # Model families that take `reasoning_effort`.
 REASONING_MODELS = re.compile(r"(^|/)(o\d|gpt-5|gpt-oss)", re.IGNORECASE)
@@ -105,63 +105,104 @@ class OpenAIProvider:
         headers = {"Accept": "text/event-stream"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        text: list[str] = []
-        calls: dict[int, dict[str, str]] = {}
-        finish = ""
-        usage = Usage()
+        turn = _Turn()
         done = False
         url = f"{self.base_url}/chat/completions"
-        # The stream's end marker ends the turn; event_stream reads what follows it so that the
+        # The stream's end marker ends the turn; model_answer reads what follows it so that the
         # connection can carry the next request.
-        async with event_stream(self.client, "the OpenAI-compatible server", url, headers, self.body(request)) as events:
-            async for event in events:
+        async with model_answer(self.client, LABEL, url, headers, self.body(request)) as answer:
+            if answer.events is None:
+                return _whole_turn(answer.document, on_text)
+            async for event in answer.events:
                 if event.data.strip() == "[DONE]":
                     done = True
                     break
                 chunk = parse_json(event.data, "a stream event")
                 if not isinstance(chunk, dict):
                     raise ProviderError(f"the model server sent an unexpected stream event: {event.data[:200]!r}")
-                if "error" in chunk:
-                    err = chunk["error"]
-                    message = err.get("message", err) if isinstance(err, dict) else err
-                    raise ProviderError(f"the model server reported an error mid-stream: {message}", retryable=True)
-                shown: list[str] = []
+                err = error_of(chunk)
+                if err is not None:
+                    raise reported_error(LABEL, err, " mid-stream")
                 try:
-                    if chunk.get("usage"):
-                        usage = _usage(chunk["usage"])
-                    for choice in chunk.get("choices") or []:
-                        delta = choice.get("delta") or {}
-                        if delta.get("content"):
-                            if not isinstance(delta["content"], str):
-                                raise TypeError("delta.content is not a string")
-                            shown.append(delta["content"])
-                        for piece in delta.get("tool_calls") or []:
-                            slot = calls.setdefault(int(piece.get("index", len(calls))), {"id": "", "name": "", "arguments": ""})
-                            if piece.get("id"):
-                                slot["id"] = piece["id"]
-                            fn = piece.get("function") or {}
-                            if fn.get("name"):
-                                slot["name"] += fn["name"]
-                            if fn.get("arguments"):
-                                slot["arguments"] += fn["arguments"]
-                        if choice.get("finish_reason"):
-                            finish = choice["finish_reason"]
+                    shown = turn.add(chunk)
                 except (AttributeError, KeyError, TypeError, ValueError) as exc:
                     raise ProviderError(f"the model server sent a stream event of an unexpected shape ({exc}): {event.data[:200]!r}") from None
-                for piece_text in shown:
-                    text.append(piece_text)
-                    if on_text:
-                        on_text(piece_text)
-        if not done and not finish:
+                if shown and on_text:
+                    on_text(shown)
+        if not done and not turn.finish:
             raise ProviderError("the model server closed the stream before the turn finished", retryable=True)
+        return turn.result()
+
+
+LABEL = "the OpenAI-compatible server"
+
+
+class _Turn:
+    """A turn put together from chat-completion chunks (or from one whole completion, read as a
+    single chunk whose delta is the message)."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, str]] = {}
+        self.finish = ""
+        self.usage = Usage()
+
+    def add(self, chunk: dict[str, Any]) -> str:
+        """Take one chunk in; the text it adds."""
+        if chunk.get("usage"):
+            self.usage = merge_usage(self.usage, _usage(chunk["usage"]))
+        shown: list[str] = []
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                if not isinstance(delta["content"], str):
+                    raise TypeError("content is not a string")
+                shown.append(delta["content"])
+            for piece in delta.get("tool_calls") or []:
+                slot = self.calls.setdefault(int(piece.get("index", len(self.calls))), {"id": "", "name": "", "arguments": ""})
+                if piece.get("id"):
+                    slot["id"] = piece["id"]
+                fn = piece.get("function") or {}
+                if fn.get("name"):
+                    slot["name"] += fn["name"]
+                arguments = fn.get("arguments")
+                if isinstance(arguments, dict):  # some servers send the object itself
+                    arguments = json.dumps(arguments)
+                if arguments:
+                    slot["arguments"] += arguments
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+        self.text += shown
+        return "".join(shown)
+
+    def result(self) -> ModelTurn:
         tool_calls = []
-        for index in sorted(calls):
-            slot = calls[index]
+        for index in sorted(self.calls):
+            slot = self.calls[index]
             args, problem = parse_arguments(slot["arguments"])
             problem = name_problem(slot["name"]) or problem
             # Some servers send no id; a made-up one must not repeat across turns.
             tool_calls.append(ToolCall(id=slot["id"] or f"call_{uuid.uuid4().hex[:24]}", name=slot["name"], arguments=args, arguments_error=problem))
-        return ModelTurn(message=AssistantMessage(text="".join(text), tool_calls=tool_calls), usage=usage, stop_reason=finish)
+        return ModelTurn(message=AssistantMessage(text="".join(self.text), tool_calls=tool_calls), usage=self.usage, stop_reason=self.finish)
+
+
+def _whole_turn(document: Any, on_text: TextSink | None) -> ModelTurn:
+    """The turn in a whole chat completion (from a server that ignored `stream: true`)."""
+    turn = _Turn()
+    try:
+        choices = document.get("choices") if isinstance(document, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise ValueError("it holds no choices")
+        choice = choices[0]
+        shown = turn.add({"usage": document.get("usage"),
+                          "choices": [{"delta": choice.get("message"), "finish_reason": choice.get("finish_reason")}]})
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        excerpt = json.dumps(document)[:200]
+        raise ProviderError(f"the model server sent a whole answer of an unexpected shape ({exc}): {excerpt!r}. "
+                                "Check that --base-url points at an API of the chosen --provider.") from None
+    if shown and on_text:
+        on_text(shown)
+    return turn.result()
 
 
 def _usage(raw: dict[str, Any]) -> Usage:

@@ -41,6 +41,12 @@ DEFAULT_USAGE: tuple[int, int] = (10, 5)
 """(input_tokens, output_tokens) reported when a reply gives no ``usage``."""
 
 Dialect = Literal["openai", "anthropic"]
+UsageAt = Literal["standard", "end"]
+"""Where a streamed answer reports usage. ``"standard"``: where the reference APIs put it (OpenAI: a
+last chunk with no choices, when ``stream_options.include_usage`` asks; Anthropic: input tokens in
+``message_start``, output tokens in ``message_delta``). ``"end"``: all of it in the last event that
+has content (OpenAI: the chunk with ``finish_reason``, as llama.cpp does; Anthropic:
+``message_delta``, with zeros in ``message_start``, as LiteLLM does)."""
 
 _PATHS: dict[str, Dialect] = {
     "/v1/chat/completions": "openai",
@@ -77,11 +83,28 @@ class Reply:
     seconds: float = 0.0
     after_chunks: int = 0
     then: Reply | None = None
+    stream: bool | None = None
+    usage_at: UsageAt | None = None
+    content_type: str | None = None
 
     @classmethod
-    def text(cls, text: str, *, usage: tuple[int, int] | None = None) -> Reply:
-        """A final answer (streamed in several pieces)."""
-        return cls("text", content=text, usage=usage)
+    def text(
+        cls,
+        text: str,
+        *,
+        usage: tuple[int, int] | None = None,
+        stream: bool | None = None,
+        usage_at: UsageAt | None = None,
+        content_type: str | None = None,
+    ) -> Reply:
+        """A final answer (streamed in several pieces).
+
+        ``stream``: None = as the request asks (and the server's default), False = one whole JSON
+        answer even when the request asked for a stream (as some servers do), True = streamed.
+        ``usage_at``: see :data:`UsageAt` (None = the server's default). ``content_type``: the
+        Content-Type header sent instead of the right one ("" = none at all).
+        """
+        return cls("text", content=text, usage=usage, stream=stream, usage_at=usage_at, content_type=content_type)
 
     @classmethod
     def tool_call(
@@ -92,19 +115,33 @@ class Reply:
         id: str | None = None,
         text: str | None = None,
         usage: tuple[int, int] | None = None,
+        stream: bool | None = None,
+        usage_at: UsageAt | None = None,
+        content_type: str | None = None,
     ) -> Reply:
-        """An assistant turn with a single tool call (optionally preceded by ``text``)."""
-        return cls.tool_calls([ToolCall(name, {} if arguments is None else arguments, id)], text=text, usage=usage)
+        """An assistant turn with a single tool call (optionally preceded by ``text``); the
+        keyword options are those of :meth:`text`."""
+        return cls.tool_calls([ToolCall(name, {} if arguments is None else arguments, id)], text=text, usage=usage,
+                              stream=stream, usage_at=usage_at, content_type=content_type)
 
     @classmethod
     def tool_calls(
-        cls, calls: Iterable[ToolCall], text: str | None = None, *, usage: tuple[int, int] | None = None
+        cls,
+        calls: Iterable[ToolCall],
+        text: str | None = None,
+        *,
+        usage: tuple[int, int] | None = None,
+        stream: bool | None = None,
+        usage_at: UsageAt | None = None,
+        content_type: str | None = None,
     ) -> Reply:
-        """An assistant turn with several tool calls (optionally preceded by ``text``)."""
+        """An assistant turn with several tool calls (optionally preceded by ``text``); the
+        keyword options are those of :meth:`text`."""
         calls = tuple(calls)
         if not calls:
             raise ValueError("Reply.tool_calls needs at least one ToolCall")
-        return cls("tool_calls", content=text, calls=calls, usage=usage)
+        return cls("tool_calls", content=text, calls=calls, usage=usage, stream=stream, usage_at=usage_at,
+                   content_type=content_type)
 
     @classmethod
     def error(
@@ -114,9 +151,12 @@ class Reply:
         *,
         headers: Mapping[str, str] | None = None,
         usage: tuple[int, int] | None = None,
+        content_type: str | None = None,
     ) -> Reply:
-        """An HTTP error. ``body``: None = dialect default, str = its message, anything else = sent as JSON."""
-        return cls("error", status=status, error_body=body, headers=tuple((headers or {}).items()), usage=usage)
+        """An HTTP error. ``body``: None = dialect default, str = its message, anything else = sent as JSON.
+        ``status`` 200 sends an error object as a whole answer (as servers that do not stream do)."""
+        return cls("error", status=status, error_body=body, headers=tuple((headers or {}).items()), usage=usage,
+                   content_type=content_type)
 
     @classmethod
     def garbage(cls, *, usage: tuple[int, int] | None = None) -> Reply:
@@ -271,7 +311,9 @@ def _garbage_response(dialect: Dialect) -> _Response:
                           "event: content_block_delta\ndata: <garbage/>\n\n"])
 
 
-def _openai_response(reply: Reply, req: dict[str, Any], serial: int, new_id: Callable[[str], str]) -> _Response:
+def _openai_response(
+    reply: Reply, req: dict[str, Any], serial: int, new_id: Callable[[str], str], stream: bool, usage_at: UsageAt
+) -> _Response:
     model = req.get("model") if isinstance(req.get("model"), str) else "scripted-model"
     inp, out = reply.usage or DEFAULT_USAGE
     usage = {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": inp + out}
@@ -280,7 +322,7 @@ def _openai_response(reply: Reply, req: dict[str, Any], serial: int, new_id: Cal
     text = reply.content if reply.content else ("" if not calls else None)
     base = {"id": f"chatcmpl-{serial}", "created": int(time.time()), "model": model}
 
-    if req.get("stream") is not True:
+    if not stream:
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if calls:
             message["tool_calls"] = [
@@ -304,13 +346,15 @@ def _openai_response(reply: Reply, req: dict[str, Any], serial: int, new_id: Cal
                    for piece in _split(args)]
     chunks.append(chunk({}, finish))
     options = req.get("stream_options")
-    if isinstance(options, dict) and options.get("include_usage"):
+    if usage_at == "end":
+        chunks[-1]["usage"] = usage
+    elif isinstance(options, dict) and options.get("include_usage"):
         chunks.append({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})
     return _sse_response([f"data: {_dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"])
 
 
 def _anthropic_response(
-    reply: Reply, req: dict[str, Any], serial: int, new_id: Callable[[str], str]
+    reply: Reply, req: dict[str, Any], serial: int, new_id: Callable[[str], str], stream: bool, usage_at: UsageAt
 ) -> _Response:
     model = req.get("model") if isinstance(req.get("model"), str) else "scripted-model"
     inp, out = reply.usage or DEFAULT_USAGE
@@ -326,11 +370,13 @@ def _anthropic_response(
                "content": [b for b, _ in blocks], "stop_reason": stop_reason, "stop_sequence": None,
                "usage": {"input_tokens": inp, "output_tokens": out}}
 
-    if req.get("stream") is not True:
+    if not stream:
         return _json_response(200, message)
 
+    start_usage = {"input_tokens": 0, "output_tokens": 0} if usage_at == "end" else {"input_tokens": inp, "output_tokens": 1}
+    end_usage = {"input_tokens": inp, "output_tokens": out} if usage_at == "end" else {"output_tokens": out}
     events: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": {
-        **message, "content": [], "stop_reason": None, "usage": {"input_tokens": inp, "output_tokens": 1}}})]
+        **message, "content": [], "stop_reason": None, "usage": start_usage}})]
     for index, (block, streamed) in enumerate(blocks):
         if block["type"] == "text":
             start: dict[str, Any] = {"type": "text", "text": ""}
@@ -346,7 +392,7 @@ def _anthropic_response(
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
     events.append(("message_delta", {"type": "message_delta",
                                      "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-                                     "usage": {"output_tokens": out}}))
+                                     "usage": end_usage}))
     events.append(("message_stop", {"type": "message_stop"}))
     return _sse_response([f"event: {name}\ndata: {_dumps(data)}\n\n" for name, data in events])
 
@@ -695,12 +741,26 @@ class ModelServer:
     """Scripted OpenAI/Anthropic-compatible model server on 127.0.0.1 (use as a context manager).
 
     ``framing`` selects how streams are delimited: ``"chunked"`` (keep-alive) or ``"close"``.
+    ``stream`` and ``usage_at`` are the defaults for replies that do not set their own (see
+    :meth:`Reply.text`): ``stream=False`` makes a server that answers every request with one whole
+    JSON answer, whatever the request asked.
     """
 
-    def __init__(self, replies: Iterable[Reply] = (), *, framing: Literal["chunked", "close"] = "chunked") -> None:
+    def __init__(
+        self,
+        replies: Iterable[Reply] = (),
+        *,
+        framing: Literal["chunked", "close"] = "chunked",
+        stream: bool | None = None,
+        usage_at: UsageAt = "standard",
+    ) -> None:
         if framing not in ("chunked", "close"):
             raise ValueError(f"unknown framing {framing!r}")
+        if usage_at not in ("standard", "end"):
+            raise ValueError(f"unknown usage_at {usage_at!r}")
         self.framing = framing
+        self.stream = stream
+        self.usage_at: UsageAt = usage_at
         self._script: collections.deque[Reply] = collections.deque(replies)
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -910,7 +970,12 @@ class ModelServer:
         elif base.kind == "garbage":
             response = _garbage_response(dialect)
         else:
-            response = _BUILDERS[dialect](base, body if isinstance(body, dict) else {}, n, self._new_id)
+            req = body if isinstance(body, dict) else {}
+            stream = next(s for s in (base.stream, self.stream, req.get("stream") is True) if s is not None)
+            response = _BUILDERS[dialect](base, req, n, self._new_id, stream, base.usage_at or self.usage_at)
+        if base.content_type is not None:
+            kept = [(k, v) for k, v in response.headers if k.lower() != "content-type"]
+            response.headers = kept + ([("Content-Type", base.content_type)] if base.content_type else [])
         self._send(h, response, plan, generation)
 
     @staticmethod
