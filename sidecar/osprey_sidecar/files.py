@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import codecs
+import ctypes
 import errno
 import io
 import os
 import secrets
 import stat
-from collections.abc import Iterable, Iterator
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import cast
 
 from . import errors as E
 from ._proto import tools_pb2 as pb
@@ -249,6 +253,7 @@ def _atomic_write(parent: Parent, chunks: Chunks, mode: int | None) -> int:
     else:
         raise FileExistsError(errno.EEXIST, "no free temporary file name", parent.name)
     written = 0
+    flushed = 0
     try:
         with open(fd, "wb", buffering=0, closefd=True) as fh:
             for chunk in chunks:
@@ -257,9 +262,22 @@ def _atomic_write(parent: Parent, chunks: Chunks, mode: int | None) -> int:
                         n = fh.write(view)
                         written += n or 0
                         view = view[n:]
+                if written - flushed >= WRITEBACK_STEP_BYTES:
+                    # Start writing what has come so far to disk while the rest arrives: the
+                    # fsync below then waits only for the last part, not for the whole file.
+                    _start_writeback(fd, flushed, written - flushed)
+                    flushed = written
             os.fchmod(fd, mode if mode is not None else 0o666 & ~_UMASK)
             os.fsync(fd)
-        os.replace(tmp, parent.name, src_dir_fd=parent.fd, dst_dir_fd=parent.fd)
+        replaced = _hold_replaced(parent)
+        try:
+            os.replace(tmp, parent.name, src_dir_fd=parent.fd, dst_dir_fd=parent.fd)
+        except BaseException:
+            if replaced is not None:
+                os.close(replaced)
+            raise
+        if replaced is not None:
+            _release_in_background(replaced)
     except BaseException:
         try:
             os.unlink(tmp, dir_fd=parent.fd)
@@ -267,6 +285,61 @@ def _atomic_write(parent: Parent, chunks: Chunks, mode: int | None) -> int:
             pass
         raise
     return written
+
+
+def _hold_replaced(parent: Parent) -> int | None:
+    """A descriptor of the large regular file about to be replaced, or None: held across the
+    rename, the file's blocks are freed when it is closed (see `_release_in_background`), not by
+    the rename itself (about 0.3 ms a MB on ext4)."""
+    try:
+        fd = os.open(parent.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent.fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size < RELEASE_IN_BACKGROUND_BYTES:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _release_in_background(fd: int) -> None:
+    """Close `fd`, the last reference to a replaced file, in a thread of its own: freeing its
+    blocks then happens after the call has answered."""
+    threading.Thread(target=os.close, args=(fd,), name="osprey-release", daemon=True).start()
+
+
+# A replaced file at least this large is freed after the write answers, not during it.
+RELEASE_IN_BACKGROUND_BYTES = 4 * 1024 * 1024
+# `_atomic_write` hands the disk what it has written each time this much more has come.
+WRITEBACK_STEP_BYTES = 512 * 1024
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """Linux sync_file_range(2) from the C library (Python has no binding); None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    function.restype = ctypes.c_int
+    return cast("Callable[[int, int, int, int], int]", function)
+
+
+_sync_file_range = _load_sync_file_range()
+
+
+def _start_writeback(fd: int, offset: int, length: int) -> None:
+    """Ask the kernel to start writing this range of `fd` to disk, without waiting for it (a
+    hint: where it is unavailable or fails, the closing fsync does all the work)."""
+    if _sync_file_range is not None:
+        _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
 
 
 def _read_umask() -> int:
@@ -301,7 +374,9 @@ def write_file_chunks(roots: Roots, path: str, chunks: Chunks, *, max_bytes: int
             if max_bytes is not None and size > max_bytes:
                 raise ToolFailure(E.INVALID_ARGUMENT, f"the content for {shown} is over the {max_bytes}-byte limit of write_file; write it in parts (bash can append)")
             try:
-                if check_utf8:
+                # ASCII is UTF-8: such a chunk needs no decoding unless a character from the
+                # one before is still open.
+                if check_utf8 and not (isinstance(chunk, (bytes, bytearray)) and chunk.isascii() and not decoder.getstate()[0]):
                     decoder.decode(chunk)
             except UnicodeDecodeError:
                 raise ToolFailure(E.INVALID_ARGUMENT, f"the content for {shown} is not UTF-8 text") from None

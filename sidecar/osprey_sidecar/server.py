@@ -13,7 +13,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from ._proto import tools_pb2_grpc as pb_grpc
 from .paths import Roots
 from .search import SEARCH_BUDGET_S
-from .servicer import ToolServicer
+from .servicer import ToolServicer, parse_write_chunk
 from .wire import CATEGORY_KEY, CHANNEL_OPTIONS, SERVICE_NAME, TOKEN_KEY
 
 MAX_WORKERS = 32
@@ -40,6 +40,28 @@ class _TokenInterceptor(grpc.ServerInterceptor):
         return self._deny_stream if streaming else self._deny_unary
 
 
+WRITE_FILE_STREAM = f"/{SERVICE_NAME}/WriteFileStream"
+
+
+class _ParseWriteChunks(grpc.ServerInterceptor):
+    """WriteFileStream's chunks parsed by `parse_write_chunk` (their data left in the received
+    message) instead of the generated parser, which copies it twice."""
+
+    def __init__(self) -> None:
+        # (the servicer's handler, the same with our parser), replaced in one assignment.
+        self._made: tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler] | None = None
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        if handler_call_details.method != WRITE_FILE_STREAM or handler is None or handler.stream_unary is None:
+            return handler
+        made = self._made
+        if made is None or made[0] is not handler:
+            made = (handler, grpc.stream_unary_rpc_method_handler(handler.stream_unary, request_deserializer=parse_write_chunk, response_serializer=handler.response_serializer))
+            self._made = made
+        return made[1]
+
+
 def socket_target(path: str) -> str:
     return f"unix:{path}"
 
@@ -50,7 +72,8 @@ def build_server(roots: Sequence[str], socket_path: str, token: str | None = Non
     `env` is the environment `bash` commands get (default: this process's); `reap_strays`
     (lanes only) kills what a command left running outside its process group; `search_budget_s`
     bounds each grep and find_files call."""
-    interceptors = [_TokenInterceptor(token)] if token else []
+    interceptors: list[grpc.ServerInterceptor] = [_TokenInterceptor(token)] if token else []
+    interceptors.append(_ParseWriteChunks())
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="osprey-tool"),
         interceptors=interceptors,

@@ -61,6 +61,96 @@ def _mapped(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+class WriteChunk:
+    """One WriteFileChunk as `parse_write_chunk` reads it: `data` is a view into the received
+    message, not a copy of it."""
+
+    __slots__ = ("path", "data", "last")
+
+    def __init__(self, path: str, data: memoryview, last: bool) -> None:
+        self.path = path
+        self.data = data
+        self.last = last
+
+
+def _varint(view: memoryview, at: int) -> tuple[int, int]:
+    """The varint at `at` and the offset after it."""
+    value = shift = 0
+    while True:
+        if at >= len(view) or shift > 63:
+            raise ValueError("a WriteFileChunk holds a cut or overlong varint")
+        byte = view[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
+def _skip(view: memoryview, at: int, kind: int, field: int, depth: int = 0) -> int:
+    """The offset after the value of an unknown field (groups included) that starts at `at`."""
+    if kind == 0:
+        return _varint(view, at)[1]
+    if kind == 1:
+        at += 8
+    elif kind == 5:
+        at += 4
+    elif kind == 2:
+        size, at = _varint(view, at)
+        at += size
+    elif kind == 3 and depth < _MAX_GROUP_DEPTH:
+        while True:
+            key, at = _varint(view, at)
+            if key & 7 == 4:
+                if key >> 3 != field:
+                    raise ValueError("a WriteFileChunk closes a group it did not open")
+                return at
+            if key >> 3 > _MAX_FIELD_NUMBER:  # (the generated parser lets field 0 pass inside a group)
+                raise ValueError(f"a WriteFileChunk holds field number {key >> 3}")
+            at = _skip(view, at, key & 7, key >> 3, depth + 1)
+    else:
+        raise ValueError(f"a WriteFileChunk holds wire type {kind} where it cannot be")
+    if at > len(view):
+        raise ValueError("a WriteFileChunk ends inside a field")
+    return at
+
+
+_MAX_GROUP_DEPTH = 100
+_MAX_FIELD_NUMBER = 2**29 - 1
+
+
+def parse_write_chunk(raw: bytes) -> WriteChunk:
+    """WriteFileChunk from its wire bytes, as the generated parser reads it (the last
+    occurrence of a field wins, unknown fields are skipped, a path must be UTF-8), but its data
+    left in place: the generated parser copies a chunk's data twice (into the message, then
+    out of it again), about a third of a large write's time in this process."""
+    view = memoryview(raw)
+    end = len(view)
+    path, data, last = "", view[0:0], False
+    at = 0
+    while at < end:
+        key, at = _varint(view, at)
+        field, kind = key >> 3, key & 7
+        if not 0 < field <= _MAX_FIELD_NUMBER:
+            raise ValueError(f"a WriteFileChunk holds field number {field}")
+        if field == 3 and kind == 0:
+            value, at = _varint(view, at)
+            last = value != 0
+        elif field in (1, 2) and kind == 2:
+            size, at = _varint(view, at)
+            if size > end - at:
+                raise ValueError("a WriteFileChunk field runs past the end of the message")
+            piece = view[at : at + size]
+            at += size
+            if field == 1:
+                path = str(piece, "utf-8")
+            else:
+                data = piece
+        else:
+            at = _skip(view, at, kind, field)
+    return WriteChunk(path, data, last)
+
+
 def _cancelled(context: grpc.ServicerContext) -> threading.Event:
     """Set when the call ends early (the client's deadline passed, or it went away), so a
     search stops then instead of at its budget."""
@@ -113,11 +203,13 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
         return write_file(self.roots, request.path, request.content)
 
     @_mapped
-    def WriteFileStream(self, request_iterator: Iterator[pb.WriteFileChunk], context: grpc.ServicerContext) -> pb.WriteFileResponse:
+    def WriteFileStream(self, request_iterator: Iterator[WriteChunk | pb.WriteFileChunk], context: grpc.ServicerContext) -> pb.WriteFileResponse:
+        """The chunks arrive as `WriteChunk`s where the server is built with `build_server` (it
+        parses them with `parse_write_chunk`), as generated messages otherwise."""
         first = next(request_iterator, None)
 
-        def chunks() -> Iterator[bytes]:
-            chunk: pb.WriteFileChunk | None = first
+        def chunks() -> Iterator[bytes | memoryview]:
+            chunk: WriteChunk | pb.WriteFileChunk | None = first
             while chunk is not None:
                 yield chunk.data
                 if chunk.last:
