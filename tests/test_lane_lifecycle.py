@@ -55,6 +55,19 @@ def lanes_of(pid: int) -> list[Any]:
         api.close()
 
 
+def running_lane_of(pid: int) -> Any:
+    """The one lane of broker `pid`, once it runs (a session's lane comes up in the background,
+    while its first model request is made)."""
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while time.monotonic() < deadline:
+        found = [lane for lane in lanes_of(pid) if lane.status == "running"]
+        if found:
+            [lane] = found
+            return lane
+        time.sleep(0.1)
+    raise AssertionError(f"broker {pid} has no running lane after {RUN_TIMEOUT} s")
+
+
 def lane_events(pid: int, since: float) -> list[tuple[str, str]]:
     """(action, container id) for the broker's lanes from `since` until now, oldest first."""
     api = docker_api()
@@ -283,12 +296,12 @@ def test_a_killed_brokers_lane_is_reaped_by_the_next_start(lanes: Brokers) -> No
     lanes.model_server.add(Reply.hold(1, then=Reply.tool_call("bash", {"command": "echo next"})), Reply.text("ok"))
     proc = lanes.start(prompt="Say ok.")
     try:
-        # By its first model request the next broker has its own lane, and the orphan is gone.
+        # The next broker asks the model while its own lane comes up; once that lane runs, the
+        # orphan is gone.
         assert lanes.model_server.wait_held(1, timeout=RUN_TIMEOUT), f"the next broker never asked the model\n{finish(proc, 5)}"
+        running_lane_of(proc.pid)
         assert lanes_of(dead_pid) == [], "the next start did not reap the orphaned lane"
         assert not os.path.exists(socket_dir)
-        [own] = lanes_of(proc.pid)
-        assert own.status == "running"
     finally:
         lanes.model_server.release()
     run = finish(proc)
@@ -307,7 +320,7 @@ def test_sandbox_prune_reaps_a_killed_brokers_lane_and_spares_a_live_one(lanes: 
     live = lanes.start(prompt="Say still here.")
     try:
         assert lanes.model_server.wait_held(1, timeout=RUN_TIMEOUT), f"the live broker never asked the model\n{finish(live, 5)}"
-        [live_lane] = lanes_of(live.pid)
+        live_lane = running_lane_of(live.pid)  # it comes up while the model is asked
         dead_pid, orphan, socket_dir = orphan_a_lane(lanes)
         prune = subprocess.run([OSPREY, "sandbox", "prune"], env=lanes.env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
         assert prune.returncode == 0, prune
@@ -383,11 +396,16 @@ def test_a_lane_that_fails_to_start_leaves_nothing(config: str, message: str, la
     require_docker()
     started = time.time()
     write_config(lanes.workspace, config)
-    lanes.model_server.add(Reply.text("never asked"))
+    # The model is asked while the lane comes up; its tool call waits for the lane, whose failure
+    # then ends the task with the lane's error, and the model is not asked again.
+    lanes.model_server.add(Reply.tool_call("bash", {"command": "echo never run"}), Reply.text("never asked"))
     run, pid = lanes.run()
     assert run.rc == 1, run
     assert message in run.stderr and "Traceback" not in run.stderr, run
-    assert lanes.model_server.request_count == 0
+    assert lanes.model_server.request_count == 1
+    assert (run.events[-1]["outcome"], run.events[-1]["exit_status"]) == ("Error", 1)
+    assert message in run.events[-1]["error"]
+    assert [(r["ok"], r["error_category"]) for r in run.of("tool_result")] == [(False, "cancelled")]
     assert lanes_of(pid) == []
     assert lanes.socket_dirs() == []
     actions = lane_events(pid, started)

@@ -56,6 +56,7 @@ class ToolServiceHome(abc.ABC):
         self.roots = [os.path.realpath(r) for r in roots]
         self._client = ToolClient(recover=self.recover)
         self._lock = asyncio.Lock()  # one recovery at a time, however many calls failed
+        self._starting: asyncio.Future[None] | None = None
         self.closed = False
 
     @property
@@ -72,9 +73,45 @@ class ToolServiceHome(abc.ABC):
         """Probe the service; replace it when dead or stuck and say what happened (for the
         model), or None when it answers and nothing was done."""
 
-    @abc.abstractmethod
+    async def begin(self) -> asyncio.Future[None]:
+        """Set the service up now, let it come up in the background, and return that background
+        part: the client's calls made meanwhile wait for it, and fail with its error if it
+        fails. Start-up (a lane's, or the local dispatcher's) then overlaps whatever the session
+        does first, such as the first model request. What can fail at once (the local
+        dispatcher's directory and process) raises here. Once only; `close` cancels a start
+        still going on."""
+        if self._starting is None:
+            await self._set_up()
+            self._starting = asyncio.ensure_future(self._come_up())
+            self._starting.add_done_callback(_retrieve)
+            self._client.wait_for(self._starting)
+        return self._starting
+
+    async def _set_up(self) -> None:  # noqa: B027 - most homes have nothing to do at once
+        """The part of `start` that `begin` does before it returns (none by default)."""
+
+    async def _come_up(self) -> None:
+        """The part of `start` that `begin` leaves running (all of it by default)."""
+        await self.start()
+
+    @property
+    def starting(self) -> asyncio.Future[None] | None:
+        """The background start (`begin`), if there was one."""
+        return self._starting
+
     async def close(self) -> None:
-        """Stop the service and everything it runs; safe to call twice, and after a failed start."""
+        """Stop the service and everything it runs; safe to call twice, after a failed start, and
+        while a background start is still going on (it is cancelled first)."""
+        self.closed = True
+        starting = self._starting
+        if starting is not None and not starting.done():
+            starting.cancel()
+            await asyncio.wait({starting})
+        await self._close()
+
+    @abc.abstractmethod
+    async def _close(self) -> None:
+        """What `close` does once no start is going on."""
 
     async def __aenter__(self) -> Self:
         try:
@@ -100,8 +137,14 @@ class LocalDispatcher(ToolServiceHome):
         self.dir: str | None = None
         self.proc: asyncio.subprocess.Process | None = None
         self.connection: Connection | None = None
+        self._pending: tuple[str, str] | None = None  # socket and token of a process not yet serving
 
     async def start(self) -> None:
+        await self._set_up()
+        await self._come_up()
+
+    async def _set_up(self) -> None:
+        """Its private directory, token and process (fails at once when they cannot be made)."""
         from .config import tool_environment
 
         reap_stale_dispatcher_dirs()
@@ -132,33 +175,48 @@ class LocalDispatcher(ToolServiceHome):
             raise DispatcherError(f"the local dispatcher could not be started ({sys.executable}): {exc.strerror or exc}") from None
         finally:
             log.close()
-        self.connection = Connection(socket_path, token=token)
+        self._pending = (socket_path, token)
+
+    async def _come_up(self) -> None:
+        """Wait until the process serves (its gRPC health), then point the client at it."""
+        assert self.proc is not None and self._pending is not None
+        (socket_path, token), self._pending = self._pending, None
         try:
-            await self._wait_ready(self.connection, self.proc, socket_path)
+            self.connection = await self._wait_ready(self.proc, socket_path, token)
         except BaseException:
             await self._stop()
             raise
-        os.unlink(token_path)  # the child has read it; the broker keeps it in memory
+        os.unlink(os.path.join(os.path.dirname(socket_path), "token"))  # the child has read it; the broker keeps it in memory
         self._client.use(self.connection)
 
-    async def _wait_ready(self, connection: Connection, proc: asyncio.subprocess.Process, socket_path: str) -> None:
+    async def _wait_ready(self, proc: asyncio.subprocess.Process, socket_path: str, token: str) -> Connection:
+        connections: list[Connection] = []
+
         async def ready_when_listening() -> None:
-            # gRPC only once the socket accepts (see accepts_connections): not merely once it exists.
+            # gRPC only once the socket accepts (see accepts_connections): not merely once it
+            # exists. Until then gRPC is not even loaded, so a start in the background does not
+            # hold up the event loop while the child process starts.
             end = time.monotonic() + READY_DEADLINE_S
             while not accepts_connections(socket_path) and proc.returncode is None and time.monotonic() < end:
                 await asyncio.sleep(0.002)
-            await connection.wait_ready(max(end - time.monotonic(), 0.1))
+            connections.append(Connection(socket_path, token=token))
+            await connections[0].wait_ready(max(end - time.monotonic(), 0.1))
 
         ready = asyncio.ensure_future(ready_when_listening())
         exited = asyncio.ensure_future(proc.wait())
+        served = False
         try:
             await asyncio.wait({ready, exited}, return_when=asyncio.FIRST_COMPLETED)
+            served = ready.done() and not ready.cancelled() and ready.exception() is None  # a failure's own exception: the log says more
         finally:
             exited.cancel()
             if not ready.done():
                 ready.cancel()
-        if ready.done() and not ready.cancelled() and ready.exception() is None:  # a failure's own exception: the log says more
-            return
+            if not served:
+                for connection in connections:
+                    await connection.close()
+        if served:
+            return connections[0]
         raise DispatcherError(f"the local dispatcher did not start serving on {socket_path}; its last output:\n{self.log_tail() or '(none)'}")
 
     def log_tail(self, lines: int = 20) -> str:
@@ -210,8 +268,7 @@ class LocalDispatcher(ToolServiceHome):
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
 
-    async def close(self) -> None:
-        self.closed = True
+    async def _close(self) -> None:
         await self._stop()
 
 
@@ -230,6 +287,13 @@ async def _stop_process(proc: asyncio.subprocess.Process) -> None:
             except ProcessLookupError:
                 pass
             await proc.wait()
+
+
+def _retrieve(start: asyncio.Future[None]) -> None:
+    """A background start's failure is reported through the calls that wait for it (and to the
+    session watching it), never as "exception was never retrieved"."""
+    if not start.cancelled():
+        start.exception()
 
 
 def reap_stale_dispatcher_dirs() -> list[str]:
@@ -311,10 +375,9 @@ class LaneSupervisor(ToolServiceHome):
             self._client.use(self.lane.connection)
         return f"{why}; it was removed and a new lane started with the same workspace, so the call can be retried (files written before are kept, processes and /tmp are not)"
 
-    async def close(self) -> None:
+    async def _close(self) -> None:
         from .lanes import changed_paths, destroy_lane
 
-        self.closed = True
         self._client.use(None)
         if self.lane is not None:
             lane, self.lane = self.lane, None
@@ -358,8 +421,7 @@ class AttachedLane(ToolServiceHome):
         return (f"the lane at {self.socket} does not answer, and Osprey cannot restart a lane it did not start; "
                 "whoever started it (compose, a test fixture) must restart it before the call can be retried")
 
-    async def close(self) -> None:
-        self.closed = True
+    async def _close(self) -> None:
         self._client.use(None)
         if self.connection is not None:
             connection, self.connection = self.connection, None

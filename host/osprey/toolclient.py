@@ -18,35 +18,56 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from osprey_sidecar import wire
+
+from . import lazy
+from .errors import DispatcherError, OspreyError, ToolError, ToolTimeout
 
 # gRPC's C core logs connection teardown at INFO on stderr, which would mix into
 # a user's terminal; keep its errors only unless the user asked for more.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-import grpc  # noqa: E402
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+if TYPE_CHECKING:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from osprey_sidecar import wire  # noqa: E402
-from osprey_sidecar._proto import tools_pb2 as pb  # noqa: E402
-from osprey_sidecar._proto import tools_pb2_grpc as pb_grpc  # noqa: E402
+    from osprey_sidecar._proto import tools_pb2 as pb
+    from osprey_sidecar._proto import tools_pb2_grpc as pb_grpc
 
-from .errors import DispatcherError, OspreyError, ToolError, ToolTimeout  # noqa: E402
-from .toolwire import (  # noqa: E402,F401 - the results are part of this module's API
-    BashResult,
-    CapturedOutput,
-    DirEntry,
-    EditFileResult,
-    ExecResult,
-    FindFilesResult,
-    GrepMatch,
-    GrepResult,
-    ListDirectoryResult,
-    ReadFileResult,
-    TreeResult,
-    WriteFileResult,
-    dropped_marker,
-)
+    from . import toolwire
+    from .toolwire import (
+        BashResult,
+        EditFileResult,
+        ExecResult,
+        FindFilesResult,
+        GrepResult,
+        ListDirectoryResult,
+        ReadFileResult,
+        TreeResult,
+        WriteFileResult,
+    )
+else:
+    # gRPC, protobuf and the result models take tens of milliseconds to import, and a session
+    # needs them only once its first tool call is made: they load when first used.
+    grpc = lazy.module("grpc")
+    health_pb2 = lazy.module("grpc_health.v1.health_pb2")
+    health_pb2_grpc = lazy.module("grpc_health.v1.health_pb2_grpc")
+    pb = lazy.module("osprey_sidecar._proto.tools_pb2")
+    pb_grpc = lazy.module("osprey_sidecar._proto.tools_pb2_grpc")
+    toolwire = lazy.module("osprey.toolwire")
+
+# The results are part of this module's API (`from osprey.toolclient import BashResult`).
+_RESULTS = ("BashResult", "CapturedOutput", "DirEntry", "EditFileResult", "ExecResult", "FindFilesResult", "GrepMatch",
+            "GrepResult", "ListDirectoryResult", "ReadFileResult", "TreeResult", "WriteFileResult", "dropped_marker")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RESULTS:
+        return getattr(toolwire, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # Every call has a deadline, so a stuck home can never hang the session. A bash or exec call's
 # is its own timeout plus a grace for the service to report it; the others' is fixed.
@@ -138,6 +159,7 @@ class ToolClient:
     def __init__(self, connection: Connection | None = None, *, recover: Recover | None = None, call_deadline_s: float = CALL_DEADLINE_S) -> None:
         self._connection = connection
         self._recover = recover
+        self._starting: asyncio.Future[None] | None = None
         self.call_deadline_s = call_deadline_s
 
     @classmethod
@@ -148,6 +170,28 @@ class ToolClient:
     @property
     def connection(self) -> Connection | None:
         return self._connection
+
+    def wait_for(self, starting: asyncio.Future[None]) -> None:
+        """Make calls wait for `starting` (the home's background start) before they go out; when
+        it fails, they fail with its error (no recovery is tried: the session ends on it)."""
+        self._starting = starting
+
+    async def _started(self) -> None:
+        starting = self._starting
+        if starting is None:
+            return
+        if not starting.done():
+            try:
+                await asyncio.shield(starting)  # a cancelled call must not cancel the start
+            except asyncio.CancelledError:
+                if not starting.cancelled():
+                    raise  # this call was cancelled
+        if starting.cancelled():
+            raise DispatcherError("the ToolService is not running: it was stopped while it was starting")
+        failure = starting.exception()
+        if failure is not None:
+            raise failure
+        self._starting = None
 
     def use(self, connection: Connection | None) -> None:
         """Talk through `connection` from now on (a home does this when it starts or is replaced)."""
@@ -194,6 +238,7 @@ class ToolClient:
             exc.recovery = note
 
     async def _unary(self, method: str, request: Any, deadline_s: float | None = None) -> Any:
+        await self._started()
         used = self._connection
         deadline_s = deadline_s or self.call_deadline_s
         try:
@@ -210,7 +255,7 @@ class ToolClient:
 
     async def read_file(self, path: str, offset: int = 0, limit: int = 0) -> ReadFileResult:
         r = await self._unary("ReadFile", pb.ReadFileRequest(path=path, offset=offset, limit=limit))
-        return ReadFileResult.from_wire(r)
+        return toolwire.ReadFileResult.from_wire(r)
 
     async def write_file(self, path: str, content: str) -> WriteFileResult:
         """Small content goes in one message; larger content streams in chunks, each encoded as
@@ -220,9 +265,9 @@ class ToolClient:
         if len(content) > wire.WRITE_CHUNK_BYTES:
             r = await self._write_stream(path, content)
             if r is not None:
-                return WriteFileResult.from_wire(r)
+                return toolwire.WriteFileResult.from_wire(r)
         r = await self._unary("WriteFile", pb.WriteFileRequest(path=path, content=content))
-        return WriteFileResult.from_wire(r)
+        return toolwire.WriteFileResult.from_wire(r)
 
     async def _write_stream(self, path: str, content: str) -> pb.WriteFileResponse | None:
         """WriteFileStream; None when the service predates it (the caller sends one message)."""
@@ -240,6 +285,7 @@ class ToolClient:
                 # the caller gets this error, as from a WriteFile message that could not be built.
                 unencodable.append(exc)
 
+        await self._started()
         used = self._connection
         try:
             connection = self._current()
@@ -259,10 +305,11 @@ class ToolClient:
 
     async def edit_file(self, path: str, old_string: str, new_string: str, replace_all: bool = False) -> EditFileResult:
         r = await self._unary("EditFile", pb.EditFileRequest(path=path, old_string=old_string, new_string=new_string, replace_all=replace_all))
-        return EditFileResult.from_wire(r)
+        return toolwire.EditFileResult.from_wire(r)
 
     async def bash(self, command: str, *, timeout_ms: int = 0, workdir: str = "", max_output_bytes: int = 0, on_output: Callable[[bytes], None] | None = None) -> BashResult:
         """Run a command; output chunks reach `on_output` as they arrive. Cancelling kills it."""
+        await self._started()
         used = self._connection
         try:
             return await self._bash(self._current(), pb.BashRequest(command=command, timeout_ms=timeout_ms, workdir=workdir, max_output_bytes=max_output_bytes), on_output)
@@ -289,9 +336,9 @@ class ToolClient:
                     e = event.exit
                     out = bytes(head)
                     if e.dropped_bytes:
-                        out += dropped_marker(e.dropped_bytes).encode()
+                        out += toolwire.dropped_marker(e.dropped_bytes).encode()
                     out += e.tail
-                    return BashResult.from_wire(e, output=out.decode("utf-8", "replace"))
+                    return toolwire.BashResult.from_wire(e, output=out.decode("utf-8", "replace"))
         except grpc.aio.AioRpcError as exc:
             finished = True
             raise _map_rpc_error(exc, connection.where, deadline_s) from None
@@ -311,20 +358,20 @@ class ToolClient:
             raise ToolError("invalid_argument", f"stdin is {len(stdin)} bytes; at most {wire.EXEC_MAX_STDIN_BYTES} can be sent (write larger input to a file and pass its path)")
         deadline_s = (timeout_ms or wire.EXEC_DEFAULT_TIMEOUT_MS) / 1000 + BASH_DEADLINE_GRACE_S
         request = pb.ExecRequest(argv=list(argv), stdin=stdin, workdir=workdir, timeout_ms=timeout_ms, max_output_bytes=max_output_bytes)
-        return ExecResult.from_wire(await self._unary("Exec", request, deadline_s))
+        return toolwire.ExecResult.from_wire(await self._unary("Exec", request, deadline_s))
 
     async def find_files(self, pattern: str, path: str = "", limit: int = 0) -> FindFilesResult:
         r = await self._unary("FindFiles", pb.FindFilesRequest(pattern=pattern, path=path, limit=limit))
-        return FindFilesResult.from_wire(r)
+        return toolwire.FindFilesResult.from_wire(r)
 
     async def grep(self, pattern: str, path: str = "", glob: str = "", ignore_case: bool = False, max_matches: int = 0) -> GrepResult:
         r = await self._unary("Grep", pb.GrepRequest(pattern=pattern, path=path, glob=glob, ignore_case=ignore_case, max_matches=max_matches))
-        return GrepResult.from_wire(r)
+        return toolwire.GrepResult.from_wire(r)
 
     async def list_directory(self, path: str = "") -> ListDirectoryResult:
         r = await self._unary("ListDirectory", pb.ListDirectoryRequest(path=path))
-        return ListDirectoryResult.from_wire(r)
+        return toolwire.ListDirectoryResult.from_wire(r)
 
     async def tree(self, path: str = "", max_depth: int = 0, max_entries: int = 0) -> TreeResult:
         r = await self._unary("Tree", pb.TreeRequest(path=path, max_depth=max_depth, max_entries=max_entries))
-        return TreeResult.from_wire(r)
+        return toolwire.TreeResult.from_wire(r)

@@ -143,6 +143,7 @@ class Session:
         self._submitting: asyncio.Future[None] | None = None  # resolved once the task's task_end is out
         self._closing: asyncio.Future[None] | None = None
         self._cancel_signal: int | None = None
+        self._tools_failed: BaseException | None = None  # the ToolService's background start failed
         self._last: TaskEnd | None = None
         self._end: SessionEnd | None = None
         self._started = False
@@ -205,7 +206,7 @@ class Session:
 
     async def _build(self) -> None:
         from ..config import settings_tool_environment
-        from ..dispatch import open_tool_service
+        from ..dispatch import make_home
         from ..policy.store import ApprovalStore
         from ..tools import ToolContext, ToolRegistry, base_tools
         from .calls import CallPath
@@ -218,11 +219,14 @@ class Session:
             self.warn("tool calls run on the host without approval (--yolo without --sandbox); only isolation outside Osprey and the hardline floor protect this machine")
         host_env = settings_tool_environment(settings)
         if self.home is None:
-            self.home = await self._stack.enter_async_context(open_tool_service(
-                [str(settings.cwd)], sandbox=settings.sandbox, session_id=self.session_id,
-                progress=self.progress, home=settings.home, env=host_env,
-            ))
+            # Started in the background: the first model request does not wait for it, and a tool
+            # call made before it answers does. A failed start ends the session (`_watch_tools`).
+            self.home = make_home([str(settings.cwd)], sandbox=settings.sandbox, session_id=self.session_id,
+                                  progress=self.progress, home=settings.home, env=host_env)
+            self._stack.push_async_callback(self.home.close)
+            await self.home.begin()
         home = self.home
+        self._watch_tools(home)
         processes = None
         if self.tool_service_kind == "local":
             from ..tools.process import ProcessManager
@@ -254,6 +258,37 @@ class Session:
             self.loop.messages = list(resume.messages)
             self.loop.turns = resume.turns
             self.loop.usage = resume.usage
+
+    def _watch_tools(self, home: ToolServiceHome) -> None:
+        """When the ToolService's background start fails, the session cannot go on: the running
+        task (its model request included) is stopped and ends with that error, and so does any
+        task submitted later."""
+        starting = home.starting
+        if starting is None:
+            return
+
+        def done(start: asyncio.Future[None]) -> None:
+            if start.cancelled():
+                return
+            failure = start.exception()
+            if failure is None:
+                self.trace("tool service ready")
+                return
+            self._tools_failed = failure
+            if self._task is not None and not self._task.done():
+                self._task.cancel()
+
+        starting.add_done_callback(done)
+
+    @property
+    def tools_starting(self) -> asyncio.Future[None] | None:
+        """The ToolService's background start (done once it answers or failed), if it had one."""
+        return self.home.starting if self.home is not None else None
+
+    @property
+    def tools_failure(self) -> BaseException | None:
+        """Why the ToolService could not start, once its background start failed."""
+        return self._tools_failed
 
     async def _make_provider(self) -> Provider:
         import httpx
@@ -360,6 +395,8 @@ class Session:
         turns_before = self.loop.turns
         self.loop.add_user_message(prompt)
         self._task = asyncio.ensure_future(self.loop.run_task())
+        if self._tools_failed is not None:
+            self._task.cancel()
         try:
             outcome, final, error = Outcome.ERROR, "", None
             try:
@@ -375,6 +412,8 @@ class Session:
                     # The caller itself is being cancelled: end the task in the record, then go.
                     self._end_task(outcome, turns_before, "", None)
                     raise
+                if self._tools_failed is not None and self._cancel_signal is None:
+                    outcome, error = Outcome.ERROR, str(self._tools_failed)
             except Exception as exc:
                 # A bug, not a model or tool problem: end the task in the event stream, then let it surface.
                 self._end_task(Outcome.ERROR, turns_before, "", f"internal error: {type(exc).__name__}: {exc}")
