@@ -4,6 +4,7 @@ session is torn down, and a lane never left behind by a launch that fails."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import sqlite3
@@ -65,6 +66,8 @@ def _exchange(seen: Seen, *, lanes: bool = False) -> Any:
             seen.hook_during = sys.excepthook
             seen.session_id = app.session.session_id
             if lanes:
+                # The lane comes up in the background while the prompt already takes keys.
+                await until(pilot, lambda: app.session is not None and app.session.tools_starting is not None and app.session.tools_starting.done())
                 seen.lanes_during = _lanes(seen.session_id)
             await type_prompt(pilot, app, "say hi")
             await until(pilot, lambda: "hi there" in app.transcript.to_markdown() and not app._working)
@@ -84,7 +87,8 @@ async def test_launch_and_exit_follow_the_spec_order(tmp_path: Path, model_serve
     before = sys.excepthook
     status = await launch(plan, run=_exchange(seen), stderr=io.StringIO())
     assert status == 0
-    assert plan.trace.names == [*LAUNCH, *EXIT]
+    # (The local dispatcher comes up in the background: when it answers is its own step.)
+    assert [n for n in plan.trace.names if n != "tool service ready"] == [*LAUNCH, *EXIT]
     assert seen.session_open_after_app, "the session was torn down before the terminal was restored"
     assert seen.hook_during is not before and sys.excepthook is before  # the guard, then put back on a normal exit
     # Teardown drained the journal and checkpointed it.
@@ -102,7 +106,7 @@ async def test_a_dispatcher_that_cannot_start_stops_the_tui_before_the_agent(tmp
     async def broken(self: Any) -> None:
         raise osprey.dispatch.DispatcherError("the local dispatcher did not start: test")
 
-    monkeypatch.setattr(osprey.dispatch.LocalDispatcher, "start", broken)
+    monkeypatch.setattr(osprey.dispatch.LocalDispatcher, "_set_up", broken)
     plan = _plan(tmp_path, model_server)
     err = io.StringIO()
 
@@ -114,6 +118,39 @@ async def test_a_dispatcher_that_cannot_start_stops_the_tui_before_the_agent(tmp
     assert await launch(plan, run=run, stderr=err) == 1
     assert "osprey: error: the local dispatcher did not start: test" in err.getvalue()
     assert "agent" not in plan.trace.names and plan.trace.names[-1] == "teardown"
+
+
+async def test_a_dispatcher_that_fails_to_come_up_in_the_background_stops_the_tui(tmp_path: Path, model_server: ModelServer,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import osprey.dispatch
+
+    gate = asyncio.Event()
+    processes: list[Any] = []
+
+    async def held_then_broken(self: Any) -> None:
+        processes.append(self.proc)  # the real child process, started by the real set-up
+        await gate.wait()
+        raise osprey.dispatch.DispatcherError("the local dispatcher did not start serving: test")
+
+    monkeypatch.setattr(osprey.dispatch.LocalDispatcher, "_come_up", held_then_broken)
+    plan = _plan(tmp_path, model_server)
+    err = io.StringIO()
+    states: list[str] = []
+
+    async def run(app: OspreyApp) -> int | None:
+        async with app.run_test(size=SIZE) as pilot:
+            await started(pilot, app)
+            states.append(app._state)
+            gate.set()
+            await until(pilot, lambda: not app.is_running)
+        return app.return_value
+
+    assert await launch(plan, run=run, stderr=err) == 1
+    assert states == ["ready (the tools still starting)"]  # the prompt was usable before the tools were
+    assert "osprey: error: the local dispatcher did not start serving: test" in err.getvalue()
+    assert plan.trace.names[-1] == "teardown"
+    [proc] = processes
+    assert proc.returncode is not None  # the child was stopped with the session
 
 
 async def test_a_resumed_session_goes_on_with_the_model_it_ran_with(tmp_path: Path, model_server: ModelServer) -> None:
@@ -173,15 +210,15 @@ def test_resume_refuses_a_recorded_model_that_no_longer_resolves(tmp_path: Path,
         conn.close()
 
 
-async def test_sandbox_lane_is_provisioned_before_the_terminal_and_removed_after_it(tmp_path: Path, model_server: ModelServer) -> None:
+async def test_sandbox_lane_starts_before_the_terminal_comes_up_behind_it_and_is_removed_after_it(tmp_path: Path, model_server: ModelServer) -> None:
     require_docker()
     model_server.add(Reply.text("hi there"))
     plan = _plan(tmp_path, model_server, sandbox={"enabled": True})
     seen = Seen()
     err = io.StringIO()
     assert await launch(plan, run=_exchange(seen, lanes=True), stderr=err) == 0
-    assert plan.trace.names == ["sandbox", *LAUNCH, *EXIT]
-    assert "starting the sandbox lane" in err.getvalue()
+    assert [n for n in plan.trace.names if n != "tool service ready"] == ["sandbox", *LAUNCH, *EXIT]
+    assert "tool service ready" in plan.trace.names
     assert len(seen.lanes_during) == 1, "the session did not run in the lane provisioned at launch"
     assert _lanes(seen.session_id) == []
 

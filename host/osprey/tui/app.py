@@ -282,13 +282,19 @@ class OspreyApp(App[int]):
 
     def _warn(self, line: str) -> None:
         """A warning from the session, or from its journal's writer thread (then handed to ours)."""
+        self.post_note(f"warning: {line}", "warning")
+
+    def post_note(self, text: str, level: str = "info") -> None:
+        """Show a line in the conversation, from any thread (a lane starting in the background
+        reports its progress from worker threads)."""
         if threading.get_ident() == self._ui_thread:
-            self._note(f"warning: {line}", "warning")
+            self._note(text, level)
             return
         try:
-            self.call_from_thread(self._note, f"warning: {line}", "warning")
+            self.call_from_thread(self._note, text, level)
         except RuntimeError:  # the app is not running any more: printed once the terminal is back
-            self.late_notes.append(f"warning: {line}")
+            if level in ("warning", "error"):
+                self.late_notes.append(text)
 
     @work(exclusive=True, group="session-start")
     async def _start_session(self) -> None:
@@ -315,7 +321,29 @@ class OspreyApp(App[int]):
         self.session = session
         self.exit_status = 0
         self._effort = session.settings.effort
-        self._set_state("ready")
+        starting = session.tools_starting
+        if starting is not None and not starting.done():
+            # The person can type while the ToolService (a lane, say) comes up; a tool call waits for it.
+            what = "the sandbox lane" if session.settings.sandbox.enabled else "the tools"
+            self._set_state(f"ready ({what} still starting)")
+            starting.add_done_callback(lambda start: self._tools_started(session, start))
+        else:
+            self._set_state("ready")
+
+    def _tools_started(self, session: Session, start: asyncio.Future[None]) -> None:
+        """The ToolService's background start ended: ready, or the session cannot go on, and the
+        TUI stops with the error (as when a session cannot start at all)."""
+        if start.cancelled() or session is not self.session or self._quitting:
+            return
+        failure = start.exception()
+        if failure is None:
+            if not self._working:
+                self._set_state("ready")
+            return
+        self.start_error = str(failure) or type(failure).__name__
+        self._note(f"error: {self.start_error}", "error")
+        self.exit_status = 1
+        self.run_worker(self.action_quit(), group="quit")
 
     def on_prompt_area_submitted(self, message: PromptArea.Submitted) -> None:
         text = message.text

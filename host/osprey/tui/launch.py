@@ -1,7 +1,8 @@
 """The terminal UI's launch and teardown, in the order the spec gives.
 
 1. configuration (`.env`, global and project config) and resolution of every setting (the CLI);
-2. the sandbox lane, provisioned only with `--sandbox`, before anything draws;
+2. the sandbox lane, only with `--sandbox`: its provisioning starts here and goes on in the
+   background while the app draws and the person types (a tool call waits for it);
 3. the cached model capabilities, read with no network;
 4. the terminal, then the restoration guard (the crash hook);
 5. the active system prompt, the session with its journal, the tool layer, the agent;
@@ -9,7 +10,8 @@
 
 A lane provisioned here belongs to the launch until the first session takes it over: a failure
 before then (the terminal, the catalog) removes it here, a failure after it (the dispatcher, the
-tools) removes it with the session, and the TUI stops before the agent starts. On exit the app
+tools) removes it with the session, and the TUI stops before the agent starts; a lane that fails
+to come up in the background stops the TUI with its error. On exit the app
 denies open approvals and interrupts the running task; the terminal is restored; then teardown
 closes the session (journal drained and checkpointed, lane removed).
 """
@@ -113,16 +115,20 @@ async def launch(plan: Launch, *, run: RunApp | None = None, stderr: TextIO | No
     previous_hook = sys.excepthook
 
     def progress(line: str) -> None:
+        if app is not None and app.is_running:
+            app.post_note(line)  # the terminal belongs to the app now
+            return
         out.write(f"osprey: {line}\n")
         out.flush()
     try:
         if settings.sandbox.enabled:
             from ..dispatch import make_home
 
-            progress("starting the sandbox lane…")
+            # The lane comes up in the background while the app draws and the person types; the
+            # first tool call waits for it, and a lane that fails to start stops the TUI.
             lane = make_home([str(settings.cwd)], sandbox=settings.sandbox, session_id=first_id, home=settings.home,
                              env=settings_tool_environment(settings), progress=progress)
-            await lane.start()
+            await lane.begin()
             trace("sandbox")
         catalog = initial_catalog(settings.home, settings.provider, settings.base_url, settings.model)
         trace("capabilities")
