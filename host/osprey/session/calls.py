@@ -139,7 +139,7 @@ class CallPath:
                 return CallResult(False, "internal", f"Error (internal): the call was not run: deciding whether it may run failed ({type(exc).__name__}: {exc})")
             if verdict.action == "deny":
                 category = verdict.category or "denied"
-                return CallResult(False, category, f"Error ({category}): {verdict.reason}")
+                return CallResult(False, category, with_context(f"Error ({category}): {verdict.reason}", pending.context))
         sink = self.on_output
         outcome = await self.registry.call(
             pending.name, pending.arguments, self.context, call_id=call.id,
@@ -154,15 +154,18 @@ class CallPath:
                     continue
                 if replaced is not None:
                     outcome = replaced
+        text = with_context(outcome.text, pending.context)
         if not outcome.is_error:
-            return CallResult(True, None, outcome.text, outcome.truncated_chars)
-        return CallResult(False, outcome.category or "tool_error", outcome.text, outcome.truncated_chars)
+            return CallResult(True, None, text, outcome.truncated_chars)
+        return CallResult(False, outcome.category or "tool_error", text, outcome.truncated_chars)
 
     async def _before(self, call: PendingCall) -> Verdict:
         verdict = Verdict.allow("default")
         judged = copy.deepcopy(call.arguments)  # what the floor, first in the chain, will judge
         for interceptor in self.chain():
             said = await interceptor.before_call(call)
+            if said is not None and said.context:
+                call.context.append(said.context)
             if said is None or said.action == "continue":
                 if said is not None and said.arguments is not None:
                     call.arguments = dict(said.arguments)
@@ -203,3 +206,10 @@ class CallPath:
         from .events import Notice
 
         self.emit(Notice(message=message, level=level))
+
+
+def with_context(text: str, context: list[str]) -> str:
+    """A result with the context interceptors added for the model after it."""
+    if not context:
+        return text
+    return text + "".join(f"\n\n[context] {part}" for part in context)

@@ -21,8 +21,8 @@ from ..errors import ConfigError
 from ..messages import Message, ToolSpec, Usage
 from ..policy.approvals import ApprovalPolicy, Approver, HeadlessApprover
 from ..sessions.resume import ResumePoint
-from .events import Compaction, Event, ModelSwitch, SessionEnd, SessionStart, TaskEnd
-from .interception import Interceptor
+from .events import Compaction, Event, ModelSwitch, Notice, SessionEnd, SessionStart, TaskEnd
+from .interception import Interceptor, PromptSubmission
 from .outcomes import Outcome, exit_status
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..providers.base import Provider, TextSink
     from ..sessions.journal import Journal
     from ..tools.base import ToolRegistry
-    from .loop import AgentLoop
+    from .loop import AgentLoop, TaskResult
 
 
 # The settings a model switch may change.
@@ -240,6 +240,7 @@ class Session:
         context = ToolContext(
             client=home.client, cwd=str(settings.cwd), roots=list(home.roots),
             bash_max_output_bytes=settings.tool_results.bash_max_output_bytes, processes=processes,
+            tool_service=self.tool_service_kind,
         )
         workspace = str(settings.workspace_root)
         store = ApprovalStore(settings.home / "approvals.toml", warn=self.warn)
@@ -393,8 +394,7 @@ class Session:
         self._cancel_signal = None
         self.loop.stopping = False
         turns_before = self.loop.turns
-        self.loop.add_user_message(prompt)
-        self._task = asyncio.ensure_future(self.loop.run_task())
+        self._task = asyncio.ensure_future(self._work(prompt))
         if self._tools_failed is not None:
             self._task.cancel()
         try:
@@ -423,6 +423,33 @@ class Session:
             self._task = None
             done, self._submitting = self._submitting, None
             done.set_result(None)
+
+    async def _work(self, prompt: str) -> TaskResult:
+        """The task of one prompt: the interceptors judge the prompt (they may block it or add
+        context for the model), then the loop works it."""
+        from .loop import TaskResult
+
+        assert self.loop is not None
+        context: list[str] = []
+        submission = PromptSubmission(text=prompt, session_id=self.session_id)
+        for interceptor in self.interceptors:
+            try:
+                said = await interceptor.prompt_submitted(submission)
+            except Exception as exc:  # noqa: BLE001 - an interceptor's bug must not end the task
+                self.warn(f"the interceptor {interceptor.name} failed on the prompt: {type(exc).__name__}: {exc}")
+                continue
+            if said is None:
+                continue
+            if said.context:
+                context.append(said.context)
+            if said.block:
+                # The prompt never reaches the conversation, so the next one follows the last answer.
+                reason = said.reason or "no reason given"
+                why = f"the prompt was blocked by {said.source or interceptor.name}: {reason}"
+                self.emit(Notice(message=why, level="warning"))
+                return TaskResult(Outcome.ERROR, 0, "", why)
+        self.loop.add_user_message(prompt + "".join(f"\n\n[context] {part}" for part in context))
+        return await self.loop.run_task()
 
     def _end_task(self, outcome: Outcome, turns_before: int, final: str, error: str | None) -> TaskEnd:
         assert self.loop is not None

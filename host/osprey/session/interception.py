@@ -3,14 +3,15 @@
 Every call passes the session's interceptors in order before it runs (each may allow, deny, ask a
 person, or replace the input) and after it ran (each may replace the result). A model answer that
 would end the task is a completion candidate (an interceptor may ask for another turn with a
-reason). Session start and end are announced to all of them. Approvals are an interceptor;
+reason). A submitted prompt may be blocked or given added context; compaction and session start
+and end are announced to all of them. Approvals are an interceptor;
 lifecycle hooks plug in the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
@@ -29,6 +30,8 @@ class PendingCall:
     turn: int
     cwd: str
     workspace: str
+    # What interceptors added for the model beside the result (Verdict.context), in order.
+    context: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class Verdict:
     arguments: Mapping[str, Any] | None = None
     # The error category a denial reports (e.g. "hardline"); "denied" when empty.
     category: str = ""
+    # Text for the model beside the call's result (a hook's additional context), whatever the action.
+    context: str = ""
 
     @classmethod
     def allow(cls, source: str, reason: str = "") -> Verdict:
@@ -64,6 +69,25 @@ class Continuation:
     """Ask the model for another turn instead of ending the task; the reason is sent as a user message."""
 
     reason: str
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class PromptSubmission:
+    """A prompt about to start a task (the person's, or a front end's)."""
+
+    text: str
+    session_id: str
+
+
+@dataclass(frozen=True)
+class PromptVerdict:
+    """What an interceptor says about a prompt: `block` it (the task ends without asking the
+    model, with `reason`), and/or add `context` for the model after it."""
+
+    block: bool = False
+    reason: str = ""
+    context: str = ""
     source: str = ""
 
 
@@ -92,6 +116,14 @@ class Interceptor:
         return None
 
     async def completion_candidate(self, candidate: CompletionCandidate) -> Continuation | None:
+        return None
+
+    async def prompt_submitted(self, prompt: PromptSubmission) -> PromptVerdict | None:
+        """Before a prompt starts a task (the first interceptor that blocks it wins)."""
+        return None
+
+    async def before_compaction(self, reason: Literal["manual", "auto"], messages: int) -> None:
+        """The conversation (`messages` long) is about to be compacted; observation only."""
         return None
 
     async def session_start(self, event: SessionStart) -> None:

@@ -180,6 +180,11 @@ class AgentLoop:
         """Replace the conversation with a summary the model writes; one model turn, no tools.
         Raises TurnTimeout or ProviderError when the model cannot write it (the conversation is
         then unchanged)."""
+        for interceptor in self.interceptors:
+            try:
+                await interceptor.before_compaction(reason, len(self.messages))
+            except Exception as exc:  # noqa: BLE001 - observation only: an interceptor's bug must not stop it
+                self._notice(f"the interceptor {interceptor.name} failed before compaction: {type(exc).__name__}: {exc}", "warning")
         ask = COMPACT_REQUEST + (f"\nAlso: {instructions.strip()}" if instructions.strip() else "")
         request = ModelRequest.model_construct(system=COMPACT_SYSTEM, messages=[*self.messages, UserMessage(content=ask)], tools=[])
         turn = await run_turn(self.provider, request, self.retry, None, self._notice)

@@ -51,6 +51,7 @@ class ToolContext:
     roots: list[str]
     bash_max_output_bytes: int
     processes: Any = None  # ProcessManager in plain host runs; None in a lane
+    tool_service: str = "local"  # where the client's calls run: "local" (the host) or "lane"
 
 
 RunFunction = Callable[[Invocation, ToolContext], Awaitable["str | ToolOutcome"]]
