@@ -188,8 +188,8 @@ def test_a_malformed_chunk_fails_the_call_and_writes_nothing(workspace: Path, se
     assert os.listdir(workspace) == ["f.txt"]
 
 
-def test_ascii_after_a_cut_character_is_refused(tmp_path: Path) -> None:
-    """An ASCII chunk skips the UTF-8 check only when no character is left open before it."""
+def test_chunks_as_views_are_checked_as_utf8_across_their_bounds(tmp_path: Path) -> None:
+    """Chunks arrive as views into their messages; a character may span two of them."""
     roots = Roots([str(tmp_path)])
     for chunks in ([b"caf\xc3", b"abc"], [memoryview(b"caf\xc3"), memoryview(b"abc")], [b"ok", memoryview(b"\xff")]):
         with pytest.raises(ToolFailure, match="UTF-8"):

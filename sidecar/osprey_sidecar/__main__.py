@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     # Commands in a lane run as the sidecar's uid: without this they could read the token
     # out of /proc/<sidecar>/mem or attach a debugger to it.
     _prctl(PR_SET_DUMPABLE, 0)
+    _keep_freed_memory()
     if args.parent_pid:
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != args.parent_pid:
@@ -60,6 +61,29 @@ def main(argv: list[str] | None = None) -> int:
     # Stopping the server cancels the calls in flight, which kills their commands' process groups.
     server.stop(grace=1).wait()
     return 0
+
+
+# mallopt(3) parameters.
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+# A freed block up to this size goes back to the heap, and up to this much free memory stays there.
+MMAP_THRESHOLD_BYTES = 4 * 1024 * 1024
+TRIM_THRESHOLD_BYTES = 32 * 1024 * 1024
+
+
+def _keep_freed_memory() -> None:
+    """Let the C library keep freed memory for the next call instead of handing it back at
+    once: a large write_file arrives in 512 KiB messages, each held in fresh blocks, and with
+    glibc's defaults every one of them was mapped (or the heap grown) anew and its pages
+    faulted in and zeroed again, which took about as long as the write itself. Freed memory
+    beyond TRIM_THRESHOLD_BYTES, and blocks over MMAP_THRESHOLD_BYTES (a whole file read by
+    edit_file), still go back to the system. A no-op where mallopt is missing (musl)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(M_MMAP_THRESHOLD, ctypes.c_int(MMAP_THRESHOLD_BYTES))
+    mallopt(M_TRIM_THRESHOLD, ctypes.c_int(TRIM_THRESHOLD_BYTES))
 
 
 PR_SET_PDEATHSIG = 1

@@ -374,9 +374,7 @@ def write_file_chunks(roots: Roots, path: str, chunks: Chunks, *, max_bytes: int
             if max_bytes is not None and size > max_bytes:
                 raise ToolFailure(E.INVALID_ARGUMENT, f"the content for {shown} is over the {max_bytes}-byte limit of write_file; write it in parts (bash can append)")
             try:
-                # ASCII is UTF-8: such a chunk needs no decoding unless a character from the
-                # one before is still open.
-                if check_utf8 and not (isinstance(chunk, (bytes, bytearray)) and chunk.isascii() and not decoder.getstate()[0]):
+                if check_utf8:
                     decoder.decode(chunk)
             except UnicodeDecodeError:
                 raise ToolFailure(E.INVALID_ARGUMENT, f"the content for {shown} is not UTF-8 text") from None

@@ -14,8 +14,9 @@ CATEGORY_KEY = "osprey-error-category"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # write_file: content of up to this many characters goes in one WriteFile message; longer
 # content goes through WriteFileStream in chunks of this many characters, up to WRITE_MAX_BYTES
-# bytes in all.
-WRITE_CHUNK_BYTES = 512 * 1024
+# bytes in all. (256 KiB: 1 and 10 MB writes took a third less time than with 512 KiB chunks,
+# 50 MB about the same; most of a chunk's cost is the client's fresh memory for its copies.)
+WRITE_CHUNK_BYTES = 256 * 1024
 WRITE_MAX_BYTES = MAX_MESSAGE_BYTES
 # The gRPC health service reports SERVING for this name once the ToolService answers.
 SERVICE_NAME = "osprey.sandbox.v1.ToolService"
