@@ -376,3 +376,27 @@ def test_a_workspace_dotenv_cannot_replace_the_users_key(workspace: Path, home: 
     assert load_settings(workspace, {}, env).api_key.get_secret_value() == "users-own"  # type: ignore[union-attr]
     (home / ".env").unlink()
     assert load_settings(workspace, {}, env).api_key.get_secret_value() == "from-the-repo"  # type: ignore[union-attr]
+
+
+def test_web_search_picks_exa_then_brave_then_searxng_and_a_project_cannot_redirect_it(tmp_path: Path) -> None:
+    from osprey.config import WebSearchSettings, resolve_web_search
+
+    ws = WebSearchSettings(searxng_url="http://localhost:8888/")
+    assert resolve_web_search(WebSearchSettings(), {}) is None
+    assert resolve_web_search(ws, {}).provider == "searxng"  # type: ignore[union-attr]
+    assert resolve_web_search(ws, {"BRAVE_API_KEY": "b"}).provider == "brave"  # type: ignore[union-attr]
+    found = resolve_web_search(ws, {"BRAVE_API_KEY": "b", "EXA_API_KEY": "e"})
+    assert found is not None and found.provider == "exa" and found.api_key is not None and found.api_key.get_secret_value() == "e"
+    named = resolve_web_search(WebSearchSettings(provider="brave"), {"EXA_API_KEY": "e"})
+    assert named is None  # the one asked for is not configured
+    assert resolve_web_search(ws, {}).url == "http://localhost:8888"  # type: ignore[union-attr]
+    home, project = tmp_path / "home", tmp_path / "proj"
+    home.mkdir()
+    (project / ".osprey").mkdir(parents=True)
+    (project / ".osprey" / "config.toml").write_text('[web_search]\nsearxng_url = "http://collector.invalid"\n')
+    settings = load_settings(project, {}, {"OSPREY_HOME": str(home), "OPENAI_API_KEY": "x", "EXA_API_KEY": "e"})
+    assert settings.web_search is not None and settings.web_search.provider == "exa"
+    assert "EXA_API_KEY" in settings.secret_env_names
+    untrusted = load_settings(project, {}, {"OSPREY_HOME": str(home), "OPENAI_API_KEY": "x"})
+    assert untrusted.web_search is None  # the untrusted project's searxng_url was not taken
+    assert any("web_search.searxng_url" in w for w in untrusted.warnings)

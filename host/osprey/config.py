@@ -231,6 +231,26 @@ class SandboxSettings(_Strict):
     protect_git: bool = Field(True, description="mount the workspace's .git and .osprey read-only in lanes; false lets a lane write them")
 
 
+class WebSearchSettings(_Strict):
+    """`web_search`: which search service answers it. The tool exists only when one is configured:
+    Exa or Brave by an API key in the environment, SearXNG by its URL."""
+
+    provider: Literal["auto", "exa", "brave", "searxng"] = Field("auto", description="auto prefers Exa, then Brave, then SearXNG")
+    exa_api_key_env: str = Field("EXA_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,100}$")
+    brave_api_key_env: str = Field("BRAVE_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,100}$")
+    searxng_url: str | None = Field(None, description="a SearXNG instance, e.g. http://localhost:8888 (its JSON format must be enabled)")
+    exa_url: str = Field("https://api.exa.ai", description="the Exa API")
+    brave_url: str = Field("https://api.search.brave.com", description="the Brave Search API")
+
+
+class ResolvedWebSearch(_Strict):
+    """The search service a session uses (None when none is configured)."""
+
+    provider: Literal["exa", "brave", "searxng"]
+    url: str
+    api_key: SecretStr | None = None
+
+
 class ProviderOverrides(_Strict):
     base_url: str | None = None
     api_key_env: str | None = None
@@ -253,6 +273,7 @@ class FileConfig(_Strict):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     shell_environment: ShellEnvironmentPolicy = Field(default_factory=ShellEnvironmentPolicy)
     providers: dict[ProviderName, ProviderOverrides] = Field(default_factory=dict)
+    web_search: WebSearchSettings = Field(default_factory=WebSearchSettings)
 
 
 class Settings(_Strict):
@@ -274,6 +295,9 @@ class Settings(_Strict):
     retry: RetrySettings
     sandbox: SandboxSettings
     shell_environment: ShellEnvironmentPolicy = Field(default_factory=ShellEnvironmentPolicy)
+    web_search: ResolvedWebSearch | None = Field(None, description="the configured search service of web_search, if any")
+    system_prompt_file: Path | None = Field(None, description="OSPREY_SYSTEM_PROMPT_FILE (the real environment only): replaces the base system prompt")
+    tool_descriptions_file: Path | None = Field(None, description="OSPREY_TOOL_DESCRIPTIONS_FILE (the real environment only): overrides tool descriptions")
     secret_env_names: list[str] = Field(default_factory=list, description="variables holding provider keys; host commands never see them")
     sources: list[str] = Field(default_factory=list, description="files that contributed, lowest precedence first")
     warnings: list[str] = Field(default_factory=list, description="settings ignored and why; print each one")
@@ -522,6 +546,10 @@ def loosening(layer: Mapping[str, Any], below: FileConfig, default_policy: Appro
     check(("approval_policy",), lambda v: APPROVAL_STRICTNESS.index(v) < APPROVAL_STRICTNESS.index(policy), "lower the approval policy")
     for key in ("provider", "base_url", "replay_file"):
         check((key,), lambda v, key=key: v != getattr(below, key), REDIRECT)
+    # Search queries (and the keys that go with them) must not be sent elsewhere by a project.
+    ws = below.web_search
+    for key in ("searxng_url", "exa_url", "brave_url", "exa_api_key_env", "brave_api_key_env", "provider"):
+        check(("web_search", key), lambda v, key=key: v != getattr(ws, key), REDIRECT)
     providers = layer.get("providers")
     for name in providers if isinstance(providers, Mapping) else {}:
         theirs = below.providers.get(name) or ProviderOverrides()
@@ -673,6 +701,36 @@ def _trust_lookup(sources: _Sources, warnings: list[str]) -> Callable[[Layer], s
     return status_of
 
 
+def resolve_web_search(ws: WebSearchSettings, env: Mapping[str, str]) -> ResolvedWebSearch | None:
+    """The search service `ws` selects: the one named, or with `auto` the first configured of Exa
+    (a key), Brave (a key), SearXNG (a URL). None when the one asked for is not configured."""
+    def exa() -> ResolvedWebSearch | None:
+        key = env.get(ws.exa_api_key_env)
+        return ResolvedWebSearch(provider="exa", url=ws.exa_url.rstrip("/"), api_key=SecretStr(key)) if key else None
+
+    def brave() -> ResolvedWebSearch | None:
+        key = env.get(ws.brave_api_key_env)
+        return ResolvedWebSearch(provider="brave", url=ws.brave_url.rstrip("/"), api_key=SecretStr(key)) if key else None
+
+    def searxng() -> ResolvedWebSearch | None:
+        return ResolvedWebSearch(provider="searxng", url=ws.searxng_url.rstrip("/")) if ws.searxng_url else None
+
+    order = {"exa": (exa,), "brave": (brave,), "searxng": (searxng,), "auto": (exa, brave, searxng)}[ws.provider]
+    for candidate in order:
+        found = candidate()
+        if found is not None:
+            return found
+    return None
+
+
+def _env_path(environ: Mapping[str, str], name: str, cwd: Path) -> Path | None:
+    value = environ.get(name, "")
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else cwd / path
+
+
 def load_settings(
     cwd: Path | str | None = None,
     flags: Mapping[str, Any] | None = None,
@@ -688,7 +746,8 @@ def load_settings(
     cwd = Path(cwd or os.getcwd()).resolve()
     if not cwd.is_dir():
         raise ConfigError(f"working directory {cwd} does not exist or is not a directory")
-    sources = _collect(cwd, os.environ if environ is None else environ)
+    real_env = os.environ if environ is None else environ
+    sources = _collect(cwd, real_env)
     warnings = list(sources.warnings)
     default_policy = INTERACTIVE_APPROVAL_POLICY if interactive else DEFAULT_APPROVAL_POLICY
     merged, guard_warnings = _judge(sources, _trust_lookup(sources, warnings), default_policy=default_policy)
@@ -722,7 +781,8 @@ def load_settings(
         replay_file = (cwd / fc.replay_file).resolve() if not Path(fc.replay_file).is_absolute() else Path(fc.replay_file)
         if not replay_file.is_file():
             raise ConfigError(f"replay file {replay_file} does not exist")
-    secret_names = {*API_KEY_VARS.values(), *(o.api_key_env for o in fc.providers.values() if o.api_key_env)}
+    secret_names = {*API_KEY_VARS.values(), *(o.api_key_env for o in fc.providers.values() if o.api_key_env),
+                    fc.web_search.exa_api_key_env, fc.web_search.brave_api_key_env}
     return Settings(
         home=home,
         cwd=cwd,
@@ -740,6 +800,10 @@ def load_settings(
         retry=fc.retry,
         sandbox=fc.sandbox,
         shell_environment=fc.shell_environment,
+        web_search=resolve_web_search(fc.web_search, env),
+        # Only the real environment names these files: a project's .env must not swap the prompt.
+        system_prompt_file=_env_path(real_env, "OSPREY_SYSTEM_PROMPT_FILE", cwd),
+        tool_descriptions_file=_env_path(real_env, "OSPREY_TOOL_DESCRIPTIONS_FILE", cwd),
         secret_env_names=sorted(secret_names),
         sources=[layer.source for layer in sources.layers if layer.path is not None and not layer.dotenv],
         warnings=list(dict.fromkeys(warnings)),
