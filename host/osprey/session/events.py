@@ -91,6 +91,55 @@ class ModelSwitch(Event):
     effort: str | None = None
 
 
+class Advisory(Event):
+    """A stall detector saw the model going round in circles and told it so (and, for some, raised
+    an objection to completing the task)."""
+
+    type: Literal["advisory"] = "advisory"
+    turn: int
+    detector: Literal["doom_loop", "identical_failure", "no_progress", "artifact_stasis"]
+    message: str  # what the model was told
+    call_id: str | None = None  # the call it is about, if one
+
+
+class TodoList(Event):
+    """The model's task list as it stands (`todo_write`)."""
+
+    type: Literal["todo"] = "todo"
+    turn: int
+    items: list[dict[str, Any]]  # each: content, status (pending | in_progress | completed)
+
+
+class TaskStatus(Event):
+    """The model declared the task `done` or `blocked` (`task_status`), with its summary."""
+
+    type: Literal["task_status"] = "task_status"
+    turn: int
+    status: Literal["done", "blocked"]
+    summary: str
+
+
+class Verification(Event):
+    """The verification checkpoint as it stands: what was claimed, the evidence, and the objections
+    still open. The last one in a session's record is its checkpoint (restored on resume)."""
+
+    type: Literal["verification"] = "verification"
+    turn: int
+    armed: bool
+    claims: list[str] = Field(default_factory=list)
+    evidence: list[str] = Field(default_factory=list)
+    objections: list[str] = Field(default_factory=list)
+
+
+class Question(Event):
+    """The model asked the person something (`question`), and what came back."""
+
+    type: Literal["question"] = "question"
+    turn: int
+    question: str
+    answer: str | None = None  # None: nobody could be asked (headless)
+
+
 class UsageEvent(Event):
     type: Literal["usage"] = "usage"
     turn: int
