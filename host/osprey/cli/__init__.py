@@ -21,6 +21,7 @@ SUBCOMMANDS = {
     "agent": ("osprey.cli.agent", "agent", "Run the agent loop headless on one prompt."),
     "approvals": ("osprey.cli.approvals", "approvals", "List, add, revoke and check saved approval rules."),
     "docs": ("osprey.cli.docs", "docs", "Show the documentation: the topics, or one page."),
+    "hooks": ("osprey.cli.hooks", "hooks", "Import Claude Code hooks into hooks.toml."),
     "sandbox": ("osprey.cli.sandbox", "sandbox", "Build the lane image; list and prune sandbox lanes."),
     "sessions": ("osprey.cli.sessions", "sessions", "List saved sessions and show their transcripts."),
     "trust": ("osprey.cli.trust", "trust", "Review a project's settings and trust them; list or revoke trust."),
