@@ -144,6 +144,18 @@ def test_referenced_program_is_the_path_bearing_first_word_only(command: str, pr
     assert referenced_program(command) == program
 
 
+@pytest.mark.parametrize(("command", "program"), [
+    ('"$CLAUDE_PROJECT_DIR"/.claude/hooks/guard.sh', "/w/p/.claude/hooks/guard.sh"),
+    ("${OSPREY_PROJECT_DIR}/hooks/x.sh arg", "/w/p/hooks/x.sh"),
+    ("$OSPREY_PROJECT_DIRX/x.sh", "$OSPREY_PROJECT_DIRX/x.sh"),
+    ("$HOME/bin/x", "$HOME/bin/x"),
+    ("python3 $CLAUDE_PROJECT_DIR/x.py", None),
+])
+def test_referenced_program_expands_the_project_dir_variables(command: str, program: str | None) -> None:
+    assert referenced_program(command, project_dir="/w/p") == program
+    assert referenced_program(command) == (None if program is None else command.split()[0].replace('"', ""))
+
+
 # ------------------------------------------------------------------ running a hook
 
 

@@ -220,11 +220,17 @@ def hook_commands(hooks_file: HooksFile) -> list[str]:
     return [entry.command for name in EVENTS for group in hooks_file.groups(name) for entry in group.hooks]
 
 
-def referenced_program(command: str) -> str | None:
+_PROJECT_VARIABLE = re.compile(r"\$(?:\{(OSPREY_PROJECT_DIR|CLAUDE_PROJECT_DIR)\}|(OSPREY_PROJECT_DIR|CLAUDE_PROJECT_DIR)(?![A-Za-z0-9_]))")
+
+
+def referenced_program(command: str, project_dir: str | None = None) -> str | None:
     """The executable a command names by path, for trust hashing: its first word when that word
     holds a `/` (`./guard.sh`, `/usr/local/bin/check`, `scripts/lint`). A bare name resolved
     through PATH (`python3 x.py`, `jq ...`) contributes none. Leading `VAR=value` assignments are
-    skipped; a first word that cannot be split (unbalanced quotes) gives None."""
+    skipped; a first word that cannot be split (unbalanced quotes) gives None. With
+    `project_dir`, `$OSPREY_PROJECT_DIR` and `$CLAUDE_PROJECT_DIR` (also `${...}`) in that word
+    become it, as they do when the hook runs (`"$CLAUDE_PROJECT_DIR"/.claude/hooks/guard.sh`);
+    other variables stay as written."""
     import shlex
 
     try:
@@ -234,6 +240,8 @@ def referenced_program(command: str) -> str | None:
     for word in words:
         if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", word, flags=re.DOTALL):
             continue
+        if project_dir is not None:
+            word = _PROJECT_VARIABLE.sub(lambda _: project_dir, word)
         return word if "/" in word else None
     return None
 
