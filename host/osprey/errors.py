@@ -17,10 +17,12 @@ class ConfigError(OspreyError):
 class ProviderError(OspreyError):
     """A model provider failed to produce a turn."""
 
-    def __init__(self, message: str, *, retryable: bool = False, status: int | None = None) -> None:
+    def __init__(self, message: str, *, retryable: bool = False, status: int | None = None, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status = status
+        # Seconds the server asked to wait before trying again (its Retry-After header).
+        self.retry_after = retry_after
 
 
 class DispatcherError(OspreyError):

@@ -5,7 +5,10 @@
 trusted_at = 2025-06-01T12:00:00Z
 files = { ".osprey/config.toml" = "sha256:…", ".env" = "sha256:…" }
 
-[pins]   # kept for extension trust pins
+[pins."/abs/workspace/root"]   # extension trust pins: executable artifacts (custom tools, hooks)
+".osprey/tools/word_count.toml" = "sha256:…"
+[pins."user"]                  # agent-authored artifacts in $OSPREY_HOME
+"tools/word_count.toml" = "sha256:…"
 ```
 
 A file is trusted while its bytes hash to the recorded digest; an edit makes it untrusted again. A
@@ -23,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
@@ -34,6 +37,8 @@ from .tomlfile import dumps_toml, write_atomic
 TRUST_FILE = "trust.toml"
 Digest = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
 Status = Literal["trusted", "changed", "untrusted"]
+PinStatus = Literal["trusted", "modified", "untrusted"]
+USER_SCOPE = "user"  # the pins of agent-authored artifacts in $OSPREY_HOME
 
 
 def digest(data: bytes) -> str:
@@ -56,7 +61,8 @@ class TrustFile(_Strict):
     """The whole of trust.toml."""
 
     projects: dict[str, ProjectTrust] = Field(default_factory=dict, description="keyed by the project's absolute path")
-    pins: dict[str, Any] = Field(default_factory=dict, description="extension trust pins")
+    pins: dict[str, dict[str, Digest]] = Field(
+        default_factory=dict, description="extension trust pins: scope (a workspace root, or 'user') -> artifact path -> digest")
 
 
 @dataclass
@@ -75,6 +81,26 @@ class TrustStore:
         if record is None or relpath not in record.files:
             return "untrusted"
         return "trusted" if hmac.compare_digest(record.files[relpath], file_digest) else "changed"
+
+
+    def pin_status(self, scope: str, key: str, pin_digest: str) -> PinStatus:
+        """Whether the executable artifact `key` of `scope`, hashing to `pin_digest`, is pinned:
+        trusted, modified (pinned with other bytes), or untrusted. A broken trust file pins nothing."""
+        if self.problem:
+            return "untrusted"
+        pinned = self.data.pins.get(scope, {}).get(key)
+        if pinned is None:
+            return "untrusted"
+        return "trusted" if hmac.compare_digest(pinned, pin_digest) else "modified"
+
+
+def pin_artifact(home: Path, scope: str, key: str, pin_digest: str) -> Path:
+    """Record the trust pin of one executable artifact (replacing an older pin of it)."""
+    with _locked(home):
+        store = _usable(home)
+        store.data.pins.setdefault(scope, {})[key] = pin_digest
+        _save(store)
+    return store.path
 
 
 def file_state(store: TrustStore, root: str, relpath: str) -> str:

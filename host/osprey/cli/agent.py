@@ -9,6 +9,29 @@ import click
 from ..policy import POLICIES
 
 PROVIDERS = ["openai", "anthropic", "replay"]
+
+
+class Duration(click.ParamType):
+    """`90`, `90s`, `10m`, `1.5h`: seconds, as a float."""
+
+    name = "duration"
+    UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            return value
+        text = str(value).strip().lower()
+        unit = text[-1:] if text[-1:] in ("s", "m", "h") else ""
+        try:
+            seconds = float(text[: len(text) - len(unit)]) * self.UNITS[unit]
+        except ValueError:
+            self.fail(f"{value!r} is not a duration such as 90s, 10m or 1h", param, ctx)
+        if not 0 < seconds <= 30 * 24 * 3600 or seconds != seconds:
+            self.fail(f"{value!r}: a budget is more than 0 and at most 30 days", param, ctx)
+        return seconds
+
+
+DURATION = Duration()
 EFFORTS = ["minimal", "low", "medium", "high"]
 
 
@@ -32,6 +55,8 @@ EFFORTS = ["minimal", "low", "medium", "high"]
 @click.option("--sandbox-socket", type=click.Path(), help="With --sandbox: use a lane already serving on this unix socket (compose, CI fixtures).")
 @click.option("--sandbox-token-file", type=click.Path(dir_okay=False), help="With --sandbox-socket: the file holding that lane's token.")
 @click.option("--no-journal", "journal", is_flag=True, default=True, flag_value=False, help="Do not save this session in $OSPREY_HOME/sessions.db (it then cannot be resumed).")
+@click.option("--budget", type=DURATION, metavar="DURATION", help="Time budget of the session, e.g. 90s, 10m, 1h (a bare number is seconds): past it the run ends BudgetExpired (exit 1).")
+@click.option("--toolset", metavar="NAME", help="Offer the model only the tools of toolset NAME (from the nearest toolsets.toml; see `osprey docs extensions`).")
 @click.option("--resume", "resume", metavar="ID", help="Go on with a saved session (see `osprey sessions list`), in its working directory unless -C says otherwise.")
 def agent(prompt: str | None, **options: object) -> None:
     """Run the agent loop headless on PROMPT (or on standard input when PROMPT is - or absent).

@@ -354,6 +354,7 @@ async def model_answer(
                     f"{label} answered HTTP {status}: {_error_detail(raw)}.{hint}",
                     retryable=status in RETRYABLE_STATUS,
                     status=status,
+                    retry_after=retry_after(response.headers.get("retry-after")),
                 )
             first, chunks = await _peek(response.aiter_bytes())
             if first == b"{":
@@ -389,6 +390,32 @@ async def model_answer(
         raise ProviderError(f"{label} did not answer in time ({type(exc).__name__} at {url})", retryable=True) from None
     except httpx.HTTPError as exc:
         raise ProviderError(f"{label} could not be reached at {url}: {exc or type(exc).__name__}", retryable=True) from None
+
+
+MAX_RETRY_AFTER_S = 3600.0
+
+
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a Retry-After header asks for (delta-seconds or an HTTP date), or None when absent
+    or unreadable; never negative, at most an hour."""
+    if not value:
+        return None
+    value = value.strip()[:100]
+    try:
+        seconds = float(value)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        import time
+
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if seconds != seconds:  # NaN
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
 
 
 async def _with_data(events: AsyncGenerator[ServerSentEvent, None]) -> AsyncGenerator[ServerSentEvent, None]:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import httpx
 
     from ..dispatch import ToolServiceHome
+    from ..extensions.session import SessionExtensions
     from ..providers.base import Provider, TextSink
     from ..sessions.journal import Journal
     from ..tools.base import ToolRegistry
@@ -61,6 +62,12 @@ class SessionOptions(BaseModel):
     # The model's context window in tokens, for automatic compaction near it. None: from the
     # cached model catalog when it knows the model, else no automatic compaction.
     context_window: int | None = None
+    # A named toolset (`--toolset`): the tools the model is offered (toolsets.toml).
+    toolset: str | None = None
+    # Whether the layers' extensions (custom tools, hooks, prompts, descriptions) are used.
+    extensions: bool = True
+    # The session's time budget in seconds (`--budget`): past it the running task ends BudgetExpired.
+    budget: float | None = Field(None, gt=0)
 
 
 def compose_system_prompt(settings: Settings, tool_service: str | None = None) -> str:
@@ -136,6 +143,7 @@ class Session:
         self.trace = trace  # the launch steps, by name, as they happen
         self._record_sink: Any = None
         self.processes: Any = None  # the process tool's ProcessManager in plain host runs
+        self.extensions: SessionExtensions | None = None
         self.registry: ToolRegistry | None = None
         self.policy: ApprovalPolicy | None = None
         self.loop: AgentLoop | None = None
@@ -144,6 +152,8 @@ class Session:
         self._closing: asyncio.Future[None] | None = None
         self._cancel_signal: int | None = None
         self._tools_failed: BaseException | None = None  # the ToolService's background start failed
+        self._budget_deadline: float | None = None  # loop time at which the session's budget runs out
+        self._budget_out = False
         self._last: TaskEnd | None = None
         self._end: SessionEnd | None = None
         self._started = False
@@ -173,6 +183,8 @@ class Session:
         if self._started or self._closed:
             raise RuntimeError("a session starts once; make a new Session")
         self._started = True
+        if self.options.budget is not None:
+            self._budget_deadline = asyncio.get_running_loop().time() + self.options.budget
         try:
             await self._build()
             self.trace("tools")
@@ -235,8 +247,18 @@ class Session:
             self._stack.push_async_callback(processes.close)
         self.processes = processes
         self.registry = ToolRegistry(max_result_chars=settings.tool_results.max_chars)
-        for tool in base_tools(host_processes=processes is not None):
-            self.registry.add(tool)
+        builtin = base_tools(host_processes=processes is not None)
+        if self.options.extensions:
+            from ..extensions.session import SessionExtensions
+
+            self.extensions = SessionExtensions(
+                settings, builtin=builtin, toolset=self.options.toolset, env=host_env, session_id=self.session_id,
+                warn=self.warn, emit=self.emit, messages=lambda: self.messages, permission_mode=settings.approval_policy,
+            )
+            self.extensions.apply(self.registry, self.interceptors)
+        else:
+            for tool in builtin:
+                self.registry.add(tool)
         context = ToolContext(
             client=home.client, cwd=str(settings.cwd), roots=list(home.roots),
             bash_max_output_bytes=settings.tool_results.bash_max_output_bytes, processes=processes,
@@ -252,7 +274,7 @@ class Session:
         self.loop = AgentLoop(
             provider=self.provider, calls=calls, system=lambda: self.system_prompt(), specs=lambda: self.tool_specs(), emit=self.emit,
             retry=settings.retry, max_turns=settings.max_turns, on_text=self.on_text, session_id=self.session_id,
-            interceptors=self.interceptors, context_window=self._context_window(),
+            interceptors=self.interceptors, context_window=self._context_window(), before_turn=self._turn_boundary,
         )
         resume = self.options.resume
         if resume is not None:
@@ -280,6 +302,12 @@ class Session:
                 self._task.cancel()
 
         starting.add_done_callback(done)
+
+    def _budget_expired(self) -> None:
+        """The session's time budget ran out: the running task stops (BudgetExpired)."""
+        self._budget_out = True
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
 
     @property
     def tools_starting(self) -> asyncio.Future[None] | None:
@@ -361,7 +389,19 @@ class Session:
 
     def system_prompt(self) -> str:
         """The system prompt of the next turn (recomputed at every turn boundary)."""
-        return compose_system_prompt(self.settings, self.tool_service_kind)
+        base = compose_system_prompt(self.settings, self.tool_service_kind)
+        return self.extensions.compose(base) if self.extensions is not None else base
+
+    def request_reload(self) -> None:
+        """Find the extensions again at the next turn boundary (`/reload`). A RuntimeError when
+        this session does not use extensions."""
+        if self.extensions is None:
+            raise RuntimeError("this session does not load extensions, so there is nothing to reload")
+        self.extensions.request_reload()
+
+    def _turn_boundary(self) -> None:
+        if self.extensions is not None and self.registry is not None and self.extensions.turn_boundary(self.registry, self.interceptors):
+            self.emit(Notice(message=f"extensions reloaded: {len(self.registry.names())} tools", level="info"))
 
     @property
     def messages(self) -> list[Message]:
@@ -397,6 +437,9 @@ class Session:
         self._task = asyncio.ensure_future(self._work(prompt))
         if self._tools_failed is not None:
             self._task.cancel()
+        budget_timer = None
+        if self._budget_deadline is not None:
+            budget_timer = asyncio.get_running_loop().call_at(self._budget_deadline, self._budget_expired)
         try:
             outcome, final, error = Outcome.ERROR, "", None
             try:
@@ -414,12 +457,16 @@ class Session:
                     raise
                 if self._tools_failed is not None and self._cancel_signal is None:
                     outcome, error = Outcome.ERROR, str(self._tools_failed)
+                elif self._budget_out and self._cancel_signal is None:
+                    outcome, error = Outcome.BUDGET_EXPIRED, f"the session's time budget of {self.options.budget:g} s ran out"
             except Exception as exc:
                 # A bug, not a model or tool problem: end the task in the event stream, then let it surface.
                 self._end_task(Outcome.ERROR, turns_before, "", f"internal error: {type(exc).__name__}: {exc}")
                 raise
             return self._end_task(outcome, turns_before, final, error)
         finally:
+            if budget_timer is not None:
+                budget_timer.cancel()
             self._task = None
             done, self._submitting = self._submitting, None
             done.set_result(None)

@@ -58,11 +58,17 @@ async def run_turn(provider: Provider, request: ModelRequest, retry: RetrySettin
             if not exc.retryable or attempt >= retry.max_retries:
                 raise
             delay = retry.delays[min(attempt, len(retry.delays) - 1)] if retry.delays else 0.0
+            if exc.retry_after is not None:
+                delay = exc.retry_after  # the server said when: sooner or later than the schedule
             attempt += 1
             if deadline - time.monotonic() <= delay:
+                if exc.retry_after is not None:
+                    raise ProviderError(f"{exc} (it asked to wait {exc.retry_after:g} s, past this turn's "
+                                        f"{retry.turn_timeout:g} s deadline)", status=exc.status) from None
                 raise TurnTimeout(f"the model did not answer within {retry.turn_timeout:g} s (last error: {exc})") from None
             if notify:
-                notify(f"retrying the model request in {delay:g} s (retry {attempt} of {retry.max_retries}): {exc}")
+                wait = f"{delay:g} s, as the server asked" if exc.retry_after is not None else f"{delay:g} s"
+                notify(f"retrying the model request in {wait} (retry {attempt} of {retry.max_retries}): {exc}")
             await asyncio.sleep(delay)
 
 
@@ -106,6 +112,8 @@ class AgentLoop:
     stopping: bool = False
     # The model's context window in tokens (None: unknown, so no automatic compaction).
     context_window: int | None = None
+    # Called at each turn boundary, before the request is built (a pending extension reload).
+    before_turn: Callable[[], None] | None = None
     _last_input_tokens: int = field(default=0, init=False)
 
     def add_user_message(self, text: str, origin: str = "user") -> None:
@@ -133,6 +141,8 @@ class AgentLoop:
             task_turns += 1
             self.turns += 1
             turn_no = self.turns
+            if self.before_turn is not None:
+                self.before_turn()
             # Built without validation: every part is already a validated model, and validating the
             # whole conversation again each turn costs time that grows with the conversation.
             request = ModelRequest.model_construct(system=self.system(), messages=list(self.messages), tools=self.specs())

@@ -883,6 +883,38 @@ class OspreyApp(App[int]):
         lines = [f"{spec.name}: {spec.description.splitlines()[0] if spec.description else ''}" for spec in self.session.tool_specs()]
         self._note("\n".join(lines))
 
+    async def _cmd_extensions(self, argument: str) -> None:
+        session = self.session
+        if session is None or not session.started:
+            self._note("the session has not started yet")
+            return
+        found = session.extensions.found if session.extensions is not None else None
+        if found is None:
+            self._note("this session does not load extensions")
+            return
+        lines = [f"{item.manifest.name}: {item.path} ({item.layer.kind})" for item in found.tools] or ["no custom tools are loaded"]
+        left_out = [a for a in found.artifacts if a.kind == "tool" and a.status != "active"]
+        for artifact in left_out:
+            lines.append(f"not loaded: {artifact.name} ({artifact.status}): {artifact.reason or ''}")
+        if found.hooks_path is not None:
+            lines.append(f"hooks: {found.hooks_path}")
+        if session.extensions is not None and session.extensions.reload_pending:
+            lines.append("a reload is pending: it happens at the next turn boundary")
+        lines.append("`osprey extensions` shows every artifact and why it is or is not used")
+        self._note("\n".join(lines))
+
+    async def _cmd_reload(self, argument: str) -> None:
+        session = self.session
+        if session is None or not session.started:
+            self._note("the session has not started yet")
+            return
+        try:
+            session.request_reload()
+        except RuntimeError as exc:
+            self._note(f"error: {exc}", "error")
+            return
+        self._note("the extensions will be found again at the next turn boundary")
+
     async def _cmd_status(self, argument: str) -> None:
         session = self.session
         if session is None or self._start is None:

@@ -30,6 +30,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("sessions", "/sessions", "The journaled sessions by directory; Enter on one resumes it."),
     Command("diff", "/diff", "The workspace's git diff (stat and patch)."),
     Command("debug", "/debug", "Version, system, terminal, session and model; shows or hides the raw events."),
+    Command("extensions", "/extensions", "The custom tools loaded from the extension layers, and what was left out."),
+    Command("reload", "/reload", "Find the extensions (tools, hooks, prompts) again at the next turn boundary."),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 
@@ -39,8 +41,6 @@ PLANNED: tuple[Command, ...] = (
     Command("moa-config", "/moa-config", "Manage the Mixture of Agents presets."),
     Command("agents", "/agents [PERSONA]", "Switch personas or open the persona picker."),
     Command("verify", "/verify", "Force a verification audit after the active turn finishes."),
-    Command("extensions", "/extensions", "Show the loaded custom extension tools."),
-    Command("reload", "/reload", "Reload the applicable extension content."),
     Command("skills", "/skills", "List the discovered skills."),
     Command("skill", "/skill NAME", "Show a discovered skill's name, scope, description and path."),
     Command("run", "/run SCRIPT", "Start a workflow from a .js script."),

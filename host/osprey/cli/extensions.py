@@ -1,0 +1,129 @@
+"""`osprey extensions`: every extension artifact the layers hold, and trust for executable ones."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+STATUS_MARK = {"active": "active", "inactive": "INACTIVE", "shadowed": "shadowed", "skipped": "SKIPPED", "pending_reload": "pending reload"}
+
+
+def _fail(message: str) -> None:
+    click.echo(f"osprey: error: {message}", err=True)
+    sys.exit(1)
+
+
+def _discover(cwd: str | None) -> tuple[Any, Any]:
+    from ..config import load_settings
+    from ..errors import OspreyError
+    from ..extensions.discovery import discover
+    from ..tools import base_tools
+
+    try:
+        settings = load_settings(cwd, {}, need_provider=False)
+    except OspreyError as exc:
+        _fail(str(exc))
+    return settings, discover(settings, {tool.name for tool in base_tools(host_processes=True)})
+
+
+@click.group(invoke_without_command=True)
+@click.option("-C", "--cwd", type=click.Path(exists=True, file_okay=False), help="Working directory (default: the current one).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (a stable schema: schema_version 1).")
+@click.pass_context
+def extensions(ctx: click.Context, cwd: str | None, as_json: bool) -> None:
+    """Show every extension artifact: custom tools, hooks, prompts, tool descriptions, toolsets
+    and configuration, from the project's .osprey directories, $OSPREY_HOME and the bundled set.
+
+    \b
+    For each: its layer and path, the farther copies it shadows, trust (for the
+    executable kinds, tools and hooks), status, provenance, digest, when a change
+    takes effect, and why it is not active. `osprey docs extensions` explains
+    the layers and the rules.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["cwd"] = cwd
+    if ctx.invoked_subcommand is not None:
+        return
+    settings, found = _discover(cwd)
+    report = found.report(settings)
+    if as_json:
+        click.echo(report.model_dump_json(indent=2))
+        return
+    click.echo(f"workspace {report.workspace_root}")
+    click.echo("layers, nearest first: " + (", ".join(f"{layer['kind']} {layer['path']}" for layer in report.layers) or "(none)"))
+    if not report.artifacts:
+        click.echo("no extension artifacts found")
+    for item in report.artifacts:
+        trust = f" · trust {item.trust}" if item.trust != "not_required" else ""
+        provenance = f" · written by the {item.provenance}" if item.provenance == "agent" else ""
+        click.echo(f"{STATUS_MARK[item.status]:<9} {item.kind:<20} {item.name}  ({item.layer}){trust}{provenance}")
+        click.echo(f"          {item.path}")
+        if item.runs:
+            click.echo(f"          runs: {' | '.join(item.runs)[:300]}")
+        for shadowed in item.shadowed:
+            click.echo(f"          shadows {shadowed}")
+        if item.reason:
+            click.echo(f"          why: {item.reason}")
+    for warning in report.warnings:
+        click.echo(f"osprey: warning: {warning}", err=True)
+
+
+@extensions.command()
+@click.argument("name")
+@click.option("--yes", "-y", is_flag=True, help="Trust without asking (required when there is no terminal to ask on).")
+@click.pass_context
+def trust(ctx: click.Context, name: str, yes: bool) -> None:
+    """Trust the executable artifact NAME (a custom tool's name, `hooks`, or a path): show its
+    digest and what it runs, ask, then record the pin in $OSPREY_HOME/trust.toml.
+
+    The pin covers the artifact's bytes and the bytes of the program it runs
+    inside the workspace (the path of one outside it): any change makes it
+    `modified` and inactive until trusted again.
+    """
+    from ..errors import OspreyError
+    from ..trust import pin_artifact
+
+    settings, found = _discover(ctx.obj.get("cwd"))
+    wanted = "hooks.toml" if name == "hooks" else name
+    candidates = [a for a in found.find(wanted) if a.kind in ("tool", "hooks") and a.status != "skipped"]
+    if not candidates:
+        executable = sorted({a.name for a in found.artifacts if a.kind in ("tool", "hooks")})
+        _fail(f"no custom tool or hooks file named {name!r} was found" + (f"; found: {', '.join(executable)}" if executable else ""))
+    if len(candidates) > 1:
+        untrusted = [a for a in candidates if a.trust != "trusted"]
+        if len(untrusted) != 1:
+            _fail(f"{name!r} names several artifacts; give one's path:\n  " + "\n  ".join(a.path for a in candidates))
+        candidates = untrusted
+    [item] = candidates
+    if item.trust == "trusted":
+        click.echo(f"{item.path} is already trusted ({item.digest})")
+        return
+    if item.layer == "bundled" or item.digest is None:
+        _fail(f"{item.path} cannot be pinned")
+    click.echo(f"{item.kind} {item.name} ({item.layer})")
+    click.echo(f"  file:   {item.path}")
+    for command in item.runs:
+        click.echo(f"  runs:   {command}")
+    click.echo(f"  digest: {item.digest}")
+    if item.trust == "modified":
+        click.echo("  it changed since it was last trusted")
+    if not yes:
+        if not sys.stdin.isatty():
+            _fail("there is no terminal to ask on: review the above, then run again with --yes")
+        if not click.confirm("Trust it, and let it run in your sessions?", default=False):
+            click.echo("not trusted")
+            sys.exit(1)
+    from pathlib import Path
+
+    from ..extensions.layers import Layer
+
+    layer = next(layer for layer in found.layers if Path(item.path).is_relative_to(layer.root))
+    assert isinstance(layer, Layer)
+    root = Path(settings.workspace_root).resolve()
+    try:
+        where = pin_artifact(settings.home, layer.scope(root), layer.key(Path(item.path), root), item.digest)
+    except OspreyError as exc:
+        _fail(str(exc))
+    click.echo(f"trusted; the pin is in {where}")

@@ -1,0 +1,116 @@
+"""A session's extensions: what discovery found, applied to its tool catalogue, its interceptors
+and its system prompt, and found again at the next turn boundary after a reload request
+(`/reload`, or a change `extension_manage` made)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .discovery import Extensions, discover
+from .toolsets import select
+
+if TYPE_CHECKING:
+    from ..config import Settings
+    from ..messages import Message
+    from ..session.interception import Interceptor
+    from ..tools.base import Tool, ToolRegistry
+
+
+class SessionExtensions:
+    """Owns the session's view of its layers. `apply` makes the catalogue and the interceptors
+    match it; `turn_boundary` reloads first when a reload was requested."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        builtin: Sequence[Tool],
+        toolset: str | None = None,
+        env: Mapping[str, str] | None = None,
+        session_id: str = "",
+        warn: Callable[[str], None] = lambda _: None,
+        emit: Callable[[Any], None] = lambda _: None,
+        messages: Callable[[], Sequence[Message]] = lambda: (),
+        permission_mode: str = "",
+    ) -> None:
+        self.settings = settings
+        self.builtin = list(builtin)
+        self.toolset = toolset
+        self.env = dict(env) if env is not None else None
+        self.session_id = session_id
+        self.warn = warn
+        self.emit = emit
+        self.messages = messages
+        self.permission_mode = permission_mode
+        self.found: Extensions | None = None
+        self.reload_pending = False
+        self._hooks: Interceptor | None = None
+
+    def load(self) -> Extensions:
+        """Discover (again); the toolset asked for must exist (a ToolsetError when it does not)."""
+        found = discover(self.settings, {tool.name for tool in self.builtin})
+        if self.toolset is not None:
+            select(found.toolsets, self.toolset, problem=found.toolsets_problem)
+        for warning in found.warnings:
+            self.warn(warning)
+        self.found = found
+        return found
+
+    def apply(self, registry: ToolRegistry, interceptors: list[Interceptor]) -> None:
+        """The catalogue: the built-in tools (with description overrides) and the active custom
+        tools, narrowed to the toolset; the hooks interceptor first among the interceptors."""
+        found = self.found if self.found is not None else self.load()
+        tools: dict[str, Tool] = {tool.name: tool for tool in self.builtin}
+        if found.tools:
+            from .custom_tools import custom_tool
+
+            for item in found.tools:
+                tools[item.manifest.name] = custom_tool(item.manifest, item.manifest_dir, env=self.env)
+        for name, text in found.descriptions.items():
+            if name in tools:
+                tools[name] = dataclasses.replace(tools[name], description=text)
+            else:
+                self.warn(f"tool-descriptions.toml describes {name!r}, which is not a tool of this session; it is ignored")
+        if self.toolset is not None:
+            wanted = select(found.toolsets, self.toolset, problem=found.toolsets_problem)
+            for name in sorted(wanted - set(tools)):
+                self.warn(f"the toolset {self.toolset!r} names {name!r}, which is not a tool of this session")
+            tools = {name: tool for name, tool in tools.items() if name in wanted}
+        registry.tools.clear()
+        registry.tools.update(tools)
+        if self._hooks is not None and self._hooks in interceptors:
+            interceptors.remove(self._hooks)
+        self._hooks = None
+        if found.hooks is not None:
+            from .hooks import HooksInterceptor, claude_permission_mode
+
+            self._hooks = HooksInterceptor(
+                found.hooks, cwd=str(self.settings.cwd), session_id=self.session_id, env=self.env, warn=self.warn,
+                emit=self.emit, messages=self.messages, transcript_dir=self.settings.home / "transcripts",
+                permission_mode=claude_permission_mode(self.permission_mode), project_dir=str(self.settings.workspace_root),
+            )
+            interceptors.insert(0, self._hooks)
+
+    def request_reload(self) -> None:
+        """Discover again at the next turn boundary."""
+        self.reload_pending = True
+
+    def turn_boundary(self, registry: ToolRegistry, interceptors: list[Interceptor]) -> bool:
+        """Reload now if one was requested; True when it did. A reload that fails keeps what was
+        loaded and says why."""
+        if not self.reload_pending:
+            return False
+        self.reload_pending = False
+        try:
+            self.load()
+        except Exception as exc:  # noqa: BLE001 - a broken layer must not end the session
+            self.warn(f"the extensions were not reloaded: {exc}")
+            return False
+        self.apply(registry, interceptors)
+        return True
+
+    def compose(self, builtin_base: str) -> str:
+        found = self.found
+        return found.prompt.compose(builtin_base) if found is not None else builtin_base
