@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from .descriptions import MAX_DESCRIPTIONS_BYTES, parse_descriptions
-from .layers import ArtifactError, Layer, layers, list_dir, read_inside
+from .layers import ArtifactError, Layer, forget_real_paths, inside, layers, list_dir, read_inside, real_path
 from .prompts import PromptParts, resolve_prompt
 from .provenance import read_provenance
 from .report import Artifact, Report, Trust, sanitize, sha256
@@ -92,9 +92,8 @@ def pin_digest(key: str, manifest: bytes, programs: list[tuple[str, str]]) -> st
 
 def _program_identity(program: Path, boundary: Path, base: Path) -> tuple[str, str]:
     """How a program counts in a pin: its bytes when it lies inside `boundary`, else its path."""
-    real = Path(os.path.realpath(program))
-    inside = os.path.realpath(boundary)
-    if str(real) == inside or str(real).startswith(inside.rstrip(os.sep) + os.sep):
+    real = Path(real_path(program))
+    if inside(str(real), boundary):
         try:
             data = read_inside(real, boundary, MAX_PROGRAM_BYTES)
         except ArtifactError as exc:
@@ -108,7 +107,7 @@ class _Context:
     def __init__(self, settings: Settings, store: TrustStore) -> None:
         self.settings = settings
         self.store = store
-        self.root = Path(os.path.realpath(settings.workspace_root))
+        self.root = Path(real_path(settings.workspace_root))
 
     def trust(self, layer: Layer, path: Path, data: bytes, programs: list[Path]) -> tuple[Trust, str | None, str]:
         """(trust, reason when not trusted, pin digest) of an executable artifact."""
@@ -139,6 +138,7 @@ def discover(settings: Settings, builtin_tools: Collection[str]) -> Extensions:
     """Every layer's artifacts for a session in `settings.cwd`, resolved."""
     from ..trust import load_trust
 
+    forget_real_paths()
     found = Extensions(layers=layers(settings.cwd, settings.workspace_root, settings.home))
     context = _Context(settings, load_trust(settings.home))
     _tools(found, context, builtin_tools)

@@ -12,6 +12,7 @@ point `.osprey/APPEND_SYSTEM.md` at a file of the user's and have it sent to a m
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from dataclasses import dataclass
@@ -67,9 +68,9 @@ def _real_dir(path: Path) -> bool:
 def layers(cwd: Path, workspace_root: Path, home: Path) -> list[Layer]:
     """The extension layers of a session working in `cwd`, nearest first."""
     found: list[Layer] = []
-    home_real = os.path.realpath(home)
-    root = Path(os.path.realpath(workspace_root))
-    directory = Path(os.path.realpath(cwd))
+    home_real = _real_directory(os.fspath(home))
+    root = Path(_real_directory(os.fspath(workspace_root)))
+    directory = Path(_real_directory(os.fspath(cwd)))
     chain: list[Path] = []
     while True:
         chain.append(directory)
@@ -77,16 +78,57 @@ def layers(cwd: Path, workspace_root: Path, home: Path) -> list[Layer]:
             break
         directory = directory.parent
     if root not in chain:
-        chain = [Path(os.path.realpath(cwd))]  # a cwd outside its own boundary: only its own .osprey
+        chain = [Path(_real_directory(os.fspath(cwd)))]  # a cwd outside its own boundary: only its own .osprey
     for directory in chain:
         candidate = directory / PROJECT_DIR
-        if _real_dir(candidate) and os.path.realpath(candidate) != home_real:
+        if _real_dir(candidate) and _real_directory(os.fspath(candidate)) != home_real:
             found.append(Layer("project", candidate, root, len(found)))
     if os.path.isdir(home):
         found.append(Layer("user", Path(home_real), Path(home_real), len(found)))
     if BUNDLED.is_dir():
         found.append(Layer("bundled", BUNDLED, BUNDLED, len(found)))
     return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _real_directory(path: str) -> str:
+    """The real path of a directory, built from its parent's (cached) so a deep tree costs one
+    stat per directory, not one per component of every path."""
+    path = os.path.abspath(path)
+    head, tail = os.path.split(path)
+    if not tail or head == path:
+        return path
+    try:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            return os.path.realpath(path)
+    except OSError:
+        return os.path.realpath(path)
+    return os.path.join(_real_directory(head), tail)
+
+
+def forget_real_paths() -> None:
+    """Drop the cached real paths of directories (each discovery starts afresh)."""
+    _real_directory.cache_clear()
+
+
+def real_path(path: Path | str) -> str:
+    """`os.path.realpath`, with the real paths of directories cached for one discovery: a deep
+    tree would otherwise cost a stat of every component of every file's path."""
+    path = os.fspath(path)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return os.path.realpath(path)
+    if stat.S_ISLNK(st.st_mode):
+        return os.path.realpath(path)
+    head, tail = os.path.split(os.path.abspath(path))
+    return os.path.join(_real_directory(head), tail)
+
+
+def inside(real: str, boundary: Path | str) -> bool:
+    """Whether the real path `real` is `boundary` or lies under it."""
+    top = _real_directory(os.fspath(boundary))
+    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
 
 
 def read_inside(path: Path, boundary: Path, limit: int) -> bytes | None:
@@ -99,10 +141,10 @@ def read_inside(path: Path, boundary: Path, limit: int) -> bytes | None:
         return None
     except OSError as exc:
         raise ArtifactError(f"cannot be read: {exc.strerror}") from None
-    real = os.path.realpath(path)
-    inside = os.path.realpath(boundary)
-    if real != inside and not real.startswith(inside.rstrip(os.sep) + os.sep):
-        raise ArtifactError(f"it leads outside {inside} (a symbolic link), so it is not read")
+    real = real_path(path)
+    if not inside(real, boundary):
+        top = _real_directory(os.fspath(boundary))
+        raise ArtifactError(f"it leads outside {top} (a symbolic link), so it is not read")
     try:
         fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except FileNotFoundError:
