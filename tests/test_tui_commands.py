@@ -344,3 +344,23 @@ async def test_a_catalog_that_fails_leaves_the_picker_usable_by_name(rig: Journa
         await pilot.press(*"typed-model", "enter")
         await until(pilot, lambda: any(isinstance(e, ModelSwitch) for e in rig.events))
         assert "typed-model" in _status(app)
+
+
+async def test_extensions_and_reload(rig: JournaledRig) -> None:
+    tools = rig.home / "tools"
+    tools.mkdir()
+    (tools / "count.sh").write_text("#!/bin/sh\ncat\n")
+    (tools / "count.sh").chmod(0o755)
+    (tools / "word_count.toml").write_text('name = "word_count"\ndescription = "Counts."\ncommand = ["./count.sh"]\n')
+    (tools / "broken.toml").write_text("name = 3\n")
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await _command(pilot, app, "/extensions")
+        shown = notices(app)
+        assert f"word_count: {tools / 'word_count.toml'} (user)" in shown
+        assert "not loaded: broken (skipped)" in shown and "osprey extensions" in shown
+        await _command(pilot, app, "/reload")
+        assert "the extensions will be found again at the next turn boundary" in notices(app)
+        await _command(pilot, app, "/extensions")
+        assert "a reload is pending" in notices(app)
