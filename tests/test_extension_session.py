@@ -155,3 +155,13 @@ def test_settings_read_the_prompt_overrides_from_the_real_environment_only(tmp_p
                                              "OSPREY_TOOL_DESCRIPTIONS_FILE": "/abs/d.toml"})
     assert settings.system_prompt_file == workspace.resolve() / "p.md"
     assert settings.tool_descriptions_file == Path("/abs/d.toml")
+
+
+async def test_the_agent_adds_to_its_prompt_and_the_next_turn_has_it(harness: Harness) -> None:
+    create = calls(("extension_manage", {"operation": "create", "kind": "append_system", "content": "Prefer small commits."}))
+    end, provider = await harness.run([create, text("done")])
+    assert end.outcome == "Completed"
+    assert "Prefer small commits." not in provider.requests[0].system
+    assert "Prefer small commits." in provider.requests[1].system
+    assert (harness.home / "APPEND_SYSTEM.md").read_text() == "Prefer small commits."
+    assert (harness.home / "APPEND_SYSTEM.md.provenance.json").exists()

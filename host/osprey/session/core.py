@@ -249,8 +249,13 @@ class Session:
         self.registry = ToolRegistry(max_result_chars=settings.tool_results.max_chars)
         builtin = base_tools(host_processes=processes is not None)
         if self.options.extensions:
+            from ..extensions.manage_tool import manage_tool
             from ..extensions.session import SessionExtensions
 
+            # The agent may manage your own extensions ($OSPREY_HOME); a change is found again at the
+            # next turn boundary, and what runs programs stays inactive until you trust it.
+            builtin.append(manage_tool(settings, builtin_tools=[t.name for t in builtin],
+                                       on_change=lambda: self.extensions.request_reload() if self.extensions is not None else None))
             self.extensions = SessionExtensions(
                 settings, builtin=builtin, toolset=self.options.toolset, env=host_env, session_id=self.session_id,
                 warn=self.warn, emit=self.emit, messages=lambda: self.messages, permission_mode=settings.approval_policy,
