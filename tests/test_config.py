@@ -400,3 +400,10 @@ def test_web_search_picks_exa_then_brave_then_searxng_and_a_project_cannot_redir
     untrusted = load_settings(project, {}, {"OSPREY_HOME": str(home), "OPENAI_API_KEY": "x"})
     assert untrusted.web_search is None  # the untrusted project's searxng_url was not taken
     assert any("web_search.searxng_url" in w for w in untrusted.warnings)
+
+
+def test_max_turns_defaults_to_150_headless_and_unbounded_in_the_terminal_ui(tmp_path: Path) -> None:
+    env = {"OSPREY_HOME": str(tmp_path), "OPENAI_API_KEY": "x"}
+    assert load_settings(tmp_path, {}, env).max_turns == 150
+    assert load_settings(tmp_path, {}, env, interactive=True).max_turns == 4_294_967_295
+    assert load_settings(tmp_path, {"max_turns": 7}, env, interactive=True).max_turns == 7

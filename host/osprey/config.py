@@ -48,6 +48,11 @@ INHERIT_STRICTNESS: tuple[Inherit, ...] = ("all", "core", "none")
 
 MAX_FILE_BYTES = 1024 * 1024  # config files, .env files and trust.toml
 
+# Model turns a task may take before it ends MaxContinuations, unless configured: a headless run
+# stops at 150; the terminal UI, where a person watches and can stop it, effectively never.
+HEADLESS_MAX_TURNS = 150
+INTERACTIVE_MAX_TURNS = 4_294_967_295
+
 ENV_KEYS = {
     "OSPREY_PROVIDER": "provider",
     "OSPREY_MODEL": "model",
@@ -792,7 +797,7 @@ def load_settings(
         base_url=base_url.rstrip("/") if base_url else None,
         api_key=api_key,
         effort=fc.effort,
-        max_turns=fc.max_turns or 150,
+        max_turns=fc.max_turns or (INTERACTIVE_MAX_TURNS if interactive else HEADLESS_MAX_TURNS),
         max_tokens=fc.max_tokens or 16_384,
         approval_policy=fc.approval_policy or default_policy,
         replay_file=replay_file,
