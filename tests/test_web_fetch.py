@@ -415,3 +415,46 @@ async def test_tls_is_verified_for_the_name_while_connecting_to_the_pinned_addre
     assert text_of(ok) == "over tls" and sni.startswith("pinned.example:")
     assert bad.error is not None and bad.error.category == "connection_failed"
     assert "certificate" in bad.error.message.lower() or "hostname" in bad.error.message.lower()
+
+
+def render_children() -> list[int]:
+    """Our child processes that are rendering a page."""
+    import os
+    from pathlib import Path
+
+    found = []
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"osprey.web.render" in cmdline:
+                found.append(int(pid))
+    return found
+
+
+async def test_large_pages_render_in_a_child_process_that_the_deadline_kills() -> None:
+    from osprey.web.render import INLINE_BYTES
+
+    paragraphs = "".join(f"<p>paragraph number {i} with <a href='/p{i}'>a link</a></p>\n" for i in range(8_000))
+    large = html(f"<h1>Large page</h1>{paragraphs}<p>the last words</p>", head="<title>Large</title>")
+    assert len(large) > INLINE_BYTES
+    pdf = make_pdf([f"PDF line {i} padding padding padding padding padding" for i in range(6_000)] + ["final PDF line"])
+    assert len(pdf) > INLINE_BYTES
+    huge = html("<table>" + "<tr><td><a href='/x'>cell</a></td><td><b>bold</b> text</td></tr>" * 60_000 + "</table>")
+    routes: dict[str, Route] = {
+        "/large": Reply(200, {"Content-Type": "text/html; charset=utf-8"}, large),
+        "/large.pdf": Reply(200, {"Content-Type": "application/pdf"}, pdf),
+        "/huge": Reply(200, {"Content-Type": "text/html"}, huge),
+    }
+    async with LoopbackServer(routes) as server:
+        page, document = await fetcher().fetch_many([server.url("/large"), server.url("/large.pdf")])
+        [slow] = await fetcher().fetch_many([server.url("/huge")], timeout=1.0)
+    text = text_of(page)
+    assert text.startswith("# Large page") and "[a link](/p7999)" in text and text.endswith("the last words")
+    assert page.page is not None and page.page.rendered.title == "Large" and page.page.rendered.encoding == "utf-8"
+    assert "final PDF line" in text_of(document)
+    # The huge table takes seconds per MiB to convert: the deadline came first, and its child is gone.
+    assert slow.error is not None and slow.error.category == "timeout"
+    assert render_children() == []

@@ -20,7 +20,7 @@ from ..errors import ToolError
 from ..tools.base import Invocation, Tool, ToolContext, ToolInput, ToolOutcome
 from .guard import BlockedURL, DestinationGuard, Resolver
 from .pinned import PinnedTransport
-from .render import Rendered, RenderError, render
+from .render import Rendered, RenderError, render_bounded
 
 MAX_URLS = 5
 MAX_BODY_BYTES = 5 * 1024 * 1024
@@ -162,7 +162,7 @@ class WebFetcher:
                     content_type = response.headers.get("content-type", "")
                     mime, charset = _parse_content_type(content_type)
             try:
-                rendered = await asyncio.to_thread(render, body, mime, charset, truncated=truncated)
+                rendered = await render_bounded(body, mime, charset, truncated=truncated)
             except RenderError as exc:
                 raise FetchError(exc.category, exc.message) from None
             return Page(url, destination.url.url, response.status_code, mime or "(none)", rendered, truncated, redirects)

@@ -5,12 +5,15 @@ then UTF-8, and falls back to windows-1252 (what browsers do for unlabelled Lati
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import io
 import json
+import os
 import re
+import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 JSON_TYPES = frozenset({"application/json", "text/json", "application/ld+json", "application/manifest+json"})
@@ -19,6 +22,13 @@ JS_TYPES = frozenset({"application/javascript", "application/x-javascript", "app
 PDF_TYPES = frozenset({"application/pdf", "application/x-pdf"})
 # Types sent for content of unknown kind: the body decides.
 SNIFF_TYPES = frozenset({"", "application/octet-stream", "binary/octet-stream", "application/unknown"})
+
+# HTML and PDF bodies larger than this are rendered in a child process, killed at the deadline:
+# parsing them is pure Python (seconds per MiB), which in a thread would hold the broker's GIL
+# and could not be stopped.
+INLINE_BYTES = 256 * 1024
+# The child's environment: enough to run Python, none of the person's secrets.
+_CHILD_ENV_NAMES = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "LC_CTYPE", "SYSTEMROOT", "TMPDIR")
 
 PDF_MAX_PAGES = 200
 PDF_MAX_SECONDS = 20.0
@@ -131,18 +141,25 @@ def classify(mime: str, body: bytes) -> str:
     raise RenderError("unsupported_content", f"web_fetch cannot show {mime} content (it reads HTML, text, JavaScript, JSON, XML and PDF)")
 
 
+_DROPPED = ("script", "style", "noscript", "template", "svg", "math", "iframe", "object", "embed", "canvas", "head")
+
+
 def _html(text: str) -> tuple[str, str | None]:
     from bs4 import BeautifulSoup
     from markdownify import MarkdownConverter
 
     soup = BeautifulSoup(text, "html.parser")
     title = soup.title.get_text(" ", strip=True) if soup.title else None
-    for tag in soup(["script", "style", "noscript", "template", "svg", "math", "iframe", "object", "embed", "canvas", "head"]):
-        tag.decompose()
-    for img in soup.find_all("img"):
-        src = str(img.get("src") or "")
+    # One walk over the tree: drop what is never text, and inline images that would be noise.
+    for tag in soup.find_all(_DROPPED + ("img",)):
+        if tag.decomposed:
+            continue  # inside something already dropped
+        if tag.name != "img":
+            tag.decompose()
+            continue
+        src = str(tag.get("src") or "")
         if src.startswith("data:") or len(src) > 2000:
-            img.replace_with(str(img.get("alt") or ""))
+            tag.replace_with(str(tag.get("alt") or ""))
     converter = MarkdownConverter(heading_style="ATX", bullets="-", escape_asterisks=False, escape_underscores=False, escape_misc=False)
     markdown = converter.convert_soup(soup)
     markdown = re.sub(r"[ \t]+\n", "\n", markdown)
@@ -210,3 +227,50 @@ def render(body: bytes, mime: str, header_charset: str | None, *, truncated: boo
         pretty, notes = _json(text)
         return Rendered(pretty, "json", encoding, notes=notes)
     return Rendered(text, kind, encoding)
+
+
+async def render_bounded(body: bytes, mime: str, header_charset: str | None, *, truncated: bool) -> Rendered:
+    """`render` off the event loop: small bodies in a worker thread, large HTML and PDF in a child
+    process that is killed when the caller's deadline cancels this coroutine."""
+    kind = classify(mime, body)
+    if kind not in ("html", "pdf") or len(body) <= INLINE_BYTES:
+        return await asyncio.to_thread(render, body, mime, header_charset, truncated=truncated)
+    header = json.dumps({"mime": mime, "charset": header_charset, "truncated": truncated}).encode() + b"\n"
+    env = {name: os.environ[name] for name in _CHILD_ENV_NAMES if name in os.environ}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "osprey.web.render",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )
+    try:
+        out, err = await proc.communicate(header + body)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    try:
+        answer = json.loads(out)
+    except ValueError:
+        detail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+        raise RenderError("render_failed", f"rendering the page failed: {detail[0][:300]}") from None
+    if not answer.get("ok"):
+        raise RenderError(str(answer.get("category") or "render_failed"), str(answer.get("message") or "rendering the page failed"))
+    return Rendered(**answer["rendered"])
+
+
+def _child_main() -> int:
+    """The child process of `render_bounded`: a JSON header line, then the body, on stdin; the
+    rendered page (or the error) as JSON on stdout."""
+    data = sys.stdin.buffer.read()
+    line, _, body = data.partition(b"\n")
+    header = json.loads(line)
+    try:
+        rendered = render(body, header["mime"], header["charset"], truncated=header["truncated"])
+        answer: dict[str, object] = {"ok": True, "rendered": asdict(rendered)}
+    except RenderError as exc:
+        answer = {"ok": False, "category": exc.category, "message": exc.message}
+    sys.stdout.buffer.write(json.dumps(answer).encode())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main())
