@@ -91,9 +91,10 @@ class Harness:
 
     async def start(self, script: list[Step], *, policy: str = "never", max_turns: int | None = None, retry: RetrySettings = FAST_RETRY,
                     allow: tuple[str, ...] = (), approver: Any = None, interceptors: tuple[Any, ...] = (),
-                    warn: Any = None) -> tuple[Session, FakeProvider]:
+                    warn: Any = None, judgement: bool = True) -> tuple[Session, FakeProvider]:
         provider = FakeProvider(script)
-        self.session = Session(self.options(policy, max_turns, retry, allow), emit=self.events.append, on_text=self.texts.append,
+        options = self.options(policy, max_turns, retry, allow).model_copy(update={"judgement": judgement})
+        self.session = Session(options, emit=self.events.append, on_text=self.texts.append,
                                provider=provider, approver=approver, interceptors=interceptors, warn=warn or (lambda _: None))
         await self.session.start()
         return self.session, provider

@@ -139,9 +139,6 @@ async def test_the_fourth_invalid_answer_raises_exhaustion_and_a_new_task_starts
     assert await interceptor.completion_candidate(bad) is not None  # the count is per task
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "needs the loop to let StructuredOutputExhausted end the task with Error (AgentLoop._completion "
-    "catches every interceptor exception today); remove this mark when the loop does"))
 async def test_exhausted_structured_output_ends_in_an_error_without_a_final_answer(harness: Harness, schema_file: Path) -> None:
     interceptor = OutputSchemaInterceptor(OutputSchema.load(schema_file))
     end, _ = await harness.run([text("no"), text("still no"), text("[]"), text('{"files": 1}')], interceptors=(interceptor,))

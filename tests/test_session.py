@@ -12,7 +12,7 @@ import pytest
 from session_harness import Harness, calls, check_stream, text
 
 from osprey.messages import ToolCall, ToolResultMessage, UserMessage
-from osprey.session.events import AssistantText, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent
+from osprey.session.events import AssistantText, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent, Verification
 from osprey.session.interception import CompletionCandidate, Continuation, Interceptor, PendingCall, Verdict
 from osprey.tools.base import Invocation, Tool, ToolContext, ToolOutcome
 
@@ -63,7 +63,8 @@ async def test_two_prompts_in_one_session_keep_the_conversation_and_a_complete_e
     assert kinds == [
         SessionStart,
         UserMessageEvent, UsageEvent, AssistantText, ToolCallEvent, ToolResultEvent, UsageEvent, AssistantText, TaskEnd,
-        UserMessageEvent, UsageEvent, ToolCallEvent, ToolResultEvent, UsageEvent, AssistantText, TaskEnd,
+        # The write changed the verification checkpoint: it is recorded after the calls of its turn.
+        UserMessageEvent, UsageEvent, ToolCallEvent, ToolResultEvent, Verification, UsageEvent, AssistantText, TaskEnd,
         SessionEnd,
     ]
     assert [e.turn for e in h.of(UsageEvent)] == [1, 2, 3, 4]

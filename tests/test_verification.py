@@ -46,7 +46,7 @@ def harness(tmp_path: Path) -> Harness:
 
 
 async def drive(harness: Harness, script: list[Any], checkpoint: Checkpoint, *, control: bool = False) -> None:
-    session, _ = await harness.start(script, interceptors=(Observer(checkpoint),))
+    session, _ = await harness.start(script, interceptors=(Observer(checkpoint),), judgement=False)
     assert session.registry is not None
     if control:
         for tool in control_tools(emit=session.emit, ask=None, on_status=lambda s, t: None, turn=lambda: 0):

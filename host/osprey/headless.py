@@ -41,6 +41,7 @@ def run_headless(
     resume: str | None = None,
     toolset: str | None = None,
     budget: float | None = None,
+    output_schema: str | None = None,
 ) -> int:
     """Run one session and return its exit status: 0, 1, 2 (usage), or 128 + a stopping signal.
 
@@ -94,7 +95,8 @@ def run_headless(
         return 2
     jsonl = events_jsonl or not sys.stdout.isatty()
     try:
-        return asyncio.run(_session(settings, prompt, jsonl, record_file, list(allow or []), journal=journal, resumed=resumed, toolset=toolset, budget=budget))
+        return asyncio.run(_session(settings, prompt, jsonl, record_file, list(allow or []), journal=journal, resumed=resumed, toolset=toolset, budget=budget,
+                                   output_schema=os.path.abspath(output_schema) if output_schema else None))
     except OspreyError as exc:
         _error(str(exc))
         return 1
@@ -125,7 +127,7 @@ def _error(message: str) -> None:
 
 async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | None, allow: list[str], *,
                    journal: bool = True, resumed: tuple[str, Any] | None = None, toolset: str | None = None,
-                   budget: float | None = None) -> int:
+                   budget: float | None = None, output_schema: str | None = None) -> int:
     from .render import JsonlWriter, TerminalRenderer
     from .session.core import Session, SessionOptions
     from .sessions.journal import Journal, journal_path
@@ -156,7 +158,7 @@ async def _session(settings: Any, prompt: str, jsonl: bool, record_file: str | N
         loop.add_signal_handler(signum, on_signal, signum)
     out = JsonlWriter() if jsonl else TerminalRenderer()
     options = SessionOptions(settings=settings, allow=allow, record_file=Path(record_file) if record_file else None, toolset=toolset,
-                             budget=budget)
+                             budget=budget, output_schema=Path(output_schema) if output_schema else None)
     if resumed is not None:
         options.session_id, options.resume = resumed
     try:

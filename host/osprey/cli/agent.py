@@ -55,6 +55,7 @@ EFFORTS = ["minimal", "low", "medium", "high"]
 @click.option("--sandbox-socket", type=click.Path(), help="With --sandbox: use a lane already serving on this unix socket (compose, CI fixtures).")
 @click.option("--sandbox-token-file", type=click.Path(dir_okay=False), help="With --sandbox-socket: the file holding that lane's token.")
 @click.option("--no-journal", "journal", is_flag=True, default=True, flag_value=False, help="Do not save this session in $OSPREY_HOME/sessions.db (it then cannot be resumed).")
+@click.option("--output-schema", "output_schema", type=click.Path(dir_okay=False, exists=True), metavar="PATH", help="A JSON Schema (Draft 2020-12) the final answer must satisfy: the answer is JSON, checked by Osprey; after 3 invalid answers the run ends Error.")
 @click.option("--budget", type=DURATION, metavar="DURATION", help="Time budget of the session, e.g. 90s, 10m, 1h (a bare number is seconds): past it the run ends BudgetExpired (exit 1).")
 @click.option("--toolset", metavar="NAME", help="Offer the model only the tools of toolset NAME (from the nearest toolsets.toml; see `osprey docs extensions`).")
 @click.option("--resume", "resume", metavar="ID", help="Go on with a saved session (see `osprey sessions list`), in its working directory unless -C says otherwise.")

@@ -34,6 +34,7 @@ class SessionExtensions:
         emit: Callable[[Any], None] = lambda _: None,
         messages: Callable[[], Sequence[Message]] = lambda: (),
         permission_mode: str = "",
+        after: Interceptor | None = None,
     ) -> None:
         self.settings = settings
         self.builtin = list(builtin)
@@ -44,6 +45,7 @@ class SessionExtensions:
         self.emit = emit
         self.messages = messages
         self.permission_mode = permission_mode
+        self.after = after  # the hooks come right after this interceptor (first when None)
         self.found: Extensions | None = None
         self.reload_pending = False
         self._hooks: Interceptor | None = None
@@ -91,7 +93,8 @@ class SessionExtensions:
                 emit=self.emit, messages=self.messages, transcript_dir=self.settings.home / "transcripts",
                 permission_mode=claude_permission_mode(self.permission_mode), project_dir=str(self.settings.workspace_root),
             )
-            interceptors.insert(0, self._hooks)
+            at = interceptors.index(self.after) + 1 if self.after is not None and self.after in interceptors else 0
+            interceptors.insert(at, self._hooks)
 
     def request_reload(self) -> None:
         """Discover again at the next turn boundary."""

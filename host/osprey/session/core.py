@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from ..sessions.journal import Journal
     from ..tools.base import ToolRegistry
     from .loop import AgentLoop, TaskResult
+    from .output_schema import OutputSchema, OutputSchemaInterceptor
+    from .verification import Checkpoint
 
 
 # The settings a model switch may change.
@@ -68,6 +70,11 @@ class SessionOptions(BaseModel):
     extensions: bool = True
     # The session's time budget in seconds (`--budget`): past it the running task ends BudgetExpired.
     budget: float | None = Field(None, gt=0)
+    # A JSON Schema file the final answer must satisfy (`--output-schema`).
+    output_schema: Path | None = None
+    # Whether the session judges completion itself: the stall detectors and the finalization
+    # adjudicator (tests of those parts turn it off and pass their own).
+    judgement: bool = True
 
 
 def compose_system_prompt(settings: Settings, tool_service: str | None = None) -> str:
@@ -117,6 +124,7 @@ class Session:
         journal: Journal | None = None,
         home: ToolServiceHome | None = None,
         trace: Callable[[str], None] = lambda _: None,
+        ask: Callable[[str], Awaitable[str | None]] | None = None,
     ) -> None:
         self.options = options
         self.settings = options.settings
@@ -144,6 +152,15 @@ class Session:
         self._record_sink: Any = None
         self.processes: Any = None  # the process tool's ProcessManager in plain host runs
         self.extensions: SessionExtensions | None = None
+        self.checkpoint: Checkpoint | None = None
+        self.stalls: Interceptor | None = None
+        self.schema_check: OutputSchemaInterceptor | None = None
+        self.ask = ask
+        self.output_schema: OutputSchema | None = None
+        if options.output_schema is not None:
+            from .output_schema import OutputSchema
+
+            self.output_schema = OutputSchema.load(options.output_schema)
         self.registry: ToolRegistry | None = None
         self.policy: ApprovalPolicy | None = None
         self.loop: AgentLoop | None = None
@@ -248,6 +265,11 @@ class Session:
         self.processes = processes
         self.registry = ToolRegistry(max_result_chars=settings.tool_results.max_chars)
         builtin = base_tools(host_processes=processes is not None)
+        from ..web import web_tools
+
+        # web_fetch always, web_search when a search service is configured; they run on the host.
+        builtin.extend(web_tools(settings))
+        self._judgement(builtin)
         if self.options.extensions:
             from ..extensions.manage_tool import manage_tool
             from ..extensions.session import SessionExtensions
@@ -259,6 +281,7 @@ class Session:
             self.extensions = SessionExtensions(
                 settings, builtin=builtin, toolset=self.options.toolset, env=host_env, session_id=self.session_id,
                 warn=self.warn, emit=self.emit, messages=lambda: self.messages, permission_mode=settings.approval_policy,
+                after=self.stalls,
             )
             self.extensions.apply(self.registry, self.interceptors)
         else:
@@ -280,12 +303,48 @@ class Session:
             provider=self.provider, calls=calls, system=lambda: self.system_prompt(), specs=lambda: self.tool_specs(), emit=self.emit,
             retry=settings.retry, max_turns=settings.max_turns, on_text=self.on_text, session_id=self.session_id,
             interceptors=self.interceptors, context_window=self._context_window(), before_turn=self._turn_boundary,
+            compaction_note=lambda: self.checkpoint.summary_note() if self.checkpoint is not None else "",
         )
         resume = self.options.resume
         if resume is not None:
             self.loop.messages = list(resume.messages)
             self.loop.turns = resume.turns
             self.loop.usage = resume.usage
+
+    def _judgement(self, builtin: list[Any]) -> None:
+        """The loop's judgement: the verification checkpoint (restored on resume), the stall
+        detectors first among the interceptors, the finalization adjudicator and the output schema
+        last, and the control tools (todo_write, task_status, question)."""
+        from ..tools.control import control_tools
+        from .finalize import Adjudicator
+        from .stalls import StallDetectors
+        from .verification import Checkpoint
+
+        resume = self.options.resume
+        self.checkpoint = Checkpoint.restore(resume.verification) if resume is not None and resume.verification else Checkpoint()
+        checkpoint = self.checkpoint
+        if not self.options.judgement:
+            builtin.extend(control_tools(emit=self.emit, ask=self.ask, on_status=self._declared,
+                                         turn=lambda: self.loop.turns if self.loop is not None else 0))
+            return
+        # A front end may pass its own detectors or adjudicator (other settings, another checkpoint).
+        given = [i for i in self.interceptors if isinstance(i, StallDetectors)]
+        self.stalls = given[0] if given else StallDetectors(emit=self.emit, object=checkpoint.object, resolve=checkpoint.resolve)
+        if not given:
+            self.interceptors.insert(0, self.stalls)
+        if not any(isinstance(i, Adjudicator) for i in self.interceptors):
+            self.interceptors.append(Adjudicator(checkpoint, emit=self.emit, interactive=self.options.interactive))
+        if self.output_schema is not None:
+            from .output_schema import OutputSchemaInterceptor
+
+            self.schema_check = OutputSchemaInterceptor(self.output_schema)
+            self.interceptors.append(self.schema_check)
+        builtin.extend(control_tools(emit=self.emit, ask=self.ask, on_status=self._declared,
+                                     turn=lambda: self.loop.turns if self.loop is not None else 0))
+
+    def _declared(self, status: str, summary: str) -> None:
+        if self.loop is not None:
+            self.loop.declare(status, summary)
 
     def _watch_tools(self, home: ToolServiceHome) -> None:
         """When the ToolService's background start fails, the session cannot go on: the running
@@ -450,6 +509,8 @@ class Session:
             try:
                 result = await self._task
                 outcome, final, error = result.outcome, result.final_text, result.error
+                if outcome is Outcome.COMPLETED and self.schema_check is not None:
+                    final = self.schema_check.final_json() or final  # the validated value, without fences
                 if self.loop.stopping:
                     # Stopped as the task finished: the person asked to stop, so it stopped.
                     outcome = Outcome.CANCELLED if self._cancel_signal is not None else Outcome.STOPPED

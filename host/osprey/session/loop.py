@@ -16,6 +16,7 @@ from .calls import CallPath
 from .events import AssistantText, Compaction, Event, Notice, UsageEvent, UserMessageEvent
 from .interception import CompletionCandidate, Continuation, Interceptor
 from .outcomes import Outcome
+from .output_schema import StructuredOutputExhausted
 
 COMPACT_SYSTEM = """\
 You summarise a coding agent's conversation so the agent can go on working from the summary alone.
@@ -114,7 +115,16 @@ class AgentLoop:
     context_window: int | None = None
     # Called at each turn boundary, before the request is built (a pending extension reload).
     before_turn: Callable[[], None] | None = None
+    # A note kept across compaction (the verification checkpoint's), appended to the summary.
+    compaction_note: Callable[[], str] | None = None
     _last_input_tokens: int = field(default=0, init=False)
+    # (status, summary) of a `task_status` call in the batch being run: a completion candidate.
+    _declared: tuple[str, str] | None = field(default=None, init=False)
+
+    def declare(self, status: str, summary: str) -> None:
+        """The model declared the task done or blocked (`task_status`): once the calls of this turn
+        have run, that is a completion candidate."""
+        self._declared = (status, summary)
 
     def add_user_message(self, text: str, origin: str = "user") -> None:
         self.messages.append(UserMessage(content=text))
@@ -174,11 +184,21 @@ class AgentLoop:
             self.messages.append(message)
             if message.tool_calls:
                 self._check_stop(message)
+                self._declared = None
                 await self.calls.run_batch(turn_no, message.tool_calls, self.messages)
-                continue
-            continuation = await self._completion(turn_no, message.text)
+                declared, self._declared = self._declared, None
+                if declared is None:
+                    continue
+                final = declared[1] if declared[0] == "done" else f"blocked: {declared[1]}"
+                candidate_text = final
+            else:
+                candidate_text = final = message.text
+            try:
+                continuation = await self._completion(turn_no, candidate_text)
+            except StructuredOutputExhausted as exc:
+                return Outcome.ERROR, "", str(exc)
             if continuation is None:
-                return Outcome.COMPLETED, message.text, None
+                return Outcome.COMPLETED, final, None
             self._notice(f"{continuation.source or 'an interceptor'} asked for another turn: {continuation.reason}")
             self.add_user_message(continuation.reason, origin="loop")
 
@@ -206,7 +226,8 @@ class AgentLoop:
         self.emit(UsageEvent(turn=self.turns, usage=turn.usage, total=self.usage))
         event = Compaction(turn=self.turns, reason=reason, summary=summary, messages_before=len(self.messages),
                            input_tokens_before=self._last_input_tokens)
-        self.messages[:] = compacted(summary)
+        note = self.compaction_note() if self.compaction_note is not None else ""
+        self.messages[:] = compacted(f"{summary}\n\n{note}" if note else summary)
         self._last_input_tokens = 0
         self.emit(event)
         return event
@@ -224,6 +245,8 @@ class AgentLoop:
         for interceptor in self.interceptors:
             try:
                 said = await interceptor.completion_candidate(candidate)
+            except StructuredOutputExhausted:
+                raise
             except Exception as exc:  # noqa: BLE001 - an interceptor's bug must not end the task
                 self._notice(f"the interceptor {interceptor.name} failed at a completion candidate: {type(exc).__name__}: {exc}", "warning")
                 continue

@@ -456,7 +456,7 @@ class StallDetectors(Interceptor):
 
     name = "stall_detectors"
 
-    def __init__(self, emit: Callable[[Event], None], object: Callable[[str, str], None], resolve: Callable[[str], None],
+    def __init__(self, emit: Callable[[Event], None], object: Callable[[str, str], None], resolve: Callable[[str], object],
                  settings: StallSettings | None = None) -> None:
         self.emit = emit
         self.object = object

@@ -20,6 +20,8 @@ class ResumePoint(BaseModel):
     messages: list[Message] = Field(default_factory=list)
     turns: int = 0
     usage: Usage = Field(default_factory=Usage)
+    # The last `verification` event: the completion checkpoint to go on with.
+    verification: dict[str, Any] | None = None
 
 
 def _as_dict(event: Event | Mapping[str, Any]) -> Mapping[str, Any]:
@@ -94,10 +96,13 @@ def resume_point(events: Iterable[Event | Mapping[str, Any]]) -> ResumePoint:
     listed = [_as_dict(e) for e in events]
     turns = 0
     usage = Usage()
+    verification: dict[str, Any] | None = None
     for e in listed:
         turn = e.get("turn")
         if isinstance(turn, int):
             turns = max(turns, turn)
         if e.get("type") == "usage" and isinstance(e.get("total"), Mapping):
             usage = Usage.model_validate(e["total"])
-    return ResumePoint(messages=rebuild_conversation(listed), turns=turns, usage=usage)
+        if e.get("type") == "verification":
+            verification = dict(e)
+    return ResumePoint(messages=rebuild_conversation(listed), turns=turns, usage=usage, verification=verification)

@@ -113,7 +113,8 @@ def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
         if key == "title":
             continue
         if isinstance(value, dict):
-            value = {k: clean_schema(v) if isinstance(v, dict) else v for k, v in value.items()} if key == "properties" else clean_schema(value)
+            # `properties` and `$defs` map names to schemas: each is cleaned, the map itself is not a schema.
+            value = {k: clean_schema(v) if isinstance(v, dict) else v for k, v in value.items()} if key in ("properties", "$defs") else clean_schema(value)
         out[key] = value
     out.setdefault("type", "object")
     if out.get("type") == "object":

@@ -16,7 +16,7 @@ def web_tools(settings: Settings, *, http: httpx.AsyncClient | None = None) -> l
     """`web_fetch` always; `web_search` only when a search service is configured. `http` is the
     host client the search requests go through (the fetcher never uses a shared client: each of its
     connections is pinned to the address the guard checked)."""
-    from .fetch import web_fetch_tool
+    from .fetch_tool import web_fetch_tool
 
     tools = [web_fetch_tool()]
     if settings.web_search is not None:

@@ -14,34 +14,32 @@ from urllib.parse import urljoin
 
 import httpcore
 import httpx
-from pydantic import Field, field_validator
 
 from ..errors import ToolError
-from ..tools.base import Invocation, Tool, ToolContext, ToolInput, ToolOutcome
+from ..tools.base import ToolOutcome
+from .fetch_tool import (  # noqa: F401 - part of this module's API
+    DEFAULT_CHARS,
+    DEFAULT_TIMEOUT_SECONDS,
+    DESCRIPTION,
+    MAX_BODY_BYTES,
+    MAX_CHARS,
+    MAX_TIMEOUT_SECONDS,
+    MAX_URLS,
+    MIN_CHARS,
+    MIN_TIMEOUT_SECONDS,
+    WebFetchInput,
+    clamp_chars,
+    clamp_timeout,
+    web_fetch_tool,
+)
 from .guard import BlockedURL, DestinationGuard, Resolver
 from .pinned import PinnedTransport
 from .render import Rendered, RenderError, render_bounded
 
-MAX_URLS = 5
-MAX_BODY_BYTES = 5 * 1024 * 1024
-MIN_CHARS = 2_000
-MAX_CHARS = 100_000
-DEFAULT_CHARS = 20_000
-MIN_TIMEOUT_SECONDS = 1.0
-MAX_TIMEOUT_SECONDS = 120.0
-DEFAULT_TIMEOUT_SECONDS = 30.0
 MAX_REDIRECTS = 5
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 USER_AGENT = "osprey-web-fetch/0.1"
 ACCEPT = "text/html,application/xhtml+xml,application/json;q=0.9,text/plain;q=0.9,application/pdf;q=0.8,*/*;q=0.5"
-
-
-def clamp_chars(value: int) -> int:
-    return max(MIN_CHARS, min(MAX_CHARS, value))
-
-
-def clamp_timeout(value: float) -> float:
-    return max(MIN_TIMEOUT_SECONDS, min(MAX_TIMEOUT_SECONDS, value))
 
 
 class FetchError(ToolError):
@@ -196,18 +194,6 @@ def _parse_content_type(value: str) -> tuple[str, str | None]:
 # The tool
 
 
-class WebFetchInput(ToolInput):
-    urls: list[str] = Field(min_length=1, max_length=MAX_URLS, description="One to five http:// or https:// URLs, fetched at once; results come back in this order.")
-    max_chars: int = Field(DEFAULT_CHARS, description=f"Characters of each page to return (default {DEFAULT_CHARS:,}; clamped to {MIN_CHARS:,}-{MAX_CHARS:,}).")
-    start_char: int = Field(0, ge=0, description="Where each page's window starts, to read a long page in parts (default 0).")
-    timeout_seconds: float = Field(DEFAULT_TIMEOUT_SECONDS, description=f"Time allowed for each URL, redirects included (default {DEFAULT_TIMEOUT_SECONDS:g}; at most {MAX_TIMEOUT_SECONDS:g}).")
-
-    @field_validator("urls", mode="before")
-    @classmethod
-    def _one_url(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
-
-
 def _window(text: str, start: int, size: int) -> tuple[str, str | None]:
     total = len(text)
     if start >= total and total:
@@ -255,27 +241,6 @@ def format_results(results: list[FetchResult], *, max_chars: int, start_char: in
         categories = {e.category for e in errors}
         category = categories.pop() if len(categories) == 1 else "web_fetch_failed"
     return ToolOutcome("\n\n".join(sections), failed, category)
-
-
-DESCRIPTION = (
-    "Fetch one to five web pages (http/https) at once and return their readable text: HTML as Markdown-like text, "
-    "plain text, JavaScript, JSON (pretty-printed), XML, and PDF text. Private, loopback and local-network addresses, "
-    "and URLs carrying credentials, are refused. Use start_char to read further into a long page."
-)
-
-
-def web_fetch_tool(fetcher: WebFetcher | None = None) -> Tool:
-    """The `web_fetch` tool; tests pass a fetcher of their own (loopback servers, stub resolvers)."""
-    the_fetcher = fetcher or WebFetcher()
-
-    async def run(call: Invocation, ctx: ToolContext) -> ToolOutcome:
-        a: WebFetchInput = call.input
-        results = await the_fetcher.fetch_many(a.urls, timeout=a.timeout_seconds)
-        return format_results(results, max_chars=a.max_chars, start_char=a.start_char)
-
-    # Read-only (it changes nothing in the workspace) but not trusted: what it sends leaves the
-    # machine, so the approval policies decide about it like any other untrusted tool.
-    return Tool.from_model("web_fetch", DESCRIPTION, WebFetchInput, run, read_only=True)
 
 
 __all__ = ["BlockedURL", "FetchError", "FetchResult", "Page", "WebFetcher", "web_fetch_tool", "format_results", "clamp_chars", "clamp_timeout"]
