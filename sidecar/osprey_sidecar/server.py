@@ -66,16 +66,17 @@ def socket_target(path: str) -> str:
     return f"unix:{path}"
 
 
-def build_server(roots: Sequence[str], socket_path: str, token: str | None = None, env: dict[str, str] | None = None, *, reap_strays: bool = False, search_budget_s: float = SEARCH_BUDGET_S) -> grpc.Server:
+def build_server(roots: Sequence[str], socket_path: str, token: str | None = None, env: dict[str, str] | None = None, *, reap_strays: bool = False, search_budget_s: float = SEARCH_BUDGET_S,
+                 executor: futures.ThreadPoolExecutor | None = None) -> grpc.Server:
     """A started server for `roots` listening on `socket_path` (made 0600).
 
     `env` is the environment `bash` commands get (default: this process's); `reap_strays`
     (lanes only) kills what a command left running outside its process group; `search_budget_s`
-    bounds each grep and find_files call."""
+    bounds each grep and find_files call; `executor` runs the calls (default: a pool of its own)."""
     interceptors: list[grpc.ServerInterceptor] = [_TokenInterceptor(token)] if token else []
     interceptors.append(_ParseWriteChunks())
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="osprey-tool"),
+        executor or futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="osprey-tool"),
         interceptors=interceptors,
         options=list(CHANNEL_OPTIONS),
     )

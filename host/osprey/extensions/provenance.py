@@ -18,7 +18,7 @@ MAX_SIDECAR_BYTES = 16 * 1024
 
 
 class ProvenanceRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built at first use: most sessions never make one
 
     origin: Literal["agent"]
     operation_id: str = Field(min_length=1, max_length=100)

@@ -31,7 +31,7 @@ def sha256(data: bytes) -> str:
 class Artifact(BaseModel):
     """One artifact as discovery left it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built at first use: most sessions never make one
 
     kind: Kind
     name: str = Field(description="a tool's name, or the file's name for the other kinds")
@@ -50,7 +50,7 @@ class Artifact(BaseModel):
 class Report(BaseModel):
     """`osprey extensions --json`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built at first use: most sessions never make one
 
     schema_version: int = SCHEMA_VERSION
     workspace_root: str

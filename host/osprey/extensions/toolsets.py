@@ -29,7 +29,7 @@ Name = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^
 
 
 class Toolset(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built at first use: most sessions never make one
 
     tools: list[Name] = Field(default_factory=list, max_length=500)
     includes: list[Name] = Field(default_factory=list, max_length=100)
@@ -37,7 +37,7 @@ class Toolset(BaseModel):
 
 
 class ToolsetsFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built at first use: most sessions never make one
 
     toolsets: dict[Name, Toolset] = Field(default_factory=dict, max_length=200)
 
