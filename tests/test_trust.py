@@ -118,7 +118,7 @@ def test_an_oversized_or_special_trust_file_trusts_nothing(project: Path, home: 
 
 
 def test_trust_file_is_written_atomically_private_and_keeps_pins(project: Path, home: Path) -> None:
-    pins = {"tools/lint.toml": {"digest": "sha256:" + "a" * 64, "note": 'quote " and \\ and \x07'}}
+    pins = {'/ws/quote " and \\ and \x07': {".osprey/tools/lint.toml": "sha256:" + "a" * 64}, "user": {"tools/x.toml": "sha256:" + "b" * 64}}
     (home / "trust.toml").write_text(dumps_toml({"projects": {}, "pins": pins}))
     trust_files(home, project, ".osprey/config.toml")
     path = home / "trust.toml"

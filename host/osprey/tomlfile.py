@@ -96,12 +96,22 @@ def write_atomic(path: Path, text: str) -> None:
     """Replace `path` with `text` so that a crash leaves the old file or the new one, never a mix:
     a 0600 temporary file beside it, fsync, rename, fsync of the directory. Raises OSError."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    data = text.encode("utf-8")
+    replace_file(path, text.encode("utf-8"), 0o600)
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def replace_file(path: Path, data: bytes, mode: int) -> None:
+    """Replace `path` with `data` (file mode `mode`): a staged file beside it, fsync, rename; the
+    staged file is removed when anything fails. Raises OSError."""
     tmp = temporary_name(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         try:
-            os.fchmod(fd, 0o600)
+            os.fchmod(fd, mode)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
@@ -113,8 +123,3 @@ def write_atomic(path: Path, text: str) -> None:
         with suppress(OSError):
             os.unlink(tmp)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

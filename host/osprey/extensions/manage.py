@@ -381,24 +381,9 @@ def read_existing(path: Path, what: str, limit: int = MAX_EXISTING_BYTES) -> byt
 
 def _put(path: Path, data: bytes, mode: int) -> None:
     """Replace `path` with `data`: a staged file beside it, fsync, rename. Raises OSError."""
-    from ..tomlfile import temporary_name
+    from ..tomlfile import replace_file
 
-    tmp = temporary_name(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    try:
-        try:
-            os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(tmp)
-        raise
+    replace_file(path, data, mode)
 
 
 def _sync_directory(path: Path) -> None:
