@@ -159,17 +159,24 @@ def read_inside(path: Path, boundary: Path, limit: int) -> bytes | None:
             raise ArtifactError("not a regular file, so it is not read")
         if st.st_size > limit:
             raise ArtifactError(f"{st.st_size} bytes, over the {limit}-byte limit")
-        data = bytearray()
-        while len(data) <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - len(data)))
-            if not chunk:
-                break
-            data += chunk
-        if len(data) > limit:
+        data = read_upto(fd, limit)
+        if data is None:
             raise ArtifactError(f"over the {limit}-byte limit")
-        return bytes(data)
+        return data
     finally:
         os.close(fd)
+
+
+def read_upto(fd: int, limit: int) -> bytes | None:
+    """What is left to read from `fd`, or None when that is more than `limit` bytes (then at most
+    one byte past `limit` was read)."""
+    data = bytearray()
+    while len(data) <= limit:
+        chunk = os.read(fd, min(1 << 20, limit + 1 - len(data)))
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data) if len(data) <= limit else None
 
 
 def list_dir(path: Path, suffix: str, limit: int) -> tuple[list[Path], bool]:

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..tools.base import ToolOutcome
-from .layers import ArtifactError, layers, list_dir, read_inside
+from .layers import ArtifactError, layers, list_dir, read_inside, read_upto
 from .manage_tool import DIGEST, KINDS, OPERATIONS, TOOL_NAME, ManageInput, manage_tool  # noqa: F401 - part of this module's API
 from .provenance import MAX_SIDECAR_BYTES, ProvenanceRecord, read_provenance, sidecar
 from .report import sanitize, sha256
@@ -366,15 +366,10 @@ def read_existing(path: Path, what: str, limit: int = MAX_EXISTING_BYTES) -> byt
             raise _storage(f"{what} {path} is not a regular file")
         if st.st_size > limit:
             raise _storage(f"{what} {path} is {st.st_size} bytes, more than extension_manage handles ({limit}); the person can edit it")
-        data = bytearray()
-        while len(data) <= limit:
-            chunk = os.read(fd, limit + 1 - len(data))
-            if not chunk:
-                break
-            data += chunk
-        if len(data) > limit:
+        data = read_upto(fd, limit)
+        if data is None:
             raise _storage(f"{what} {path} grew past {limit} bytes while read")
-        return bytes(data)
+        return data
     finally:
         os.close(fd)
 
