@@ -393,7 +393,7 @@ def test_a_failed_verification_holds_back_the_answer_until_a_passing_rerun(dirs:
     assert objection["role"] == "user"
     assert objection["content"].startswith("The task is not finished: these verification objections are still open.\n")
     assert f"- FAILED: {PYTEST} (exit 1)" in objection["content"]
-    assert "(Osprey's finalization check, continuation 1 of 3.)" in objection["content"]
+    assert "(Osprey's finalization check, continuation 1 of 150.)" in objection["content"]
     assert any(n.startswith("finalization asked for another turn: The task is not finished") for n in run.notices())
     loop_messages = [e["text"] for e in run.of("user_message") if e["origin"] == "loop"]
     assert loop_messages == [objection["content"]]
@@ -478,10 +478,6 @@ def test_task_status_done_does_not_clear_a_failed_verification(dirs: Dirs) -> No
     assert checkpoints[-1]["objections"] == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the adjudicator accepts a candidate after 3 forced continuations (DEFAULT_MAX_CONTINUATIONS, with only a warning "
-    "notice), so repeated `task_status done` bypasses an open objection and the run ends Completed, exit 0; the spec "
-    "gives the adjudicator the launch's continuation limit (--max-turns) and ends an exhausted limit MaxContinuations"))
 def test_declaring_done_again_and_again_never_bypasses_an_open_objection(dirs: Dirs) -> None:
     (dirs.workspace / "calc.py").write_text(BROKEN_CALC)
     (dirs.workspace / "test_calc.py").write_text(TEST_CALC)

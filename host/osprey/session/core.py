@@ -333,7 +333,10 @@ class Session:
         if not given:
             self.interceptors.insert(0, self.stalls)
         if not any(isinstance(i, Adjudicator) for i in self.interceptors):
-            self.interceptors.append(Adjudicator(checkpoint, emit=self.emit, interactive=self.options.interactive))
+            # The launch's turn limit is the adjudicator's: an open objection is never accepted, and a
+            # model that keeps declaring completion over it ends MaxContinuations.
+            self.interceptors.append(Adjudicator(checkpoint, emit=self.emit, interactive=self.options.interactive,
+                                                 max_continuations=self.settings.max_turns))
         if self.output_schema is not None:
             from .output_schema import OutputSchemaInterceptor
 
