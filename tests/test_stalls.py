@@ -225,7 +225,7 @@ async def test_ten_turns_without_a_change_raise_artifact_stasis_and_a_write_with
     write = calls(("write_file", {"path": "out.txt", "content": "result\n"}))
     # Five quiet turns, a change (the count restarts), ten quiet turns, one more, then a change.
     script = [*reads[:5], calls(("bash", {"command": "echo first > early.txt"})), *reads[5:16], write, text("done")]
-    stall, seen = detectors(h)
+    stall, seen = detectors(h, StallSettings(stasis_objection=True))
     end, provider = await h.run(script, interceptors=(stall,))
     check_stream(h.events)
     assert end.outcome == "Completed"
@@ -246,7 +246,7 @@ async def test_a_new_task_forgets_the_streaks_and_withdraws_open_objections(h: H
     same = ("read_file", {"path": "a.txt"})
     first_task = [*(calls(("read_file", {"path": f"f{n}.txt"})) for n in range(10)), calls(same), calls(same), text("first done")]
     second_task = [calls(same), text("second done")]
-    stall, seen = detectors(h)
+    stall, seen = detectors(h, StallSettings(stasis_objection=True))
     session, provider = await h.start([*first_task, *second_task], interceptors=(stall,))
     try:
         first = await session.submit("look around")
@@ -361,3 +361,13 @@ def test_changes_artifacts(name: str, arguments: dict[str, Any], ok: bool, chang
 def test_settings_have_the_spec_defaults() -> None:
     s = StallSettings()
     assert (s.doom_loop_repeats, s.identical_failure_threshold, s.no_progress_matches, s.no_progress_window, s.artifact_stasis_turns, s.suppress_turns) == (3, 2, 3, 10, 10, 30)
+
+
+async def test_by_default_artifact_stasis_advises_without_objecting(h: Harness) -> None:
+    """A task may rightly change nothing (a review): the advisory is given, no objection raised."""
+    reads = [calls(("read_file", {"path": f"f{n}.txt"})) for n in range(12)]
+    stall, seen = detectors(h)
+    end, _ = await h.run([*reads, text("reviewed")], interceptors=(stall,))
+    assert end.outcome == "Completed"
+    assert [e.detector for e in h.of(Advisory)] == ["artifact_stasis"]
+    assert [entry for entry in seen.log if entry[0] == "object"] == []

@@ -76,6 +76,10 @@ class StallSettings(BaseModel):
     process_tools: frozenset[str] = frozenset({"bash"})
     # Tools whose successful call changes the workspace.
     artifact_tools: frozenset[str] = frozenset({"write_file", "edit_file"})
+    # Whether artifact stasis also objects to completing the task. Off by default: a task may
+    # rightly change nothing (a review, an explanation, a search), and an objection only a change
+    # could clear would hold such a task back until its turn limit. The advisory is given either way.
+    stasis_objection: bool = False
 
 
 # ------------------------------------------------------------------ failure families
@@ -537,7 +541,8 @@ class StallDetectors(Interceptor):
             return
         if not self._stasis_open:
             self._stasis_open = True
-            self.object("artifact_stasis", artifact_stasis_objection(self._stasis_turns))
+            if s.stasis_objection:
+                self.object("artifact_stasis", artifact_stasis_objection(self._stasis_turns))
         if self._may_advise("artifact_stasis", "workspace", turn):
             self._pending = [p for p in self._pending if p.detector != "artifact_stasis"]
             self._pending.append(_Pending("artifact_stasis", artifact_stasis_text(self._stasis_turns)))
