@@ -1,4 +1,5 @@
-"""SVG snapshots of the TUI: the main screen after an exchange, an approval prompt, the sessions tree.
+"""SVG snapshots of the TUI: the main screen after an exchange, an approval prompt, the sessions tree,
+the model's question over its task list.
 
 `pytest --snapshot-update tests/test_tui_snapshots.py` rewrites them after a deliberate change."""
 
@@ -15,6 +16,7 @@ from textual.app import App
 
 from osprey.sessions.journal import SessionRow
 from osprey.tui.approval_screen import ApprovalScreen
+from osprey.tui.question_screen import QuestionScreen
 from osprey.tui.screens import SessionsScreen
 from osprey.tui.widgets import PromptArea
 
@@ -62,6 +64,25 @@ def test_approval_prompt(rig: TuiRig, snap_compare: Any) -> None:
         await started(pilot, app)
         await type_prompt(pilot, app, "run the inventory tests")
         await until(pilot, lambda: isinstance(app.screen, ApprovalScreen))
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_question_over_the_task_list(rig: TuiRig, snap_compare: Any) -> None:
+    todos = [{"content": "read the inventory module", "status": "completed"},
+             {"content": "choose where the report goes", "status": "in_progress"},
+             {"content": "add the --json flag", "status": "pending"}]
+    question = "Should the report go to stdout or to a file next to the inventory (report.json)?"
+    rig.scripts.append([calls(("todo_write", {"todos": todos})), calls(("question", {"question": question})), text("ok")])
+    app = rig.app()
+
+    async def run_before(pilot: Any) -> None:
+        _steady(app)
+        await started(pilot, app)
+        await type_prompt(pilot, app, "add a --json flag to the report")
+        await until(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        await pilot.press(*"stdout")
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

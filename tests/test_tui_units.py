@@ -1,4 +1,4 @@
-"""The TUI's plain parts: slash-command parsing and completion, the transcript, the prompt history, TuiApprover."""
+"""The TUI's plain parts: slash-command parsing and completion, the transcript, the prompt history, TuiApprover, TuiAsker."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 from osprey.policy.approvals import ApprovalAnswer, ApprovalRequest
 from osprey.tui import commands
 from osprey.tui.approver import CLOSING_REASON, TuiApprover
+from osprey.tui.asker import TuiAsker
 from osprey.tui.transcript import PromptHistory, Transcript, format_arguments
 
 
@@ -21,7 +22,9 @@ def test_matching_and_completion() -> None:
     assert [c.name for c in commands.matching("/")] == [c.name for c in commands.COMMANDS + commands.PLANNED]
     assert [c.name for c in commands.matching("/t")] == ["tools", "timestamps"]
     assert commands.matching("/export x") == [] and commands.matching("hello") == []
-    assert commands.complete("/ex") == "/export "
+    assert commands.complete("/ex") is None  # export and extensions share only the ex
+    assert commands.complete("/exp") == "/export "
+    assert commands.complete("/ver") == "/verify "
     assert commands.complete("/t") is None  # tools and timestamps share only the t
     assert commands.complete("/ti") == "/timestamps "
     assert commands.complete("/zzz") is None
@@ -46,6 +49,26 @@ def test_transcript_markdown_and_last_answer() -> None:
     assert "## You\n\nwhy?" in md and "## Osprey\n\nBecause." in md
     assert "````text\nbash\ncommand: echo ```\n````" in md  # a fence the output cannot close
     assert "> Stopped" in md
+
+
+def test_questions_task_lists_and_long_notices_in_the_transcript() -> None:
+    from osprey.tui.transcript import question_markdown, todo_markdown
+
+    t = Transcript()
+    t.add("question", question_markdown("Which port?\nThe default is taken.", "8081"))
+    t.add("question", question_markdown("Keep the old file?", None))
+    t.add("question", question_markdown("Anything else?", ""))
+    t.add("todo", todo_markdown([{"content": "read\n  the code", "status": "completed"}, {"content": "fix it", "status": "in_progress"},
+                                 {"content": "test it", "status": "pending"}]))
+    t.add("todo", todo_markdown([]))
+    t.add("notice", "verification objections still open:\n- FAILED: make test (exit 2)")
+    md = t.to_markdown()
+    assert "## Osprey asks\n\n> Which port?\n> The default is taken.\n\n**Answer:**\n\n> 8081" in md
+    assert "> Keep the old file?\n\n**Answer:**\n\n_(closed without an answer)_" in md
+    assert "**Answer:**\n\n_(an empty answer)_" in md
+    assert "**Tasks:**\n\n- [x] read the code\n- [~] fix it _(in progress)_\n- [ ] test it" in md
+    assert "**Tasks:**\n\n_(cleared)_" in md
+    assert "> verification objections still open:\n> - FAILED: make test (exit 2)" in md
 
 
 def test_format_arguments_keeps_a_command_whole() -> None:
@@ -141,3 +164,37 @@ def test_the_status_line_shows_an_estimated_cost_when_prices_are_known() -> None
     line = status_line(provider="openai", model="m", policy="on-request", home="local", input_tokens=1000, output_tokens=10, state="ready", cost=0.01234)
     assert "≈$0.0123" in line
     assert "$" not in status_line(provider="openai", model="m", policy="on-request", home="local", input_tokens=1, output_tokens=1, state="ready")
+
+
+async def test_asker_asks_one_at_a_time_and_close_all_leaves_them_unanswered() -> None:
+    shown: list[str] = []
+    gate: asyncio.Queue[str] = asyncio.Queue()
+
+    async def show(question: str) -> str | None:
+        shown.append(question)
+        return await gate.get()
+
+    asker = TuiAsker(show)
+    asks = [asyncio.ensure_future(asker.ask(f"q{n}")) for n in range(3)]
+    await asyncio.sleep(0.01)
+    assert shown == ["q0"] and asker.pending == 3
+    await gate.put("first")
+    await asyncio.sleep(0.01)
+    assert shown == ["q0", "q1"]
+    assert asker.close_all() == 2
+    answers = await asyncio.wait_for(asyncio.gather(*asks), 5)
+    assert answers == ["first", None, None]
+    assert shown == ["q0", "q1"]  # the third was never put in front of the person
+    assert asker.pending == 0
+    assert await asyncio.wait_for(asker.ask("later"), 5) is None and shown == ["q0", "q1"]
+
+
+def test_the_status_line_shows_the_task_list_progress() -> None:
+    from osprey.tui.app import status_line
+
+    def line(todo: tuple[int, int] | None) -> str:
+        return status_line(provider="openai", model="m", policy="on-request", home="local", input_tokens=1, output_tokens=1, state="ready",
+                           todo=todo)
+
+    assert " · todo 2/5 · ready" in line((2, 5))
+    assert "todo" not in line(None) and "todo" not in line((0, 0))

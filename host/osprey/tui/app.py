@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,26 +29,45 @@ from ..errors import OspreyError
 from ..policy.approvals import ApprovalAnswer, ApprovalRequest
 from ..session.core import Session
 from ..session.events import (
+    Advisory,
     AssistantText,
     Compaction,
     Event,
     ModelSwitch,
     Notice,
+    Question,
     SessionStart,
     TaskEnd,
+    TaskStatus,
+    TodoList,
     ToolCallEvent,
     ToolResultEvent,
     UsageEvent,
     UserMessageEvent,
+    Verification,
 )
 from ..sessions.journal import SessionRow, find_session, list_sessions, load_events
 from . import commands
 from .approval_screen import ApprovalScreen
 from .approver import TuiApprover
+from .asker import TuiAsker
 from .completion import CompletionMenu, needs_argument
+from .question_screen import QuestionScreen
 from .screens import ModelPicker, SessionsScreen
-from .transcript import Transcript, format_arguments
-from .widgets import MAX_RESULT_SHOWN, AnswerRow, FoldRow, NoticeRow, PromptArea, ToolRow, UserRow, diff_text
+from .transcript import Transcript, format_arguments, question_markdown, todo_markdown
+from .widgets import (
+    MAX_RESULT_SHOWN,
+    AnswerRow,
+    FoldRow,
+    NoticeRow,
+    PromptArea,
+    QuestionRow,
+    TodoPanel,
+    ToolRow,
+    UserRow,
+    diff_text,
+    todo_progress,
+)
 
 EFFORT_LEVELS = ("minimal", "low", "medium", "high")
 PROVIDER_NAMES = ("openai", "anthropic")
@@ -76,10 +95,11 @@ class Hooks:
     progress: Callable[[str], None]
     warn: Callable[[str], None]
     resume: Resume | None = None  # go on with this journaled session (its id, its conversation)
+    ask: Callable[[str], Awaitable[str | None]] | None = None  # the model's questions to the person (`question`)
 
     def kwargs(self) -> dict[str, Any]:
         return {"emit": self.emit, "approver": self.approver, "on_text": self.on_text, "on_tool_output": self.on_tool_output,
-                "progress": self.progress, "warn": self.warn}
+                "progress": self.progress, "warn": self.warn, "ask": self.ask}
 
 
 SessionFactory = Callable[[Hooks], Session]
@@ -88,9 +108,12 @@ SettingsFor = Callable[[dict[str, Any]], Settings]
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
-def status_line(*, provider: str, model: str, policy: str, home: str, input_tokens: int, output_tokens: int, state: str, cost: float | None = None) -> str:
+def status_line(*, provider: str, model: str, policy: str, home: str, input_tokens: int, output_tokens: int, state: str, cost: float | None = None,
+                todo: tuple[int, int] | None = None) -> str:
+    """`todo`: (completed, all) of the model's task list, when it has one."""
     spent = f" · ≈${cost:.4f}" if cost is not None else ""
-    return f"{provider} · {model} · {policy} · {home} · tokens {input_tokens:,} in / {output_tokens:,} out{spent} · {state}"
+    tasks = f" · todo {todo[0]}/{todo[1]}" if todo is not None and todo[1] else ""
+    return f"{provider} · {model} · {policy} · {home} · tokens {input_tokens:,} in / {output_tokens:,} out{spent}{tasks} · {state}"
 
 
 class OspreyApp(App[int]):
@@ -140,6 +163,7 @@ class OspreyApp(App[int]):
         self.title = title
         self.session: Session | None = None
         self.approver = TuiApprover(self._show_approval)
+        self.asker = TuiAsker(self._show_question)
         self.transcript = Transcript()
         self.crash: BaseException | None = None
         self.start_error: str | None = None  # why the last session did not start
@@ -149,6 +173,8 @@ class OspreyApp(App[int]):
         self._chunks: asyncio.Queue[str | None] | None = None
         self._pump: asyncio.Task[None] | None = None
         self._tool_rows: dict[str, ToolRow] = {}
+        self._todo: tuple[int, int] | None = None  # (completed, all) of the model's task list
+        self._objections: list[str] = []  # the verification objections last shown
         self._state = "starting"
         self._start: SessionStart | None = None
         self._tokens = (0, 0)
@@ -166,6 +192,7 @@ class OspreyApp(App[int]):
 
     def compose(self) -> ComposeResult:
         yield VerticalScroll(id="conversation")
+        yield TodoPanel(id="todo")
         yield CompletionMenu(id="suggestions")
         yield Static("starting…", id="status", markup=False)
         yield PromptArea(id="prompt")
@@ -237,7 +264,8 @@ class OspreyApp(App[int]):
         else:
             model = start.model + (f" ({self._effort} effort)" if self._effort else "")
             text = status_line(provider=start.provider, model=model, policy=start.approval_policy, home=start.tool_service,
-                               input_tokens=self._tokens[0], output_tokens=self._tokens[1], state=self._state, cost=self._cost)
+                               input_tokens=self._tokens[0], output_tokens=self._tokens[1], state=self._state, cost=self._cost,
+                               todo=self._todo)
         try:
             self.query_one("#status", Static).update(text)
         except NoMatches:  # the screen is being torn down
@@ -278,7 +306,7 @@ class OspreyApp(App[int]):
 
     def _hooks(self) -> Hooks:
         return Hooks(emit=self._on_event, approver=self.approver, on_text=self._on_text, on_tool_output=self._on_tool_output,
-                     progress=lambda line: self._note(line), warn=self._warn)
+                     progress=lambda line: self._note(line), warn=self._warn, ask=self.asker.ask)
 
     def _warn(self, line: str) -> None:
         """A warning from the session, or from its journal's writer thread (then handed to ours)."""
@@ -302,6 +330,7 @@ class OspreyApp(App[int]):
 
     async def _open_session(self) -> None:
         self.approver = TuiApprover(self._show_approval)
+        self.asker = TuiAsker(self._show_question)
         self.start_error = None
         resume, self._resume_next = self._resume_next, None
         if resume is not None:
@@ -401,8 +430,10 @@ class OspreyApp(App[int]):
         self.exit(self.exit_status)
 
     def _shutdown_session(self) -> None:
-        """Deny what is still asked and interrupt the running task (the rest is teardown's)."""
+        """Deny what is still asked, close open questions (no answer) and interrupt the running task
+        (the rest is teardown's)."""
         self.approver.deny_all()
+        self.asker.close_all()
         if self.session is not None:
             self.session.cancel()
         if not self._shut_down:
@@ -428,6 +459,7 @@ class OspreyApp(App[int]):
         session, self.session = self.session, None
         if session is not None:
             self.approver.deny_all()
+            self.asker.close_all()
             await session.close()
             await self._end_answer()
 
@@ -483,10 +515,36 @@ class OspreyApp(App[int]):
                                                 event.summary, classes="compaction"))
         elif isinstance(event, Notice):
             self._note(event.message, event.level)
+        elif isinstance(event, TodoList):
+            self.transcript.add("todo", todo_markdown(event.items))
+            self._show_todo(event.items)
+        elif isinstance(event, Question):
+            entry = self.transcript.add("question", question_markdown(event.question, event.answer))
+            if not self._gone:
+                self._show(QuestionRow(event, entry.at))
+        elif isinstance(event, Advisory):
+            self._note(f"advisory ({event.detector.replace('_', ' ')}): {event.message}", "warning")
+        elif isinstance(event, TaskStatus):
+            self._note(f"task {event.status}: {event.summary}", "done" if event.status == "done" else "warning")
+        elif isinstance(event, Verification):
+            # Every change of the checkpoint is recorded; the person is shown its objections, when they change.
+            if event.objections and event.objections != self._objections:
+                self._note("verification objections still open:\n" + "\n".join(f"- {o}" for o in event.objections), "warning")
+            self._objections = list(event.objections)
         elif isinstance(event, TaskEnd):
             self._finish_answer()
             if event.outcome != "Completed":
                 self._note(f"{event.outcome}" + (f": {event.error}" if event.error else ""), "warning")
+
+    def _show_todo(self, items: list[dict[str, Any]]) -> None:
+        """The task list above the prompt, and its progress on the status line."""
+        self._todo = todo_progress(items) if items else None
+        if not self._gone:
+            try:
+                self.query_one(TodoPanel).show_items(items)
+            except NoMatches:  # the screen is being torn down
+                pass
+        self._refresh_status()
 
     def _on_text(self, chunk: str) -> None:
         if self._chunks is None:
@@ -539,6 +597,21 @@ class OspreyApp(App[int]):
         def done(answer: ApprovalAnswer | None) -> None:
             if not answered.done():
                 answered.set_result(answer or ApprovalAnswer(decision="deny"))
+
+        self.push_screen(screen, callback=done)
+        try:
+            return await answered
+        finally:
+            if screen.is_attached and self.screen is screen:
+                self.pop_screen()
+
+    async def _show_question(self, question: str) -> str | None:
+        answered: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        screen = QuestionScreen(question)
+
+        def done(answer: str | None) -> None:
+            if not answered.done():
+                answered.set_result(answer)
 
         self.push_screen(screen, callback=done)
         try:
@@ -649,6 +722,8 @@ class OspreyApp(App[int]):
         self.transcript = Transcript()
         self._tool_rows.clear()
         self._start, self._tokens = None, (0, 0)
+        self._objections = []
+        self._show_todo([])
 
     def _idle_session(self, what: str) -> Session | None:
         """The session when a command may change it now; otherwise says why not and returns None."""
@@ -718,6 +793,19 @@ class OspreyApp(App[int]):
             self._note(f"/effort: unknown level {argument!r}; give one of {', '.join(EFFORT_LEVELS)} or off", "error")
             return
         await self._switch(f"/effort {level}", {"effort": level})
+
+    async def _cmd_verify(self, argument: str) -> None:
+        from ..session.verification import VERIFY_AUDIT_PROMPT
+
+        session = self._idle_session("/verify")
+        if session is None:
+            return
+        if session.checkpoint is None:
+            self._note("/verify: this session keeps no verification checkpoint", "warning")
+            return
+        session.checkpoint.arm()
+        self._working = True  # as a typed prompt: a second Enter must not start another task
+        self._submit(VERIFY_AUDIT_PROMPT)
 
     async def _cmd_compact(self, argument: str) -> None:
         session = self._idle_session("/compact")
@@ -799,9 +887,11 @@ class OspreyApp(App[int]):
         self.model_flags = dict(recorded)
 
     async def _replay(self, resume: Resume) -> None:
-        """Show a journaled session's conversation: its prompts, answers, tool calls and compactions."""
+        """Show a journaled session's conversation: its prompts, answers, tool calls, compactions, questions and
+        task declarations, and its last task list."""
         rows: list[Any] = [NoticeRow(f"resumed session {resume.row.id}: {resume.row.title}", markup=False)]
         calls: dict[str, ToolRow] = {}
+        todo: list[dict[str, Any]] = []
         for data in resume.events:
             kind = data.get("type")
             try:
@@ -824,6 +914,17 @@ class OspreyApp(App[int]):
                         calls.pop(result.id).finish(result)
                 elif kind == "compaction":
                     rows.append(FoldRow("conversation compacted", str(data.get("summary", "")), classes="compaction"))
+                elif kind == "question":
+                    asked = Question.model_validate(data)
+                    entry = self.transcript.add("question", question_markdown(asked.question, asked.answer))
+                    rows.append(QuestionRow(asked, entry.at))
+                elif kind == "task_status":
+                    declared = TaskStatus.model_validate(data)
+                    text = f"task {declared.status}: {declared.summary}"
+                    self.transcript.add("notice", text)
+                    rows.append(NoticeRow(text, markup=False, classes="done" if declared.status == "done" else "warning"))
+                elif kind == "todo":
+                    todo = TodoList.model_validate(data).items
                 elif kind == "usage":
                     total = data.get("total") or {}
                     self._tokens = (int(total.get("input_tokens", 0)), int(total.get("output_tokens", 0)))
@@ -831,6 +932,7 @@ class OspreyApp(App[int]):
                 continue  # a record cut short in the journal: shown without it
         if not self._gone:
             await self._show(*rows)
+        self._show_todo(todo)  # the task list as the session left it
 
     async def _cmd_diff(self, argument: str) -> None:
         session = self.session

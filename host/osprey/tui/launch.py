@@ -12,7 +12,7 @@ A lane provisioned here belongs to the launch until the first session takes it o
 before then (the terminal, the catalog) removes it here, a failure after it (the dispatcher, the
 tools) removes it with the session, and the TUI stops before the agent starts; a lane that fails
 to come up in the background stops the TUI with its error. On exit the app
-denies open approvals and interrupts the running task; the terminal is restored; then teardown
+denies open approvals, closes an open question unanswered and interrupts the running task; the terminal is restored; then teardown
 closes the session (journal drained and checkpointed, lane removed).
 """
 

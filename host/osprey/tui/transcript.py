@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-Role = Literal["user", "assistant", "tool", "notice"]
+Role = Literal["user", "assistant", "tool", "notice", "question", "todo"]
 MAX_ARGUMENT_CHARS = 4000  # in an exported transcript; the approval prompt shows the whole call
 
 
@@ -48,6 +49,31 @@ def edit_diff(name: str, arguments: dict[str, Any]) -> list[str] | None:
     return lines
 
 
+def question_markdown(question: str, answer: str | None) -> str:
+    """A question the model asked and what came back, for the transcript."""
+    said = "_(closed without an answer)_" if answer is None else quoted(answer) if answer else "_(an empty answer)_"
+    return f"{quoted(question)}\n\n**Answer:**\n\n{said}"
+
+
+def quoted(text: str) -> str:
+    return "\n".join("> " + line for line in text.strip().splitlines()) or ">"
+
+
+TODO_BOXES = {"completed": "[x]", "in_progress": "[~]", "pending": "[ ]"}
+
+
+def todo_markdown(items: Sequence[Mapping[str, Any]]) -> str:
+    """A task list as a Markdown checklist ([x] completed, [~] in progress, [ ] pending)."""
+    if not items:
+        return "_(cleared)_"
+    lines = []
+    for item in items:
+        status = str(item.get("status", "pending"))
+        content = " ".join(str(item.get("content", "")).split())
+        lines.append(f"- {TODO_BOXES.get(status, '[ ]')} {content}" + (" _(in progress)_" if status == "in_progress" else ""))
+    return "\n".join(lines)
+
+
 @dataclass
 class Transcript:
     entries: list[Entry] = field(default_factory=list)
@@ -70,12 +96,16 @@ class Transcript:
                 parts.append("## You\n\n" + entry.text.strip() + "\n")
             elif entry.role == "assistant":
                 parts.append("## Osprey\n\n" + entry.text.strip() + "\n")
+            elif entry.role == "question":
+                parts.append("## Osprey asks\n\n" + entry.text.strip() + "\n")
+            elif entry.role == "todo":
+                parts.append("**Tasks:**\n\n" + entry.text.strip() + "\n")
             elif entry.role == "tool":
                 body = entry.text[:MAX_ARGUMENT_CHARS]
                 fence = "````" if "```" in body else "```"
                 parts.append(f"{fence}text\n{body.rstrip()}\n{fence}\n")
             else:
-                parts.append(f"> {entry.text.strip()}\n")
+                parts.append(quoted(entry.text) + "\n")
         return "\n".join(parts)
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import codecs
 import time
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from rich.text import Text
 from textual import events
@@ -14,7 +16,7 @@ from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import Collapsible, Markdown, Static, TextArea
 
-from ..session.events import ToolCallEvent, ToolResultEvent
+from ..session.events import Question, ToolCallEvent, ToolResultEvent
 from . import commands
 from .transcript import PromptHistory, edit_diff, format_arguments
 
@@ -62,7 +64,12 @@ class AnswerRow(Vertical):
 
 
 class NoticeRow(Static):
-    DEFAULT_CSS = "NoticeRow { color: $text-muted; height: auto; } NoticeRow.warning { color: $warning; } NoticeRow.error { color: $error; }"
+    DEFAULT_CSS = """
+    NoticeRow { color: $text-muted; height: auto; }
+    NoticeRow.warning { color: $warning; }
+    NoticeRow.error { color: $error; }
+    NoticeRow.done { color: $success; }
+    """
 
 
 def _summary(event: ToolCallEvent) -> str:
@@ -234,3 +241,75 @@ class FoldRow(Collapsible):
     def __init__(self, title: str, body: str | Text, *, collapsed: bool = True, classes: str = "") -> None:
         self.body = Static(body, markup=False, classes="body")
         super().__init__(self.body, title=title, collapsed=collapsed, classes=classes)
+
+
+TODO_SHOWN = 8  # items of the model's task list shown above the prompt at most
+TODO_MARKS = {"completed": "✓", "in_progress": "▸", "pending": "○"}
+
+
+def todo_progress(items: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+    """(completed, all) of a task list."""
+    return sum(item.get("status") == "completed" for item in items), len(items)
+
+
+def todo_text(items: Sequence[Mapping[str, Any]], shown: int = TODO_SHOWN) -> Text:
+    """The task list, one item a line: ✓ completed (struck), ▸ in progress (bold), ○ pending. A long
+    list shows a window of `shown` items around the one in progress (or the first not completed),
+    with a line for what is left out above and below."""
+    done, total = todo_progress(items)
+    out = Text(f"tasks {done}/{total}", style="bold")
+    at = next((n for n, item in enumerate(items) if item.get("status") == "in_progress"),
+              next((n for n, item in enumerate(items) if item.get("status") != "completed"), max(total - 1, 0)))
+    first = max(0, min(at - shown // 2, total - shown))
+    last = min(total, first + shown)
+    if first:
+        out.append(f"\n  … {first} more above", style="dim")
+    for item in items[first:last]:
+        status = str(item.get("status", "pending"))
+        style = {"completed": "dim strike", "in_progress": "bold"}.get(status, "")
+        out.append(f"\n{TODO_MARKS.get(status, '○')} ", style="bold" if status == "in_progress" else "dim" if status == "completed" else "")
+        out.append(" ".join(str(item.get("content", "")).split()), style=style)
+    if last < total:
+        out.append(f"\n  … {total - last} more below", style="dim")
+    return out
+
+
+class TodoPanel(Static):
+    """The model's task list as it stands (its last `todo_write`), above the prompt; hidden while empty."""
+
+    DEFAULT_CSS = """
+    TodoPanel { height: auto; display: none; padding: 0 1; border-top: solid $panel; }
+    TodoPanel.shown { display: block; }
+    """
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("", markup=False, **kwargs)  # type: ignore[arg-type]
+        self.items: list[Mapping[str, Any]] = []
+
+    def show_items(self, items: Sequence[Mapping[str, Any]]) -> None:
+        self.items = list(items)
+        self.update(todo_text(self.items) if self.items else "")
+        self.set_class(bool(self.items), "shown")
+
+
+class QuestionRow(Vertical):
+    """The model's question and the person's answer (or that they closed it)."""
+
+    DEFAULT_CSS = """
+    QuestionRow { height: auto; margin: 1 0 0 0; }
+    QuestionRow > .question { color: $accent; }
+    QuestionRow > .answer { padding: 0 0 0 2; }
+    QuestionRow > .unanswered { color: $text-muted; padding: 0 0 0 2; }
+    """
+
+    def __init__(self, event: Question, at: datetime) -> None:
+        super().__init__()
+        self.event, self.at = event, at
+
+    def compose(self) -> ComposeResult:
+        yield Stamp(_time(self.at))
+        yield Static("? " + self.event.question, markup=False, classes="question")
+        if self.event.answer is None:
+            yield Static("(closed without an answer)", markup=False, classes="unanswered")
+        else:
+            yield Static("→ " + (self.event.answer or "(an empty answer)"), markup=False, classes="answer")
