@@ -221,3 +221,19 @@ def test_the_snapshot_is_the_event_type_a_session_records() -> None:
 ])
 def test_which_commands_are_verification_commands(command: str, verifies: bool) -> None:
     assert verification_command(command) is verifies
+
+
+async def test_arming_verification_is_recorded_at_once_and_refused_while_working(harness: Harness) -> None:
+    from osprey.session.events import Verification
+
+    session, gate, task = await harness.working()
+    try:
+        with pytest.raises(RuntimeError, match="still being worked on"):
+            session.arm_verification()
+        gate.set()
+        await task
+        session.arm_verification()
+    finally:
+        await session.close()
+    armed = [e for e in harness.events if isinstance(e, Verification)]
+    assert armed and armed[-1].armed

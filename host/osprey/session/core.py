@@ -345,6 +345,24 @@ class Session:
         builtin.extend(control_tools(emit=self.emit, ask=self.ask, on_status=self._declared,
                                      turn=lambda: self.loop.turns if self.loop is not None else 0))
 
+    def arm_verification(self) -> None:
+        """`/verify`: re-arm the verification checkpoint (the next completion needs a passing check)
+        and record it at once, so the journal has it whatever the audit ends with. Not while a
+        prompt is being worked on."""
+        if self._submitting is not None:
+            raise RuntimeError("a prompt is still being worked on: verify when it has ended")
+        if self.checkpoint is None:
+            raise RuntimeError("the session has not started")
+        from .finalize import Adjudicator
+
+        self.checkpoint.arm()
+        turn = self.loop.turns if self.loop is not None else 0
+        judges = [i for i in self.interceptors if isinstance(i, Adjudicator) and i.checkpoint is self.checkpoint]
+        if judges:
+            judges[0].record(turn)  # it then knows this version is recorded
+        else:
+            self.emit(self.checkpoint.snapshot(turn))
+
     def _declared(self, status: str, summary: str) -> None:
         if self.loop is not None:
             self.loop.declare(status, summary)

@@ -803,7 +803,7 @@ class OspreyApp(App[int]):
         if session.checkpoint is None:
             self._note("/verify: this session keeps no verification checkpoint", "warning")
             return
-        session.checkpoint.arm()
+        session.arm_verification()
         self._working = True  # as a typed prompt: a second Enter must not start another task
         self._submit(VERIFY_AUDIT_PROMPT)
 
