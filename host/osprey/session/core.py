@@ -171,6 +171,7 @@ class Session:
         self._tools_failed: BaseException | None = None  # the ToolService's background start failed
         self._budget_deadline: float | None = None  # loop time at which the session's budget runs out
         self._budget_out = False
+        self._unrecorded_prompt: str | None = None  # a submitted prompt not yet in the conversation
         self._last: TaskEnd | None = None
         self._end: SessionEnd | None = None
         self._started = False
@@ -519,6 +520,7 @@ class Session:
         self._cancel_signal = None
         self.loop.stopping = False
         turns_before = self.loop.turns
+        self._unrecorded_prompt = prompt  # until _work records it (or it is blocked)
         self._task = asyncio.ensure_future(self._work(prompt))
         if self._tools_failed is not None:
             self._task.cancel()
@@ -536,6 +538,11 @@ class Session:
                     # Stopped as the task finished: the person asked to stop, so it stopped.
                     outcome = Outcome.CANCELLED if self._cancel_signal is not None else Outcome.STOPPED
             except asyncio.CancelledError:
+                if self._unrecorded_prompt is not None:
+                    # Stopped before the task first ran: the prompt is kept, as it is when a stop
+                    # comes later.
+                    self.loop.add_user_message(self._unrecorded_prompt)
+                    self._unrecorded_prompt = None
                 outcome = Outcome.CANCELLED if self._cancel_signal is not None else Outcome.STOPPED
                 current = asyncio.current_task()
                 if current is not None and current.cancelling():
@@ -580,8 +587,10 @@ class Session:
                 # The prompt never reaches the conversation, so the next one follows the last answer.
                 reason = said.reason or "no reason given"
                 why = f"the prompt was blocked by {said.source or interceptor.name}: {reason}"
+                self._unrecorded_prompt = None
                 self.emit(Notice(message=why, level="warning"))
                 return TaskResult(Outcome.ERROR, 0, "", why)
+        self._unrecorded_prompt = None
         self.loop.add_user_message(prompt + "".join(f"\n\n[context] {part}" for part in context))
         return await self.loop.run_task()
 
