@@ -91,3 +91,23 @@ def test_agent_help_loads_no_session_machinery(env: dict[str, str]) -> None:
     proc, modules = loaded(env, "agent", "--help")
     assert proc.returncode == 0 and "--provider" in proc.stdout
     assert imported(modules, NEVER + NOT_FOR_A_PLAIN_SESSION + ("httpx", "grpc", "pydantic", "osprey.session")) == []
+
+
+def test_a_session_with_a_custom_tool_loads_jsonschema_only_when_the_tool_is_called(env: dict[str, str], workspace: Path) -> None:
+    tools = Path(env["OSPREY_HOME"]) / "tools"
+    tools.mkdir()
+    (tools / "echo.sh").write_text("#!/bin/sh\ncat\n")
+    (tools / "echo.sh").chmod(0o755)
+    (tools / "echo_input.toml").write_text('name = "echo_input"\ndescription = "Echoes."\ncommand = ["./echo.sh"]\n'
+                                           '[parameters.text]\ntype = "string"\nrequired = true\n')
+    with ModelServer([Reply.text("done")]) as server:
+        proc, modules = loaded(env, *agent(server, workspace, "Say done."))
+    assert proc.returncode == 0, proc.stderr
+    assert "echo_input" in json.loads(proc.stdout.splitlines()[0])["tools"]
+    assert imported(modules, ("jsonschema",)) == []
+    with ModelServer([Reply.tool_call("echo_input", {"text": "hi"}), Reply.text("done")]) as server:
+        proc, modules = loaded(env, *agent(server, workspace, "Echo."), "--yolo")
+    assert proc.returncode == 0, proc.stderr
+    [result] = [json.loads(line) for line in proc.stdout.splitlines() if '"tool_result"' in line]
+    assert result["ok"] and '"text":"hi"' in result["output"]
+    assert "jsonschema" in modules

@@ -592,4 +592,4 @@ def custom_tool(manifest: ToolManifest, manifest_dir: Path, *, env: Mapping[str,
             return ToolOutcome(f"Error: waiting for {manifest.name} failed: {exc.strerror or exc}; its process group was stopped.", True, "tool_failed")
         return _outcome(manifest.name, finished, manifest.timeout_secs)
 
-    return Tool(manifest.name, manifest.description, parameters_schema(manifest), run, read_only=False, trusted=False)
+    return Tool(manifest.name, manifest.description, parameters_schema(manifest), run, read_only=False, trusted=False, schema_checked=True)

@@ -69,10 +69,13 @@ class Tool:
     # One of the built-in read-only tools the approval policies trust by name.
     trusted: bool = False
     input_model: type[BaseModel] | None = None
+    # The schema was made by Osprey itself (a custom tool's parameters), so it is not checked
+    # again, and its validator (jsonschema, a slow import) is built at the first call.
+    schema_checked: bool = False
     _validator: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.input_model is None:
+        if self.input_model is None and not self.schema_checked:
             from jsonschema import Draft202012Validator
             from jsonschema.exceptions import SchemaError
 
@@ -97,6 +100,10 @@ class Tool:
                 return self.input_model.model_validate(dict(arguments)), None
             except ValidationError as exc:
                 return None, "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors())
+        if self._validator is None:
+            from jsonschema import Draft202012Validator
+
+            self._validator = Draft202012Validator(self.parameters)
         problems = []
         for error in self._validator.iter_errors(dict(arguments)):
             where = ".".join(str(p) for p in error.absolute_path) or "arguments"
