@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import compileall
 import statistics
 import subprocess
 import time
 from collections.abc import Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -26,3 +30,11 @@ def time_command(cmd: Sequence[str], runs: int, **kwargs: object) -> list[float]
         subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, **kwargs)  # type: ignore[arg-type]
         times.append(time.perf_counter() - start)
     return times
+
+
+def ensure_bytecode() -> None:
+    """Compile Osprey's modules to bytecode, as an install has them. Where PYTHONDONTWRITEBYTECODE
+    is set (it is on some machines), an editable checkout would otherwise compile every changed
+    module from source at each start, and start-up figures would measure the compiler."""
+    for package in ("host", "sidecar"):
+        compileall.compile_dir(REPO / package, quiet=1)

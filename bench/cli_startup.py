@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stats import median, percentile  # noqa: E402
+from _stats import ensure_bytecode, median, percentile  # noqa: E402
 
 from osprey.testing.model_server import ModelServer, Reply  # noqa: E402
 
@@ -49,6 +49,7 @@ def import_profile(cmd: list[str], env: dict[str, str], top: int = 12) -> None:
 
 
 def main() -> None:
+    ensure_bytecode()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=15)
     args = parser.parse_args()

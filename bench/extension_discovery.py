@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stats import median  # noqa: E402
+from _stats import ensure_bytecode, median  # noqa: E402
 
 DEPTH = 50
 
@@ -67,6 +67,7 @@ def build(root: Path, full: bool, tools_per_layer: int = 1) -> Path:
 
 
 def main() -> None:
+    ensure_bytecode()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=11)
     parser.add_argument("--tools-per-layer", type=int, default=1)

@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stats import median  # noqa: E402
+from _stats import ensure_bytecode, median  # noqa: E402
 
 from osprey.config import load_settings  # noqa: E402
 from osprey.dispatch import ToolServiceHome, make_home  # noqa: E402
@@ -76,6 +76,7 @@ async def first_tool_result(settings: Any, subject: str, server: ModelServer, la
 
 
 async def main() -> None:
+    ensure_bytecode()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lane", action="store_true", help="sandbox lanes instead of the local dispatcher")
     parser.add_argument("--rounds", type=int, default=7)

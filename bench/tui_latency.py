@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stats import median, percentile, time_command  # noqa: E402
+from _stats import ensure_bytecode, median, percentile, time_command  # noqa: E402
 
 from osprey.testing.model_server import ModelServer, Reply  # noqa: E402
 
@@ -182,6 +182,7 @@ def _figures(samples: list[float]) -> str:
 
 
 def main() -> None:
+    ensure_bytecode()
     base = median(time_command([sys.executable, "-c", "pass"], RUNS))
     print(f"python -c pass: {base * 1e3:.1f} ms")
     with tempfile.TemporaryDirectory(prefix="osprey-bench-") as tmp, ModelServer() as server:

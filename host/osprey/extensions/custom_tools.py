@@ -57,12 +57,12 @@ import contextlib
 import json
 import os
 import signal
-import tomllib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import tomli
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError, ToolError, ToolTimeout
@@ -174,8 +174,8 @@ def parse_manifest(data: bytes, *, source: str) -> ToolManifest:
     except UnicodeDecodeError as exc:
         raise ManifestError(f"the manifest is not UTF-8 text (invalid byte at offset {exc.start})", source=source) from None
     try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        document = tomli.loads(text)
+    except tomli.TOMLDecodeError as exc:
         raise ManifestError(f"the manifest is not valid TOML: {exc}", source=source) from None
     try:
         return ToolManifest.model_validate(document)

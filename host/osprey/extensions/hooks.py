@@ -25,12 +25,12 @@ import json
 import os
 import re
 import signal
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import tomli
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError
@@ -198,8 +198,8 @@ def parse_hooks(data: bytes, *, source: str) -> HooksFile:
     except UnicodeDecodeError:
         raise HooksError(f"{source}: the file is not UTF-8 text") from None
     try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        raw = tomli.loads(text)
+    except tomli.TOMLDecodeError as exc:
         raise HooksError(f"{source}: not valid TOML: {_shown(str(exc))}") from None
     try:
         document = _Document.model_validate(raw)

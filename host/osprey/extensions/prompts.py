@@ -65,26 +65,22 @@ def resolve_prompt(layers: list[Layer], env_file: Path | None, cwd: Path, worksp
     nearest_seen = False
     for layer in layers:
         path = layer.root / "SYSTEM.md"
+        if (base_found or nearest_seen) and os.path.lexists(path):
+            # A farther copy is only reported: it is not read.
+            _shadow(report, "system_prompt", path)
+            why = "a nearer replacement prompt applies" if base_found else "the nearest SYSTEM.md could not be read, so the built-in base applies"
+            report.append(Artifact(kind="system_prompt", name="SYSTEM.md", layer=layer.kind, path=str(path), status="shadowed", reason=why))
+            continue
         try:
             data = read_inside(path, layer.boundary, MAX_PROMPT_BYTES)
             if data is None:
                 continue
             text = _text(data)
         except ArtifactError as exc:
-            if base_found or nearest_seen:
-                report.append(Artifact(kind="system_prompt", name="SYSTEM.md", layer=layer.kind, path=str(path), status="shadowed",
-                                       reason=sanitize(str(exc))))
-                continue
             nearest_seen = True  # a nearest file that cannot be read: the built-in base, not a farther one
             reason = sanitize(f"{exc}; the built-in base prompt applies")
             warnings.append(f"{path}: {reason}")
             report.append(Artifact(kind="system_prompt", name="SYSTEM.md", layer=layer.kind, path=str(path), status="skipped", reason=reason))
-            continue
-        if base_found or nearest_seen:
-            _shadow(report, "system_prompt", path)
-            why = "a nearer replacement prompt applies" if base_found else "the nearest SYSTEM.md could not be read, so the built-in base applies"
-            report.append(Artifact(kind="system_prompt", name="SYSTEM.md", layer=layer.kind, path=str(path), status="shadowed",
-                                   digest=sha256(data), reason=why))
             continue
         parts.base = text
         base_found = True
