@@ -38,11 +38,7 @@ class Observer(Interceptor):
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Harness:
-    workspace, home = tmp_path / "ws", tmp_path / "home"
-    workspace.mkdir()
-    home.mkdir()
-    (workspace / "test_calc.py").write_text(PASSING)
-    return Harness(workspace=workspace, home=home)
+    return Harness.under(tmp_path, {"test_calc.py": PASSING})
 
 
 async def drive(harness: Harness, script: list[Any], checkpoint: Checkpoint, *, control: bool = False) -> None:
@@ -237,3 +233,23 @@ async def test_arming_verification_is_recorded_at_once_and_refused_while_working
         await session.close()
     armed = [e for e in harness.events if isinstance(e, Verification)]
     assert armed and armed[-1].armed
+
+
+async def test_compaction_keeps_the_checkpoint_note_in_the_conversation_and_in_its_record(harness: Harness) -> None:
+    from osprey.session.events import Compaction
+    from osprey.sessions.resume import resume_point
+
+    session, provider = await harness.start([text("first answer"), text("the summary")])
+    try:
+        await session.submit("start")
+        assert session.checkpoint is not None
+        session.checkpoint.object("test", "the build is red")
+        note = session.checkpoint.summary_note()
+        assert note
+        await session.compact()
+        [compaction] = harness.of(Compaction)
+        assert compaction.summary == f"the summary\n\n{note}"
+        # What a resumed session rebuilds from the record is what the model now sees.
+        assert resume_point(harness.events).messages == session.messages
+    finally:
+        await session.close()

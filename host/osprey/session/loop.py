@@ -224,10 +224,14 @@ class AgentLoop:
         self.turns += 1
         self.usage = self.usage + turn.usage
         self.emit(UsageEvent(turn=self.turns, usage=turn.usage, total=self.usage))
+        # The checkpoint's note is part of the summary in the record too, so a resumed session's
+        # conversation is the one the model saw.
+        note = self.compaction_note() if self.compaction_note is not None else ""
+        if note:
+            summary = f"{summary}\n\n{note}"
         event = Compaction(turn=self.turns, reason=reason, summary=summary, messages_before=len(self.messages),
                            input_tokens_before=self._last_input_tokens)
-        note = self.compaction_note() if self.compaction_note is not None else ""
-        self.messages[:] = compacted(f"{summary}\n\n{note}" if note else summary)
+        self.messages[:] = compacted(summary)
         self._last_input_tokens = 0
         self.emit(event)
         return event
