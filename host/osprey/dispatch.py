@@ -42,6 +42,7 @@ HEALTH_PROBE_S = 2.0
 STOP_GRACE_S = 2.0
 DISPATCHER_DIR_PREFIX = "osprey-tools-"
 OWNER_FILE = "owner"
+TOKEN_FILE = "token"  # read by the child at its start, then removed
 
 HomeKind = Literal["local", "lane", "attached"]
 
@@ -150,7 +151,7 @@ class LocalDispatcher(ToolServiceHome):
         reap_stale_dispatcher_dirs()
         self.dir = tempfile.mkdtemp(prefix=DISPATCHER_DIR_PREFIX)  # mkdtemp makes it 0700
         socket_path = os.path.join(self.dir, "tools.sock")
-        token_path = os.path.join(self.dir, "token")
+        token_path = os.path.join(self.dir, TOKEN_FILE)
         token = secrets.token_hex(32)
         try:
             Path(self.dir, OWNER_FILE).write_text(owner_record() + "\n")
@@ -186,7 +187,7 @@ class LocalDispatcher(ToolServiceHome):
         except BaseException:
             await self._stop()
             raise
-        os.unlink(os.path.join(os.path.dirname(socket_path), "token"))  # the child has read it; the broker keeps it in memory
+        os.unlink(os.path.join(os.path.dirname(socket_path), TOKEN_FILE))  # the child has read it; the broker keeps it in memory
         self._client.use(self.connection)
 
     async def _wait_ready(self, proc: asyncio.subprocess.Process, socket_path: str, token: str) -> Connection:

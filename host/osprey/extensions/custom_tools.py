@@ -230,7 +230,7 @@ class ProgramRef:
     """Where a manifest's program is.
 
     - `relative`: `command[0]` contains a `/` and is not absolute (`./count.sh`, `bin/tool`,
-      `../shared/tool`): it starts at the manifest directory. A bare name (`count.sh`) is also
+      `../common/tool`): it starts at the manifest directory. A bare name (`count.sh`) is also
       `relative` when a file of that name is in the manifest directory: the manifest directory
       is looked in first.
     - `absolute`: `command[0]` is an absolute path.

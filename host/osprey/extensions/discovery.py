@@ -158,8 +158,8 @@ def _tools(found: Extensions, context: _Context, builtin: Collection[str]) -> No
         if more:
             found.warnings.append(f"{layer.root / 'tools'}: more than {MAX_TOOLS_PER_LAYER} manifests; only the first {MAX_TOOLS_PER_LAYER} by name are read")
         if paths:
-            # Loaded only when there are manifests: it brings jsonschema, which plain sessions never need.
-            from .custom_tools import ManifestError, parse_manifest, program_paths
+            # Loaded only when there are manifests: a session without custom tools never needs it.
+            from .custom_tools import ManifestError, check_name, parse_manifest, program_paths
         for path in paths:
             entry = Artifact(kind="tool", name=path.stem, layer=layer.kind, path=str(path), activation="session_start")
             found.artifacts.append(entry)
@@ -175,8 +175,10 @@ def _tools(found: Extensions, context: _Context, builtin: Collection[str]) -> No
                 continue
             entry.name = manifest.name
             entry.runs = list(manifest.command)
-            if manifest.name in builtin:
-                entry.status, entry.reason = "skipped", f"the name {manifest.name!r} is a built-in tool's, which a custom tool cannot shadow"
+            try:
+                check_name(manifest, builtin, source=str(path))
+            except ManifestError as exc:
+                entry.status, entry.reason = "skipped", sanitize(str(exc))
                 continue
             try:
                 trust, why, pin = context.trust(layer, path, data, program_paths(manifest, path.parent))

@@ -38,10 +38,6 @@ class Layer:
     boundary: Path
     rank: int  # 0 is the nearest
 
-    @property
-    def label(self) -> str:
-        return self.kind
-
     def scope(self, workspace_root: Path) -> str:
         """The trust-pin scope of this layer's executable artifacts."""
         from ..trust import USER_SCOPE

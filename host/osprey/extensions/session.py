@@ -48,13 +48,13 @@ class SessionExtensions:
         self.after = after  # the hooks come right after this interceptor (first when None)
         self.found: Extensions | None = None
         self.reload_pending = False
+        self.wanted: set[str] | None = None  # the toolset's tool names, when one was asked for
         self._hooks: Interceptor | None = None
 
     def load(self) -> Extensions:
         """Discover (again); the toolset asked for must exist (a ToolsetError when it does not)."""
         found = discover(self.settings, {tool.name for tool in self.builtin})
-        if self.toolset is not None:
-            select(found.toolsets, self.toolset, problem=found.toolsets_problem)
+        self.wanted = select(found.toolsets, self.toolset, problem=found.toolsets_problem) if self.toolset is not None else None
         for warning in found.warnings:
             self.warn(warning)
         self.found = found
@@ -62,7 +62,7 @@ class SessionExtensions:
 
     def apply(self, registry: ToolRegistry, interceptors: list[Interceptor]) -> None:
         """The catalogue: the built-in tools (with description overrides) and the active custom
-        tools, narrowed to the toolset; the hooks interceptor first among the interceptors."""
+        tools, narrowed to the toolset; the hooks interceptor right after `after` (first without one)."""
         found = self.found if self.found is not None else self.load()
         tools: dict[str, Tool] = {tool.name: tool for tool in self.builtin}
         if found.tools:
@@ -75,8 +75,8 @@ class SessionExtensions:
                 tools[name] = dataclasses.replace(tools[name], description=text)
             else:
                 self.warn(f"tool-descriptions.toml describes {name!r}, which is not a tool of this session; it is ignored")
-        if self.toolset is not None:
-            wanted = select(found.toolsets, self.toolset, problem=found.toolsets_problem)
+        wanted = self.wanted
+        if wanted is not None:
             for name in sorted(wanted - set(tools)):
                 self.warn(f"the toolset {self.toolset!r} names {name!r}, which is not a tool of this session")
             tools = {name: tool for name, tool in tools.items() if name in wanted}

@@ -16,7 +16,6 @@ after each union. An include cycle stops at the first set seen again.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
 import tomli
@@ -88,7 +87,3 @@ def select(file: ToolsetsFile | None, requested: str, *, problem: str | None = N
         return tools
 
     return resolve(requested, None)
-
-
-def valid_name(name: str) -> bool:
-    return re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name) is not None

@@ -321,12 +321,12 @@ class Session:
         from .stalls import StallDetectors
         from .verification import Checkpoint
 
+        builtin.extend(control_tools(emit=self.emit, ask=self.ask, on_status=self._declared,
+                                     turn=lambda: self.loop.turns if self.loop is not None else 0))
         resume = self.options.resume
         self.checkpoint = Checkpoint.restore(resume.verification) if resume is not None and resume.verification else Checkpoint()
         checkpoint = self.checkpoint
         if not self.options.judgement:
-            builtin.extend(control_tools(emit=self.emit, ask=self.ask, on_status=self._declared,
-                                         turn=lambda: self.loop.turns if self.loop is not None else 0))
             return
         # A front end may pass its own detectors or adjudicator (other settings, another checkpoint).
         given = [i for i in self.interceptors if isinstance(i, StallDetectors)]
@@ -343,8 +343,6 @@ class Session:
 
             self.schema_check = OutputSchemaInterceptor(self.output_schema)
             self.interceptors.append(self.schema_check)
-        builtin.extend(control_tools(emit=self.emit, ask=self.ask, on_status=self._declared,
-                                     turn=lambda: self.loop.turns if self.loop is not None else 0))
 
     def arm_verification(self) -> None:
         """`/verify`: re-arm the verification checkpoint (the next completion needs a passing check)
@@ -568,6 +566,7 @@ class Session:
     async def _work(self, prompt: str) -> TaskResult:
         """The task of one prompt: the interceptors judge the prompt (they may block it or add
         context for the model), then the loop works it."""
+        from .calls import with_context
         from .loop import TaskResult
 
         assert self.loop is not None
@@ -591,7 +590,7 @@ class Session:
                 self.emit(Notice(message=why, level="warning"))
                 return TaskResult(Outcome.ERROR, 0, "", why)
         self._unrecorded_prompt = None
-        self.loop.add_user_message(prompt + "".join(f"\n\n[context] {part}" for part in context))
+        self.loop.add_user_message(with_context(prompt, context))
         return await self.loop.run_task()
 
     def _end_task(self, outcome: Outcome, turns_before: int, final: str, error: str | None) -> TaskEnd:
