@@ -74,6 +74,16 @@ async def wait_gone(tools: ToolClient, pid: int, within: float = GONE_WITHIN_S) 
         await asyncio.sleep(0.1)
 
 
+def executable(directory: Path, name: str, body: str) -> Path:
+    """An executable script `name` in `directory`, from `body` dedented (its first line a `#!`)."""
+    import textwrap
+
+    path = directory / name
+    path.write_text(textwrap.dedent(body).lstrip())
+    path.chmod(0o755)
+    return path
+
+
 def read_pid(path: Path) -> int:
     text = path.read_text()
     assert text.endswith("\n"), f"{path.name} is incomplete"

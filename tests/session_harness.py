@@ -80,6 +80,19 @@ class Harness:
     texts: list[str] = field(default_factory=list)
     session: Session | None = None
 
+    @classmethod
+    def under(cls, tmp_path: Path, files: dict[str, str] | None = None, *, git: bool = False) -> Harness:
+        """A harness with a workspace (`ws`, holding `files`; a git root with `git`) and a home
+        (`home`) under `tmp_path`."""
+        workspace, home = tmp_path / "ws", tmp_path / "home"
+        workspace.mkdir()
+        home.mkdir()
+        if git:
+            (workspace / ".git").mkdir()
+        for name, text in (files or {}).items():
+            (workspace / name).write_text(text)
+        return cls(workspace=workspace, home=home)
+
     def options(self, policy: str, max_turns: int | None, retry: RetrySettings, allow: tuple[str, ...]) -> SessionOptions:
         flags: dict[str, Any] = {"approval_policy": policy}
         if max_turns is not None:

@@ -16,10 +16,7 @@ from osprey.tools.control import MAX_TODO_CHARS, MAX_TODO_ITEMS, NO_ONE_TO_ASK, 
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Harness:
-    workspace, home = tmp_path / "ws", tmp_path / "home"
-    workspace.mkdir()
-    home.mkdir()
-    return Harness(workspace=workspace, home=home)
+    return Harness.under(tmp_path)
 
 
 class RecordingApprover:

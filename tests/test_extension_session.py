@@ -23,10 +23,7 @@ from osprey.testing.model_server import ModelServer, Reply
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Harness:
-    workspace, home = tmp_path / "ws", tmp_path / "home"
-    (workspace / ".git").mkdir(parents=True)
-    home.mkdir()
-    return Harness(workspace=workspace, home=home)
+    return Harness.under(tmp_path, git=True)
 
 
 def session_for(harness: Harness, script: list[Any], **options: Any) -> tuple[Session, FakeProvider]:

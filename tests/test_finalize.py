@@ -28,11 +28,7 @@ BAD = "def add(a, b):\n    return a - b\n"
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Harness:
-    workspace, home = tmp_path / "ws", tmp_path / "home"
-    workspace.mkdir()
-    home.mkdir()
-    (workspace / "test_calc.py").write_text(PASSING)
-    return Harness(workspace=workspace, home=home)
+    return Harness.under(tmp_path, {"test_calc.py": PASSING})
 
 
 async def drive(harness: Harness, script: list[Any], adjudicator: Adjudicator, prompts: tuple[str, ...] = ("Do the task.",)) -> tuple[list[TaskEnd], FakeProvider]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import executable
 from session_harness import Harness, calls, check_stream, text
 
 from osprey.extensions.hooks import (
@@ -32,19 +33,7 @@ PY = sys.executable
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Harness:
-    workspace, home = tmp_path / "ws", tmp_path / "home"
-    workspace.mkdir()
-    home.mkdir()
-    (workspace / "a.txt").write_text("alpha\n")
-    return Harness(workspace=workspace, home=home)
-
-
-def script(directory: Path, name: str, body: str) -> Path:
-    """An executable script in `directory`."""
-    path = directory / name
-    path.write_text(textwrap.dedent(body).lstrip())
-    path.chmod(0o755)
-    return path
+    return Harness.under(tmp_path, {"a.txt": "alpha\n"})
 
 
 def hooks(harness: Harness, toml: str, **kw: Any) -> HooksInterceptor:
@@ -201,7 +190,7 @@ async def test_a_spawn_failure_is_reported(tmp_path: Path) -> None:
 
 
 async def test_pre_tool_use_gets_the_event_on_stdin_as_one_line(harness: Harness) -> None:
-    script(harness.workspace, "record.py", RECORD)
+    executable(harness.workspace, "record.py", RECORD)
     interceptor = hooks(harness, """
         [[hooks.PreToolUse]]
         matcher = "read_file"
@@ -219,7 +208,7 @@ async def test_pre_tool_use_gets_the_event_on_stdin_as_one_line(harness: Harness
 
 
 async def test_exit_2_denies_with_stderr_as_the_reason(harness: Harness) -> None:
-    script(harness.workspace, "guard.sh", """
+    executable(harness.workspace, "guard.sh", """
         #!/bin/sh
         echo "writing is frozen until the release" >&2
         exit 2
@@ -247,7 +236,7 @@ async def test_exit_2_denies_with_stderr_as_the_reason(harness: Harness) -> None
     ("echo '{\"hookSpecificOutput\": {\"permissionDecision\": \"perhaps\"}}'", "not a valid verdict"),
 ])
 async def test_failing_or_malformed_hooks_warn_and_allow(harness: Harness, body: str, warning: str) -> None:
-    script(harness.workspace, "h.sh", "#!/bin/sh\n" + body + "\n")
+    executable(harness.workspace, "h.sh", "#!/bin/sh\n" + body + "\n")
     interceptor = hooks(harness, '[[hooks.PreToolUse]]\n[[hooks.PreToolUse.hooks]]\ncommand = "./h.sh"\n')
     await harness.run([calls(("write_file", {"path": "b.txt", "content": "x"})), text("done")], interceptors=(interceptor,))
     [result] = harness.of(ToolResultEvent)
@@ -280,7 +269,7 @@ class Recording:
 
 
 def verdict_hook(directory: Path, name: str, verdict: dict[str, Any]) -> None:
-    script(directory, name, f"#!/bin/sh\ncat > /dev/null\necho '{json.dumps(verdict)}'\n")
+    executable(directory, name, f"#!/bin/sh\ncat > /dev/null\necho '{json.dumps(verdict)}'\n")
 
 
 async def test_ask_goes_to_the_approver_even_under_never(harness: Harness) -> None:
@@ -344,12 +333,12 @@ async def test_parallel_hooks_combine_deny_over_ask_over_allow(harness: Harness,
 async def test_hooks_of_one_event_run_in_parallel(harness: Harness) -> None:
     # The first hook waits for a file only the second creates: run one after the other, the first
     # would time out (and be reported as a warning).
-    script(harness.workspace, "waiter.sh", """
+    executable(harness.workspace, "waiter.sh", """
         #!/bin/sh
         while [ ! -e go ]; do sleep 0.05; done
         echo '{"hookSpecificOutput": {"additionalContext": "waited"}}'
     """)
-    script(harness.workspace, "starter.sh", "#!/bin/sh\ntouch go\n")
+    executable(harness.workspace, "starter.sh", "#!/bin/sh\ntouch go\n")
     interceptor = hooks(harness, """
         [[hooks.PreToolUse]]
         [[hooks.PreToolUse.hooks]]
@@ -381,7 +370,7 @@ async def test_replaced_input_the_first_hook_in_file_order_wins(harness: Harness
 
 
 async def test_python_hook_rewrites_input_and_adds_context(harness: Harness) -> None:
-    script(harness.workspace, "fix.py", f"""
+    executable(harness.workspace, "fix.py", f"""
         #!{PY}
         import json, sys
         event = json.loads(sys.stdin.readline())
@@ -423,7 +412,7 @@ async def test_post_tool_use_replaces_the_result_or_adds_context(harness: Harnes
 
 
 async def test_post_tool_use_gets_the_result_and_exit_2_makes_it_an_error(harness: Harness) -> None:
-    script(harness.workspace, "post.py", f"""
+    executable(harness.workspace, "post.py", f"""
         #!{PY}
         import json, sys
         event = json.loads(sys.stdin.read())
@@ -445,7 +434,7 @@ async def test_post_tool_use_gets_the_result_and_exit_2_makes_it_an_error(harnes
 
 
 async def test_a_blocking_stop_hook_continues_the_task_with_its_reason(harness: Harness) -> None:
-    script(harness.workspace, "verify.py", f"""
+    executable(harness.workspace, "verify.py", f"""
         #!{PY}
         import json, os, sys
         event = json.loads(sys.stdin.read())
@@ -467,7 +456,7 @@ async def test_a_blocking_stop_hook_continues_the_task_with_its_reason(harness: 
 
 
 async def test_stop_continuations_are_capped_per_task(harness: Harness) -> None:
-    script(harness.workspace, "never.sh", "#!/bin/sh\necho 'not yet' >&2\nexit 2\n")
+    executable(harness.workspace, "never.sh", "#!/bin/sh\necho 'not yet' >&2\nexit 2\n")
     interceptor = hooks(harness, '[[hooks.Stop]]\n[[hooks.Stop.hooks]]\ncommand = "./never.sh"\n')
     session, provider = await harness.start([text(f"answer {n}") for n in range(6)], interceptors=(interceptor,))
     try:
@@ -489,7 +478,7 @@ async def test_stop_continuations_are_capped_per_task(harness: Harness) -> None:
 
 
 async def test_user_prompt_submit_blocks_the_prompt(harness: Harness) -> None:
-    script(harness.workspace, "prompt.sh", """
+    executable(harness.workspace, "prompt.sh", """
         #!/bin/sh
         if grep -q deploy; then echo "no deploys on Fridays" >&2; exit 2; fi
         echo '{"hookSpecificOutput": {"additionalContext": "the branch is release-2"}}'
@@ -517,15 +506,15 @@ async def test_user_prompt_submit_json_block(harness: Harness) -> None:
 
 
 async def test_osprey_plain_stdout_on_a_prompt_is_not_context(harness: Harness) -> None:
-    script(harness.workspace, "p.sh", "#!/bin/sh\necho some log line\n")
+    executable(harness.workspace, "p.sh", "#!/bin/sh\necho some log line\n")
     interceptor = hooks(harness, '[[hooks.UserPromptSubmit]]\n[[hooks.UserPromptSubmit.hooks]]\ncommand = "./p.sh"\n')
     end, provider = await harness.run([text("ok")], prompt="hi", interceptors=(interceptor,))
     assert provider.requests[0].messages[0].content == "hi"  # type: ignore[union-attr]
 
 
 async def test_session_start_end_and_pre_compact_are_observed(harness: Harness) -> None:
-    script(harness.workspace, "record.py", RECORD)
-    script(harness.workspace, "blocker.sh", "#!/bin/sh\necho 'cannot block this' >&2\nexit 2\n")
+    executable(harness.workspace, "record.py", RECORD)
+    executable(harness.workspace, "blocker.sh", "#!/bin/sh\necho 'cannot block this' >&2\nexit 2\n")
     warnings: list[str] = []
     interceptor = hooks(harness, """
         [[hooks.SessionStart]]
@@ -560,7 +549,7 @@ async def test_session_start_end_and_pre_compact_are_observed(harness: Harness) 
 
 
 async def test_pre_compact_matcher_selects_the_trigger(harness: Harness) -> None:
-    script(harness.workspace, "record.py", RECORD)
+    executable(harness.workspace, "record.py", RECORD)
     interceptor = hooks(harness, '[[hooks.PreCompact]]\nmatcher = "auto"\n[[hooks.PreCompact.hooks]]\ncommand = "./record.py"\n')
     session, _ = await harness.start([text("a"), text("summary")], interceptors=(interceptor,))
     try:
@@ -572,7 +561,7 @@ async def test_pre_compact_matcher_selects_the_trigger(harness: Harness) -> None
 
 
 async def test_node_hook_denies(harness: Harness) -> None:
-    script(harness.workspace, "guard.js", """
+    executable(harness.workspace, "guard.js", """
         #!/usr/bin/env node
         let input = "";
         process.stdin.on("data", (c) => (input += c));

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from helpers import executable
 from session_harness import Harness, calls, text
 
 from osprey.cli import main
@@ -24,18 +25,7 @@ PY = sys.executable
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Harness:
-    workspace, home = tmp_path / "ws", tmp_path / "home"
-    workspace.mkdir()
-    home.mkdir()
-    (workspace / "a.txt").write_text("alpha\nbeta\n")
-    return Harness(workspace=workspace, home=home)
-
-
-def script(directory: Path, name: str, body: str) -> Path:
-    path = directory / name
-    path.write_text(textwrap.dedent(body).lstrip())
-    path.chmod(0o755)
-    return path
+    return Harness.under(tmp_path, {"a.txt": "alpha\nbeta\n"})
 
 
 def claude_hooks(harness: Harness, toml: str, **kw: Any) -> HooksInterceptor:
@@ -99,7 +89,7 @@ def test_inputs_map_both_ways() -> None:
 
 
 async def test_a_claude_hook_sees_claude_names_inputs_fields_and_a_transcript(harness: Harness) -> None:
-    script(harness.workspace, "record.py", RECORD)
+    executable(harness.workspace, "record.py", RECORD)
     interceptor = claude_hooks(harness, """
         [[hooks.PreToolUse]]
         matcher = "Write|Edit"
@@ -147,7 +137,7 @@ async def test_a_claude_hook_sees_claude_names_inputs_fields_and_a_transcript(ha
 
 async def test_jq_hook_denies_a_dangerous_bash_command(harness: Harness) -> None:
     # The shape of the guard scripts in Claude Code's documentation.
-    script(harness.workspace, "guard.sh", """
+    executable(harness.workspace, "guard.sh", """
         #!/bin/sh
         cmd=$(jq -r '.tool_input.command')
         case "$cmd" in
@@ -171,7 +161,7 @@ async def test_jq_hook_denies_a_dangerous_bash_command(harness: Harness) -> None
 
 
 async def test_jq_hook_blocks_with_exit_2(harness: Harness) -> None:
-    script(harness.workspace, "protect.sh", """
+    executable(harness.workspace, "protect.sh", """
         #!/bin/sh
         file=$(jq -r '.tool_input.file_path // empty')
         case "$file" in
@@ -188,7 +178,7 @@ async def test_jq_hook_blocks_with_exit_2(harness: Harness) -> None:
 
 async def test_node_hook_updated_input_is_mapped_back(harness: Harness) -> None:
     # Redirect writes into out/: Claude's file_path comes back as Osprey's path.
-    script(harness.workspace, "redirect.js", """
+    executable(harness.workspace, "redirect.js", """
         #!/usr/bin/env node
         const chunks = [];
         process.stdin.on("data", (c) => chunks.push(c));
@@ -218,7 +208,7 @@ async def test_node_hook_updated_input_is_mapped_back(harness: Harness) -> None:
 
 @pytest.mark.parametrize(("decision", "ok"), [("approve", True), ("block", False)])
 async def test_the_older_top_level_decision(harness: Harness, decision: str, ok: bool) -> None:
-    script(harness.workspace, "old.py", f"""
+    executable(harness.workspace, "old.py", f"""
         #!{PY}
         import json, sys
         json.load(sys.stdin)
@@ -233,21 +223,21 @@ async def test_the_older_top_level_decision(harness: Harness, decision: str, ok:
 
 
 async def test_a_claude_matcher_sees_claude_names_only(harness: Harness) -> None:
-    script(harness.workspace, "no.sh", "#!/bin/sh\necho no >&2\nexit 2\n")
+    executable(harness.workspace, "no.sh", "#!/bin/sh\necho no >&2\nexit 2\n")
     interceptor = claude_hooks(harness, '[[hooks.PreToolUse]]\nmatcher = "read_file"\ndialect = "claude"\n[[hooks.PreToolUse.hooks]]\ncommand = "./no.sh"\n')
     await harness.run([calls(("read_file", {"path": "a.txt"})), text("done")], interceptors=(interceptor,))
     assert harness.of(ToolResultEvent)[0].ok
 
 
 async def test_plain_stdout_of_a_prompt_hook_is_context(harness: Harness) -> None:
-    script(harness.workspace, "ctx.sh", "#!/bin/sh\necho \"Current branch: release-2\"\n")
+    executable(harness.workspace, "ctx.sh", "#!/bin/sh\necho \"Current branch: release-2\"\n")
     interceptor = claude_hooks(harness, '[[hooks.UserPromptSubmit]]\ndialect = "claude"\n[[hooks.UserPromptSubmit.hooks]]\ncommand = "./ctx.sh"\n')
     end, provider = await harness.run([text("ok")], prompt="which branch?", interceptors=(interceptor,))
     assert provider.requests[0].messages[0].content == "which branch?\n\n[context] Current branch: release-2"  # type: ignore[union-attr]
 
 
 async def test_a_stop_hook_that_checks_stop_hook_active_continues_once(harness: Harness) -> None:
-    script(harness.workspace, "stop.sh", """
+    executable(harness.workspace, "stop.sh", """
         #!/bin/sh
         if [ "$(jq -r .stop_hook_active)" = "false" ]; then
           echo '{"decision": "block", "reason": "run the tests before you stop"}'
@@ -261,7 +251,7 @@ async def test_a_stop_hook_that_checks_stop_hook_active_continues_once(harness: 
 
 
 async def test_post_tool_use_block_in_claude_dialect(harness: Harness) -> None:
-    script(harness.workspace, "post.sh", """
+    executable(harness.workspace, "post.sh", """
         #!/bin/sh
         if [ "$(jq -r .tool_response.success)" = "true" ]; then
           jq -n '{decision: "block", reason: "lint failed on the written file"}'
@@ -346,7 +336,7 @@ def test_import_claude_failures(tmp_path: Path, content: str | None, message: st
 async def test_imported_hooks_run_the_original_scripts(harness: Harness) -> None:
     hooks_dir = harness.workspace / ".claude" / "hooks"
     hooks_dir.mkdir(parents=True)
-    script(hooks_dir, "guard.sh", """
+    executable(hooks_dir, "guard.sh", """
         #!/bin/sh
         jq -e '.tool_input.command | test("curl")' > /dev/null && { echo "no network from the agent" >&2; exit 2; }
         exit 0

@@ -35,11 +35,7 @@ class Recorder(Interceptor):
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Harness:
-    workspace, home = tmp_path / "ws", tmp_path / "home"
-    workspace.mkdir()
-    home.mkdir()
-    (workspace / "a.txt").write_text("alpha\n")
-    return Harness(workspace=workspace, home=home)
+    return Harness.under(tmp_path, {"a.txt": "alpha\n"})
 
 
 async def test_a_blocked_prompt_ends_the_task_without_asking_the_model_and_stays_out_of_the_conversation(harness: Harness) -> None:

@@ -33,10 +33,7 @@ def schema_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Harness:
-    workspace, home = tmp_path / "ws", tmp_path / "home"
-    workspace.mkdir()
-    home.mkdir()
-    return Harness(workspace=workspace, home=home)
+    return Harness.under(tmp_path)
 
 
 def test_load_reads_and_checks_a_schema(schema_file: Path) -> None:

@@ -38,11 +38,7 @@ class GatedDispatcher(LocalDispatcher):
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Harness:
-    workspace, home = tmp_path / "ws", tmp_path / "home"
-    workspace.mkdir()
-    home.mkdir()
-    (workspace / "notes.txt").write_text("alpha\nbeta\n")
-    return Harness(workspace=workspace, home=home)
+    return Harness.under(tmp_path, {"notes.txt": "alpha\nbeta\n"})
 
 
 async def gated_session(harness: Harness, script: list[Any], failure: str | None = None, trace: Any = None) -> tuple[Session, FakeProvider, GatedDispatcher]:
