@@ -95,7 +95,7 @@ async def main(rounds: int, batches: int) -> None:
     import grpc
 
     from osprey.config import tool_environment
-    from osprey.dispatch import open_tool_service
+    from osprey.toolservice.homes import open_tool_service
     from osprey_sidecar.wire import CHANNEL_OPTIONS
 
     env = tool_environment()

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _stats import median  # noqa: E402
 
-from osprey.dispatch import LocalDispatcher, open_tool_service  # noqa: E402
+from osprey.toolservice.homes import LocalDispatcher, open_tool_service  # noqa: E402
 
 MB = 1024 * 1024
 CONCURRENT = 16

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from osprey.dispatch import open_tool_service
+from osprey.toolservice.homes import open_tool_service
 from osprey_sidecar.search import COUNT_LIMIT
 
 LINE = b"the quick brown fox jumps over the lazy dog 0123456789 abcdefghijklmnopqrstuvwxyz\n"

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _stats import median, percentile  # noqa: E402
 
-from osprey.dispatch import open_tool_service  # noqa: E402
+from osprey.toolservice.homes import open_tool_service  # noqa: E402
 from osprey_sidecar.search import COUNT_LIMIT  # noqa: E402
 
 ROUNDS = 5

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import time
 
-from osprey.lane_image import build_base, docker_client, ensure_image, image_tag
+from osprey.toolservice.images import build_base, docker_client, ensure_image, image_tag
 
 
 def main() -> None:

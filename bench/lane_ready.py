@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _stats import percentile  # noqa: E402
 
 from osprey.config import SandboxSettings  # noqa: E402
-from osprey.dispatch import make_home, open_tool_service  # noqa: E402
-from osprey.lane_image import docker_client, ensure_image  # noqa: E402
-from osprey.lanes import SOCKET_IN_LANE, SOCKET_NAME, lane_run_options, make_socket_dir, remove_socket_dir  # noqa: E402
+from osprey.toolservice.homes import make_home, open_tool_service  # noqa: E402
+from osprey.toolservice.images import docker_client, ensure_image  # noqa: E402
+from osprey.toolservice.lanes import SOCKET_IN_LANE, SOCKET_NAME, lane_run_options, make_socket_dir, remove_socket_dir  # noqa: E402
 
 CALLS = 2000
 LISTENER = (
@@ -91,8 +91,8 @@ async def sidecar_once(client: Any, image: str, workspace: str, name: str) -> fl
     no image check, no lock-down); it is removed afterwards."""
     from docker.models.containers import _create_container_args
 
-    from osprey.toolclient import Connection
-    from osprey.toolclient import accepts_connections as _listening
+    from osprey.toolservice.client import Connection
+    from osprey.toolservice.client import accepts_connections as _listening
 
     socket_dir, token = make_socket_dir(workspace)
     path = str(socket_dir / SOCKET_NAME)

@@ -30,12 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx  # noqa: E402
 
 from osprey.config import load_settings  # noqa: E402
-from osprey.dispatch import LocalDispatcher  # noqa: E402
+from osprey.events import Event, ToolResultEvent  # noqa: E402
 from osprey.render import JsonlWriter  # noqa: E402
 from osprey.session.core import Session, SessionOptions  # noqa: E402
-from osprey.session.events import Event, ToolResultEvent  # noqa: E402
 from osprey.sessions.journal import Journal, journal_path  # noqa: E402
 from osprey.testing.model_server import ModelServer, Reply  # noqa: E402
+from osprey.toolservice.homes import LocalDispatcher  # noqa: E402
 
 FILE = "notes.txt"
 

@@ -18,14 +18,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _stats import median, percentile, time_command  # noqa: E402
 
-from osprey.dispatch import open_tool_service  # noqa: E402
+from osprey.interception import PendingCall  # noqa: E402
 from osprey.policy.approvals import ApprovalPolicy  # noqa: E402
 from osprey.policy.hardline import check  # noqa: E402
 from osprey.policy.shell import simple_commands  # noqa: E402
 from osprey.policy.store import ApprovalStore  # noqa: E402
 from osprey.session.calls import CallPath  # noqa: E402
-from osprey.session.interception import PendingCall  # noqa: E402
 from osprey.tools import ToolContext, ToolRegistry, base_tools  # noqa: E402
+from osprey.toolservice.homes import open_tool_service  # noqa: E402
 
 SHORT = "git status --short"
 MEDIUM = "cd src && python -m pytest -q tests/test_x.py -k 'not slow' 2>&1 | tail -n 40 && git diff --stat"

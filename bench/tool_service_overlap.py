@@ -32,10 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _stats import ensure_bytecode, median  # noqa: E402
 
 from osprey.config import load_settings  # noqa: E402
-from osprey.dispatch import ToolServiceHome, make_home  # noqa: E402
+from osprey.events import Event, ToolResultEvent  # noqa: E402
 from osprey.session.core import Session, SessionOptions  # noqa: E402
-from osprey.session.events import Event, ToolResultEvent  # noqa: E402
 from osprey.testing.model_server import ModelServer, Reply  # noqa: E402
+from osprey.toolservice.homes import ToolServiceHome, make_home  # noqa: E402
 
 LATENCIES_MS = (0, 200, 1000)
 SUBJECTS = ("overlap", "serial", "ready")

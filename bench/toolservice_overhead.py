@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _stats import percentile  # noqa: E402
 
-from osprey.dispatch import open_tool_service  # noqa: E402
+from osprey.toolservice.homes import open_tool_service  # noqa: E402
 from osprey_sidecar.files import read_file  # noqa: E402
 from osprey_sidecar.paths import Roots  # noqa: E402
 

@@ -10,7 +10,7 @@ import pytest
 from homes import HOMES
 
 from osprey.testing.model_server import ModelServer
-from osprey.toolclient import ToolClient
+from osprey.toolservice.client import ToolClient
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from osprey.errors import ToolError
-from osprey.toolclient import ToolClient
+from osprey.toolservice.client import ToolClient
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 def require_docker() -> None:
     """Skip without a Docker engine, except under CI, where its absence is a failure."""
     from osprey.errors import SandboxError
-    from osprey.lane_image import docker_client
+    from osprey.toolservice.images import docker_client
 
     try:
         docker_client().close()

@@ -13,7 +13,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from helpers import require_docker
 
 from osprey.config import SandboxSettings
-from osprey.dispatch import ToolServiceHome, open_tool_service
+from osprey.toolservice.homes import ToolServiceHome, open_tool_service
 
 
 @asynccontextmanager

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from osprey.config import RetrySettings, load_settings
+from osprey.events import Event, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent
 from osprey.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, Usage
 from osprey.session.core import Session, SessionOptions
-from osprey.session.events import Event, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent
 
 FAST_RETRY = RetrySettings(max_retries=3, delays=[0.0], turn_timeout=30)
 

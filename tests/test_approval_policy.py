@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from session_harness import Harness, calls, text
 
+from osprey.events import ToolResultEvent
+from osprey.interception import PendingCall
 from osprey.messages import ToolCall
 from osprey.policy.approvals import ApprovalAnswer, ApprovalPolicy, ApprovalRequest, preset_policy, suggested_rule
 from osprey.policy.rules import Rule
 from osprey.policy.store import ApprovalStore
-from osprey.session.events import ToolResultEvent
-from osprey.session.interception import PendingCall
 from osprey.tools.base import Invocation, Tool, ToolContext, ToolOutcome
 from osprey.tools.builtin import base_tools
 

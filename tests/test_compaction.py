@@ -10,9 +10,9 @@ import pytest
 from session_harness import Harness, calls, check_stream, text
 
 from osprey.errors import ProviderError
-from osprey.messages import AssistantMessage, ModelTurn, ToolCall, Usage, UserMessage
-from osprey.session.events import Compaction, UserMessageEvent
-from osprey.session.loop import COMPACT_SYSTEM, COMPACTED_ACK, COMPACTED_PREFIX, CONTINUE_AFTER_COMPACTION, compacted
+from osprey.events import Compaction, UserMessageEvent
+from osprey.messages import COMPACTED_ACK, COMPACTED_PREFIX, AssistantMessage, ModelTurn, ToolCall, Usage, UserMessage, compacted
+from osprey.session.loop import COMPACT_SYSTEM, CONTINUE_AFTER_COMPACTION
 from osprey.sessions.resume import rebuild_conversation
 
 
@@ -110,8 +110,8 @@ async def test_compact_is_refused_while_a_prompt_is_worked_on(h: Harness) -> Non
 
 async def test_switching_the_model_carries_the_conversation_to_the_new_one(workspace: Path, tmp_path: Path, model_server: Any) -> None:
     from osprey.config import load_settings
+    from osprey.events import Event, ModelSwitch
     from osprey.session.core import Session, SessionOptions
-    from osprey.session.events import Event, ModelSwitch
     from osprey.testing.model_server import Reply
 
     model_server.add(Reply.text("first answer"), Reply.text("second answer"))

@@ -157,8 +157,8 @@ def test_tool_environment_drops_credentials() -> None:
 
 
 async def test_host_commands_do_not_see_credentials(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from osprey.dispatch import open_tool_service
     from osprey.tools.process import ProcessManager
+    from osprey.toolservice.homes import open_tool_service
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak")
     async with open_tool_service([str(workspace)]) as service:

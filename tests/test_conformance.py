@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from helpers import CALL_BOUND_S, fails, process_state, read_pid, wait_gone, write
 
-from osprey.toolclient import ToolClient, dropped_marker
+from osprey.toolservice.client import ToolClient, dropped_marker
 
 # --- helpers ------------------------------------------------------------------------------------
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from session_harness import Harness, calls, check_stream, text
 
+from osprey.events import Question, TaskStatus, TodoList, ToolResultEvent
 from osprey.policy.approvals import ApprovalAnswer, ApprovalRequest
-from osprey.session.events import Question, TaskStatus, TodoList, ToolResultEvent
 from osprey.tools.control import MAX_TODO_CHARS, MAX_TODO_ITEMS, NO_ONE_TO_ASK, control_tools
 
 

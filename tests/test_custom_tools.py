@@ -32,9 +32,9 @@ from osprey.extensions.custom_tools import (
     resolve_program,
 )
 from osprey.extensions.layers import ArtifactError
-from osprey.toolclient import dropped_marker
 from osprey.tools.base import Invocation, Tool, ToolContext, ToolOutcome
 from osprey.tools.builtin import base_tools
+from osprey.toolservice.client import dropped_marker
 
 SPEC_EXAMPLE = b"""
 name = "word_count"

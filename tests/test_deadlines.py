@@ -18,9 +18,9 @@ import pytest
 from helpers import dispatcher_pids, require_docker
 
 from osprey.config import SandboxSettings
-from osprey.dispatch import LaneSupervisor, ToolServiceHome, open_tool_service
 from osprey.errors import ToolTimeout
 from osprey.tools import ToolContext, ToolRegistry, base_tools
+from osprey.toolservice.homes import LaneSupervisor, ToolServiceHome, open_tool_service
 
 
 def context_for(home: ToolServiceHome) -> ToolContext:
@@ -100,7 +100,7 @@ async def test_bash_gets_its_own_timeout_plus_a_grace(local: ToolServiceHome) ->
 
 
 def lane_container(home: ToolServiceHome) -> object:
-    from osprey.lane_image import docker_client
+    from osprey.toolservice.images import docker_client
 
     assert isinstance(home, LaneSupervisor) and home.lane is not None
     return docker_client().containers.get(home.lane.container_id)
@@ -151,7 +151,7 @@ async def test_a_catastrophic_pattern_gets_a_timeout_answer_through_the_service(
     a's backtracks for ever: the search is stopped at its budget and the service answers."""
     import secrets
 
-    from osprey.toolclient import ToolClient
+    from osprey.toolservice.client import ToolClient
     from osprey_sidecar.server import build_server
 
     (workspace / "a.txt").write_text("a" * 40 + "\n")

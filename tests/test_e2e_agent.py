@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
+from osprey.events import AssistantText, Notice, SessionEnd, SessionStart, ToolCallEvent, ToolResultEvent, UsageEvent
 from osprey.messages import Usage
 from osprey.render import JsonlWriter, TerminalRenderer
-from osprey.session.events import AssistantText, Notice, SessionEnd, SessionStart, ToolCallEvent, ToolResultEvent, UsageEvent
 from osprey.testing.model_server import ModelServer, Reply
 from osprey.testing.model_server import ToolCall as Call
 

@@ -16,7 +16,7 @@ import pytest
 from helpers import CALL_BOUND_S, fails, process_state, read_pid, wait_for_file, wait_gone, write
 
 from osprey.errors import ToolError
-from osprey.toolclient import ToolClient, dropped_marker
+from osprey.toolservice.client import ToolClient, dropped_marker
 from osprey_sidecar import wire
 
 
@@ -204,7 +204,7 @@ async def test_calls_run_side_by_side(tools: ToolClient) -> None:
 
 
 async def test_argv0_is_found_on_the_services_path(workspace: Path, tmp_path: Path) -> None:
-    from osprey.dispatch import open_tool_service
+    from osprey.toolservice.homes import open_tool_service
 
     bin_dir = tmp_path / "bin"
     write(bin_dir / "osprey-hello", "#!/bin/sh\necho hello from PATH\n").chmod(0o755)

@@ -16,8 +16,8 @@ from session_harness import FAST_RETRY, FakeProvider, Harness, calls, text
 
 from osprey.config import load_settings
 from osprey.errors import ConfigError
+from osprey.events import Notice
 from osprey.session.core import Session
-from osprey.session.events import Notice
 from osprey.testing.model_server import ModelServer, Reply
 
 

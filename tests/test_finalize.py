@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from session_harness import FakeProvider, Harness, calls, check_stream, text
 
-from osprey.session.events import Notice, TaskEnd, UserMessageEvent, Verification
+from osprey.events import Notice, TaskEnd, UserMessageEvent, Verification
+from osprey.interception import CompletionCandidate
 from osprey.session.finalize import Adjudicator
-from osprey.session.interception import CompletionCandidate
 from osprey.session.verification import Checkpoint
 from osprey.tools.base import ToolOutcome
 from osprey.tools.control import control_tools

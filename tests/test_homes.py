@@ -19,8 +19,8 @@ import pytest
 from helpers import dispatcher_pids, require_docker
 
 from osprey.config import SandboxSettings
-from osprey.dispatch import AttachedLane, LaneSupervisor, LocalDispatcher, ToolServiceHome, make_home, open_tool_service
 from osprey.errors import DispatcherError, SandboxError, ToolError, ToolTimeout
+from osprey.toolservice.homes import AttachedLane, LaneSupervisor, LocalDispatcher, ToolServiceHome, make_home, open_tool_service
 
 
 @pytest.fixture
@@ -200,7 +200,7 @@ async def lane(workspace: Path) -> AsyncIterator[ToolServiceHome]:
 
 
 async def test_a_killed_lane_is_replaced_behind_the_same_client(lane: ToolServiceHome) -> None:
-    from osprey.lane_image import docker_client
+    from osprey.toolservice.images import docker_client
 
     assert isinstance(lane, LaneSupervisor) and lane.lane is not None and lane.kind == "lane"
     client = lane.client

@@ -14,6 +14,7 @@ import pytest
 from helpers import executable
 from session_harness import Harness, calls, check_stream, text
 
+from osprey.events import Notice, SessionEnd, TaskEnd, ToolResultEvent, UserMessageEvent
 from osprey.extensions.hooks import (
     MAX_FILE_BYTES,
     OUTPUT_KEEP_BYTES,
@@ -26,7 +27,6 @@ from osprey.extensions.hooks import (
     run_hook,
 )
 from osprey.policy.approvals import ApprovalAnswer, ApprovalRequest
-from osprey.session.events import Notice, SessionEnd, TaskEnd, ToolResultEvent, UserMessageEvent
 
 PY = sys.executable
 

@@ -17,8 +17,8 @@ from helpers import executable
 from session_harness import Harness, calls, text
 
 from osprey.cli import main
+from osprey.events import Notice, ToolResultEvent, UserMessageEvent
 from osprey.extensions.hooks import HookGroup, HooksInterceptor, claude_tool_input, osprey_tool_input, parse_hooks
-from osprey.session.events import Notice, ToolResultEvent, UserMessageEvent
 
 PY = sys.executable
 

@@ -29,7 +29,7 @@ sys.exit(status)
 # Never wanted by a headless run: the TUI, and the httpx command-line client's rich and pygments.
 NEVER = ("textual", "osprey.tui", "rich", "pygments")
 # Only with --sandbox (docker), a tool manifest (jsonschema), or a bash call the floor parses (tree_sitter).
-NOT_FOR_A_PLAIN_SESSION = ("docker", "osprey.lanes", "osprey.lane_image", "jsonschema", "tree_sitter", "tree_sitter_bash")
+NOT_FOR_A_PLAIN_SESSION = ("docker", "osprey.toolservice.lanes", "osprey.toolservice.images", "jsonschema", "tree_sitter", "tree_sitter_bash")
 
 
 def loaded(env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
@@ -71,7 +71,7 @@ def test_a_one_turn_session_loads_no_heavy_module_it_does_not_use(env: dict[str,
     assert end["type"] == "session_end" and end["final_text"] == "done"
     # It did the real work: a provider, the journal. (gRPC loads once the local dispatcher, started
     # in the background, is up: this session may well end before that.)
-    assert {"httpx", "sqlite3", "osprey.session.core", "osprey.toolclient"} <= modules
+    assert {"httpx", "sqlite3", "osprey.session.core", "osprey.toolservice.client"} <= modules
     assert imported(modules, NEVER) == []
     assert imported(modules, NOT_FOR_A_PLAIN_SESSION) == []
 

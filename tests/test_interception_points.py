@@ -9,8 +9,8 @@ from typing import Any, Literal
 import pytest
 from session_harness import Harness, calls, text
 
-from osprey.session.events import Notice, TaskEnd, ToolResultEvent, UserMessageEvent
-from osprey.session.interception import Interceptor, PendingCall, PromptSubmission, PromptVerdict, Verdict
+from osprey.events import Notice, TaskEnd, ToolResultEvent, UserMessageEvent
+from osprey.interception import Interceptor, PendingCall, PromptSubmission, PromptVerdict, Verdict
 
 
 class Recorder(Interceptor):

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from session_harness import FAST_RETRY, FakeProvider, Harness, calls, check_stream, text
 
+from osprey.events import AssistantText, Event, Notice, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent
 from osprey.messages import AssistantMessage, ToolCall, ToolResultMessage, Usage, UserMessage
 from osprey.session.core import Session
-from osprey.session.events import AssistantText, Event, Notice, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent
 from osprey.sessions import journal as journal_module
 from osprey.sessions.journal import (
     INCOMPLETE_KEY,

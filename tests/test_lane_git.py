@@ -12,8 +12,8 @@ import pytest
 from helpers import require_docker
 
 from osprey.config import SandboxSettings
-from osprey.dispatch import open_tool_service
 from osprey.errors import ToolError
+from osprey.toolservice.homes import open_tool_service
 
 
 def git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

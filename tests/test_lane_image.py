@@ -6,8 +6,8 @@ import docker
 import pytest
 from helpers import require_docker
 
-from osprey import lane_image
-from osprey.lane_image import BASE_TAG, docker_client, ensure_image, image_tag, recipe_hash
+from osprey.toolservice import images as lane_image
+from osprey.toolservice.images import BASE_TAG, docker_client, ensure_image, image_tag, recipe_hash
 
 
 def test_the_recipe_hash_follows_every_input(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,9 +25,9 @@ import pytest
 from helpers import require_docker
 
 from osprey.config import SandboxSettings
-from osprey.dispatch import ToolServiceHome, open_tool_service
 from osprey.errors import DispatcherError, ToolError
-from osprey.toolclient import BashResult, ToolClient
+from osprey.toolservice.client import BashResult, ToolClient
+from osprey.toolservice.homes import ToolServiceHome, open_tool_service
 
 CALL_TIMEOUT_MS = 60_000  # one bash call, bounded generously for a loaded 2-core machine
 NON_ROOT = 1000

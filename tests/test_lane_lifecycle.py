@@ -179,7 +179,7 @@ def finish(proc: subprocess.Popen[str], timeout: float = RUN_TIMEOUT) -> Run:
 
 @pytest.fixture(scope="module")
 def _lane_image() -> str:
-    from osprey.lane_image import docker_client, ensure_image
+    from osprey.toolservice.images import docker_client, ensure_image
 
     client = docker_client()
     try:

@@ -16,8 +16,8 @@ from session_harness import Harness, calls, check_stream, empty, hang, text
 
 from osprey.config import RetrySettings
 from osprey.errors import ProviderError
+from osprey.events import AssistantText, Notice, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent
 from osprey.messages import AssistantMessage, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
-from osprey.session.events import AssistantText, Notice, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent
 from osprey.session.loop import EMPTY_CORRECTION
 
 
@@ -411,7 +411,7 @@ async def test_tool_output_formatting_hints(h: Harness) -> None:
 
 
 async def test_an_unreachable_tool_service_is_an_error_result_not_a_crash(h: Harness, tmp_path: Path) -> None:
-    from osprey.toolclient import ToolClient
+    from osprey.toolservice.client import ToolClient
 
     dead = ToolClient.for_socket(str(tmp_path / "nobody-listens.sock"), token="x")
     session, _ = await h.start([calls(ToolCall(id="c1", name="read_file", arguments={"path": "notes.txt"})), text("the tools are down")])

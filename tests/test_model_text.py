@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from test_e2e_agent import agent, check_stream
 
+from osprey.events import AssistantText, ToolCallEvent
 from osprey.render import JsonlWriter, TerminalRenderer
-from osprey.session.events import AssistantText, ToolCallEvent
 from osprey.testing.model_server import ModelServer, Reply
 
 pytestmark = pytest.mark.e2e
@@ -80,7 +80,7 @@ def test_the_terminal_never_receives_control_sequences_from_a_model_or_a_file() 
     renderer(AssistantText(turn=1, text="hello\x1b[2J\rworld"))
     renderer.text(f"hi{clipboard}")
     renderer(ToolCallEvent(turn=1, id="c", name="bash\x1b[31m", arguments={"command": "cat x"}))
-    from osprey.session.events import ToolResultEvent
+    from osprey.events import ToolResultEvent
 
     renderer(ToolResultEvent(turn=1, id="c", name="bash", ok=True, output=f"line{clipboard}\nnext\x9b2J"))
     shown = out.getvalue()

@@ -11,8 +11,8 @@ import pytest
 from session_harness import Harness, check_stream, text
 
 from osprey.errors import ConfigError
-from osprey.session.events import Notice, UserMessageEvent
-from osprey.session.interception import CompletionCandidate
+from osprey.events import Notice, UserMessageEvent
+from osprey.interception import CompletionCandidate
 from osprey.session.output_schema import MAX_SCHEMA_BYTES, OutputSchema, OutputSchemaInterceptor, StructuredOutputExhausted
 
 SCHEMA = {
@@ -119,7 +119,7 @@ async def test_an_invalid_answer_is_sent_back_with_the_problem(harness: Harness,
 
 async def test_the_fourth_invalid_answer_raises_exhaustion_and_a_new_task_starts_afresh(schema_file: Path) -> None:
     interceptor = OutputSchemaInterceptor(OutputSchema.load(schema_file), instruct=False)
-    from osprey.session.interception import PromptSubmission
+    from osprey.interception import PromptSubmission
 
     assert await interceptor.prompt_submitted(PromptSubmission(text="go", session_id="s")) is None
     bad = CompletionCandidate(turn=1, text="[]", session_id="s")

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from osprey.errors import ToolError
-from osprey.toolclient import ToolClient
+from osprey.toolservice.client import ToolClient
 
 TRIES = 300
 TRIES_IN_PROCESS = 1000  # calls in this process are quick

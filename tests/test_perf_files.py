@@ -20,8 +20,8 @@ import grpc
 import pytest
 from helpers import fails, write
 
-from osprey.dispatch import LocalDispatcher, open_tool_service
-from osprey.toolclient import ToolClient
+from osprey.toolservice.client import ToolClient
+from osprey.toolservice.homes import LocalDispatcher, open_tool_service
 from osprey_sidecar import errors as E
 from osprey_sidecar import files
 from osprey_sidecar._proto import tools_pb2 as pb

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from helpers import require_docker
 
-from osprey import lanes
 from osprey.config import SandboxSettings
-from osprey.dispatch import open_tool_service
-from osprey.lane_image import docker_client
-from osprey.toolclient import accepts_connections
+from osprey.toolservice import lanes
+from osprey.toolservice.client import accepts_connections
+from osprey.toolservice.homes import open_tool_service
+from osprey.toolservice.images import docker_client
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ def test_the_generated_code_is_imported_only_by_the_servicer_side_and_the_client
     host = REPO / "host" / "osprey"
     generated = re.compile(r"osprey_sidecar\._proto\b|from \._proto\b|import _proto\b")
     importers = sorted(str(p.relative_to(host)) for p in host.rglob("*.py") if generated.search(p.read_text()))
-    assert importers == ["toolclient.py", "toolwire.py"], importers
+    assert importers == ["toolservice/client.py", "toolservice/wire.py"], importers
 
 
 def test_wire_constants_exist_once() -> None:
@@ -55,7 +55,7 @@ def test_wire_constants_exist_once() -> None:
 
 
 def test_every_result_has_a_host_model_that_matches_its_message() -> None:
-    from osprey import toolwire
+    from osprey.toolservice import wire as toolwire
     from osprey_sidecar._proto import tools_pb2 as pb
 
     models = {m.wire_message.DESCRIPTOR.full_name: m for m in vars(toolwire).values()
@@ -72,7 +72,7 @@ def test_every_result_has_a_host_model_that_matches_its_message() -> None:
 def test_a_host_model_that_drifts_from_its_message_is_refused() -> None:
     from pydantic import BaseModel
 
-    from osprey.toolwire import WireModel
+    from osprey.toolservice.wire import WireModel
     from osprey_sidecar._proto import tools_pb2 as pb
 
     with pytest.raises(TypeError, match="missing fields \\['truncated'\\]; fields not in the message \\['renamed'\\]; files must be int"):
@@ -96,7 +96,7 @@ def test_a_host_model_that_drifts_from_its_message_is_refused() -> None:
 
 
 def test_results_are_read_from_messages_field_for_field() -> None:
-    from osprey.toolwire import BashResult, ExecResult, GrepResult, ListDirectoryResult
+    from osprey.toolservice.wire import BashResult, ExecResult, GrepResult, ListDirectoryResult
     from osprey_sidecar._proto import tools_pb2 as pb
 
     grep = GrepResult.from_wire(pb.GrepResponse(matches=[pb.GrepMatch(path="a.py", line=3, text="x")], truncated=True, total=9, engine="python"))

@@ -9,7 +9,7 @@ from pathlib import Path
 import docker
 from helpers import require_docker
 
-from osprey.lanes import LABEL
+from osprey.toolservice.lanes import LABEL
 
 
 def osprey(*args: str, **kw) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]

@@ -24,7 +24,7 @@ import pytest
 from test_search_engines import require_rg, write
 
 from osprey.errors import ToolError
-from osprey.toolclient import ToolClient
+from osprey.toolservice.client import ToolClient
 from osprey_sidecar import search
 from osprey_sidecar.errors import ToolFailure
 from osprey_sidecar.paths import Roots

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from session_harness import Harness, calls, check_stream, text
 
+from osprey.events import AssistantText, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent, Verification
+from osprey.interception import CompletionCandidate, Continuation, Interceptor, PendingCall, Verdict
 from osprey.messages import ToolCall, ToolResultMessage, UserMessage
-from osprey.session.events import AssistantText, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UsageEvent, UserMessageEvent, Verification
-from osprey.session.interception import CompletionCandidate, Continuation, Interceptor, PendingCall, Verdict
 from osprey.tools.base import Invocation, Tool, ToolContext, ToolOutcome
 
 

@@ -11,9 +11,9 @@ import pytest
 from session_harness import Harness, calls, check_stream, hang, text
 
 from osprey.errors import ToolError
+from osprey.events import Event
+from osprey.interception import Interceptor, PendingCall, Verdict
 from osprey.messages import AssistantMessage, ToolCall, ToolResultMessage
-from osprey.session.events import Event
-from osprey.session.interception import Interceptor, PendingCall, Verdict
 from osprey.tools.base import Invocation, Tool, ToolContext, ToolOutcome
 
 

@@ -117,8 +117,8 @@ def test_sigkill_leaves_no_process_and_the_next_start_reaps_the_socket_dir(works
 
 
 def test_a_socket_dir_of_a_live_broker_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from osprey.dispatch import OWNER_FILE, reap_stale_dispatcher_dirs
     from osprey.owners import boot_id, pid_namespace
+    from osprey.toolservice.homes import OWNER_FILE, reap_stale_dispatcher_dirs
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
@@ -147,8 +147,8 @@ def test_sigterm_removes_the_lane(workspace: Path, model_server: ModelServer, os
     from helpers import require_docker
 
     require_docker()
-    from osprey.lane_image import docker_client
-    from osprey.lanes import LABEL
+    from osprey.toolservice.images import docker_client
+    from osprey.toolservice.lanes import LABEL
 
     proc, _ = start_slow_bash(workspace, model_server, osprey_env, "--sandbox")
     client = docker_client()

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from session_harness import Harness, calls, check_stream, text
 
+from osprey.events import Advisory, ToolResultEvent
 from osprey.messages import ToolResultMessage
-from osprey.session.events import Advisory, ToolResultEvent
 from osprey.session.stalls import (
     Family,
     StallDetectors,

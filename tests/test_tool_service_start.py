@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from session_harness import FAST_RETRY, FakeProvider, Harness, calls, text
 
-from osprey.dispatch import LocalDispatcher
 from osprey.errors import DispatcherError
+from osprey.events import TaskEnd, ToolCallEvent, ToolResultEvent
 from osprey.messages import ModelRequest, ModelTurn
 from osprey.session.core import Session
-from osprey.session.events import TaskEnd, ToolCallEvent, ToolResultEvent
+from osprey.toolservice.homes import LocalDispatcher
 
 
 class GatedDispatcher(LocalDispatcher):

@@ -12,9 +12,9 @@ import pytest
 from session_harness import FAST_RETRY, FakeProvider, calls, hang, text
 
 from osprey.config import load_settings
+from osprey.events import Event, TaskEnd, ToolResultEvent
 from osprey.messages import ModelRequest, ModelTurn
 from osprey.session.core import Session, SessionOptions
-from osprey.session.events import Event, TaskEnd, ToolResultEvent
 from osprey.tui import commands
 from osprey.tui.app import Hooks, OspreyApp
 from osprey.tui.approval_screen import ApprovalScreen

@@ -19,8 +19,8 @@ from textual.widgets import OptionList
 from osprey.catalog import Catalog, ModelInfo
 from osprey.config import Settings, load_settings
 from osprey.errors import ProviderError
+from osprey.events import Compaction, Event, ModelSwitch, TaskEnd
 from osprey.session.core import Session, SessionOptions
-from osprey.session.events import Compaction, Event, ModelSwitch, TaskEnd
 from osprey.sessions.journal import Journal, journal_path, list_sessions, load_events
 from osprey.sessions.resume import resume_point
 from osprey.tui import commands

@@ -14,8 +14,8 @@ from session_harness import calls, hang, text
 from test_tui import SIZE, TuiRig, notices, started, type_prompt, until
 from textual.widgets import Input
 
+from osprey.events import Advisory, Question, ToolResultEvent, UserMessageEvent, Verification
 from osprey.messages import ModelRequest, ModelTurn, UserMessage
-from osprey.session.events import Advisory, Question, ToolResultEvent, UserMessageEvent, Verification
 from osprey.session.verification import VERIFY_AUDIT_PROMPT
 from osprey.tools.control import NOT_ANSWERED
 from osprey.tui import commands

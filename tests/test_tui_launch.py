@@ -101,12 +101,12 @@ async def test_launch_and_exit_follow_the_spec_order(tmp_path: Path, model_serve
 
 async def test_a_dispatcher_that_cannot_start_stops_the_tui_before_the_agent(tmp_path: Path, model_server: ModelServer,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    import osprey.dispatch
+    import osprey.toolservice.homes
 
     async def broken(self: Any) -> None:
-        raise osprey.dispatch.DispatcherError("the local dispatcher did not start: test")
+        raise osprey.toolservice.homes.DispatcherError("the local dispatcher did not start: test")
 
-    monkeypatch.setattr(osprey.dispatch.LocalDispatcher, "_set_up", broken)
+    monkeypatch.setattr(osprey.toolservice.homes.LocalDispatcher, "_set_up", broken)
     plan = _plan(tmp_path, model_server)
     err = io.StringIO()
 
@@ -122,7 +122,7 @@ async def test_a_dispatcher_that_cannot_start_stops_the_tui_before_the_agent(tmp
 
 async def test_a_dispatcher_that_fails_to_come_up_in_the_background_stops_the_tui(tmp_path: Path, model_server: ModelServer,
                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    import osprey.dispatch
+    import osprey.toolservice.homes
 
     gate = asyncio.Event()
     processes: list[Any] = []
@@ -130,9 +130,9 @@ async def test_a_dispatcher_that_fails_to_come_up_in_the_background_stops_the_tu
     async def held_then_broken(self: Any) -> None:
         processes.append(self.proc)  # the real child process, started by the real set-up
         await gate.wait()
-        raise osprey.dispatch.DispatcherError("the local dispatcher did not start serving: test")
+        raise osprey.toolservice.homes.DispatcherError("the local dispatcher did not start serving: test")
 
-    monkeypatch.setattr(osprey.dispatch.LocalDispatcher, "_come_up", held_then_broken)
+    monkeypatch.setattr(osprey.toolservice.homes.LocalDispatcher, "_come_up", held_then_broken)
     plan = _plan(tmp_path, model_server)
     err = io.StringIO()
     states: list[str] = []
@@ -192,7 +192,7 @@ def _osprey_tui(*args: str, env: dict[str, str]) -> tuple[int, str]:
 def test_resume_refuses_a_recorded_model_that_no_longer_resolves(tmp_path: Path, osprey_env: dict[str, str]) -> None:
     home = Path(osprey_env["OSPREY_HOME"])
     db = journal_path(home)
-    from osprey.session.events import SessionStart
+    from osprey.events import SessionStart
     from osprey.sessions.journal import Journal
 
     journal = Journal(db)

@@ -9,7 +9,7 @@ from textual.app import App, ComposeResult
 from textual.containers import VerticalScroll
 from textual.pilot import Pilot
 
-from osprey.session.events import ToolCallEvent, ToolResultEvent
+from osprey.events import ToolCallEvent, ToolResultEvent
 from osprey.tui.widgets import LIVE_LINES, LIVE_REFRESH, MAX_LIVE_OUTPUT, ToolRow, last_lines
 
 CALL = ToolCallEvent(turn=1, id="c1", name="bash", arguments={"command": "make -j8"})

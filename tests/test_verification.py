@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from session_harness import Harness, calls, check_stream, text
 
-from osprey.session.events import ToolResultEvent, Verification
-from osprey.session.interception import Interceptor, PendingCall
+from osprey.events import ToolResultEvent, Verification
+from osprey.interception import Interceptor, PendingCall
 from osprey.session.verification import Checkpoint, verification_command
 from osprey.tools.base import ToolOutcome
 from osprey.tools.control import control_tools
@@ -220,7 +220,7 @@ def test_which_commands_are_verification_commands(command: str, verifies: bool) 
 
 
 async def test_arming_verification_is_recorded_at_once_and_refused_while_working(harness: Harness) -> None:
-    from osprey.session.events import Verification
+    from osprey.events import Verification
 
     session, gate, task = await harness.working()
     try:
@@ -236,7 +236,7 @@ async def test_arming_verification_is_recorded_at_once_and_refused_while_working
 
 
 async def test_compaction_keeps_the_checkpoint_note_in_the_conversation_and_in_its_record(harness: Harness) -> None:
-    from osprey.session.events import Compaction
+    from osprey.events import Compaction
     from osprey.sessions.resume import resume_point
 
     session, provider = await harness.start([text("first answer"), text("the summary")])

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from osprey.errors import ToolError
-from osprey.toolclient import ToolClient
+from osprey.toolservice.client import ToolClient
 
 CALL_BOUND_S = 20.0
 # A regression guard, not a benchmark: the backtracking matcher took ~11 s here.

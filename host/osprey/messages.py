@@ -77,6 +77,16 @@ class ModelTurn(BaseModel):
     stop_reason: str = ""
 
 
+COMPACTED_PREFIX = "[The conversation so far was compacted. Summary of it:]\n\n"
+COMPACTED_ACK = "Understood. I will go on from this summary."
+
+
+def compacted(summary: str) -> list[Message]:
+    """The conversation that replaces a compacted one: the summary as the user's, and the
+    assistant's acknowledgement."""
+    return [UserMessage(content=COMPACTED_PREFIX + summary), AssistantMessage(text=COMPACTED_ACK)]
+
+
 # A JSON string may escape half a surrogate pair ("\\ud83d", half an emoji), which models do
 # send; such a str cannot be encoded as UTF-8, so nothing downstream could write it.
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")

@@ -7,8 +7,8 @@ import re
 import sys
 from typing import TextIO
 
+from .events import AssistantText, Compaction, Event, Notice, SessionEnd, SessionStart, ToolCallEvent, ToolResultEvent
 from .messages import scrub
-from .session.events import AssistantText, Compaction, Event, Notice, SessionEnd, SessionStart, ToolCallEvent, ToolResultEvent
 
 PREVIEW_LINES = 8
 # Control characters from a model or a file (escape sequences among them) could move the cursor,

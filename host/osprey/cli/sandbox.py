@@ -1,4 +1,4 @@
-"""`osprey sandbox build|status|prune`: lane images and lanes. The work happens in lanes.py."""
+"""`osprey sandbox build|status|prune`: lane images and lanes. The work happens in toolservice/lanes.py."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def sandbox() -> None:
 def build(force: bool, base_image: str | None, quiet: bool, compose_env: bool) -> None:
     """Build the lane image (and, once, its Debian base) unless it is already there."""
     from ..errors import OspreyError
-    from ..lane_image import docker_client, ensure_broker_image, ensure_image
+    from ..toolservice.images import docker_client, ensure_broker_image, ensure_image
 
     try:
         settings = _settings(base_image)
@@ -55,8 +55,8 @@ def build(force: bool, base_image: str | None, quiet: bool, compose_env: bool) -
 def status() -> None:
     """List lanes (live and orphaned) and whether the current lane image is built."""
     from ..errors import OspreyError
-    from ..lane_image import docker_client, image_tag
-    from ..lanes import list_lanes
+    from ..toolservice.images import docker_client, image_tag
+    from ..toolservice.lanes import list_lanes
 
     try:
         settings = _settings()
@@ -81,7 +81,7 @@ def status() -> None:
 
 
 def _have_base(client, settings) -> bool:
-    from ..lane_image import BASE_TAG, _image_exists
+    from ..toolservice.images import BASE_TAG, _image_exists
 
     return _image_exists(client, settings.sandbox.base_image or BASE_TAG)
 
@@ -91,8 +91,8 @@ def _have_base(client, settings) -> bool:
 def prune(images: bool) -> None:
     """Remove lanes whose owner process is gone (each start does this too)."""
     from ..errors import OspreyError
-    from ..lane_image import docker_client, prune_images
-    from ..lanes import reap_orphans
+    from ..toolservice.images import docker_client, prune_images
+    from ..toolservice.lanes import reap_orphans
 
     try:
         client = docker_client()

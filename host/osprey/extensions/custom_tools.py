@@ -347,7 +347,7 @@ def _join(head: bytes, dropped: int, tail: bytes) -> str:
     """A stream as text (invalid UTF-8 replaced), with the ToolService's marker where bytes were dropped."""
     if not dropped:
         return (head + tail).decode("utf-8", "replace")
-    from ..toolwire import dropped_marker
+    from ..toolservice.wire import dropped_marker
 
     return (head + dropped_marker(dropped).encode() + tail).decode("utf-8", "replace")
 

@@ -34,7 +34,7 @@ import tomli
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError
-from ..session.interception import (
+from ..interception import (
     CompletionCandidate,
     Continuation,
     Interceptor,
@@ -45,8 +45,8 @@ from ..session.interception import (
 )
 
 if TYPE_CHECKING:
+    from ..events import Event, SessionEnd, SessionStart
     from ..messages import Message
-    from ..session.events import Event, SessionEnd, SessionStart
     from ..tools.base import ToolOutcome
 
 EventName = Literal["PreToolUse", "PostToolUse", "Stop", "SessionStart", "SessionEnd", "UserPromptSubmit", "PreCompact"]
@@ -691,7 +691,7 @@ class HooksInterceptor(Interceptor):
         return env
 
     def _notice(self, message: str, level: Literal["info", "warning"] = "info") -> None:
-        from ..session.events import Notice
+        from ..events import Notice
 
         self.emit(Notice(message=message, level=level))
 

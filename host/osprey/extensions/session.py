@@ -13,8 +13,8 @@ from .toolsets import select
 
 if TYPE_CHECKING:
     from ..config import Settings
+    from ..interception import Interceptor
     from ..messages import Message
-    from ..session.interception import Interceptor
     from ..tools.base import Tool, ToolRegistry
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from ..session.interception import Interceptor, PendingCall, Verdict
+from ..interception import TRUSTED_READ_ONLY, Interceptor, PendingCall, Verdict
 
 if TYPE_CHECKING:
     from ..tools.base import ToolOutcome
@@ -195,8 +195,6 @@ class ApprovalPolicy(Interceptor):
             rule = self.covering_rule(call, saved=False)
             if rule is not None:
                 return Verdict.allow(self.name, f"allowed by --allow {rule}")
-            from ..tools.builtin import TRUSTED_READ_ONLY
-
             return Verdict.deny(self.name, (
                 f"denied by the approval policy deny-untrusted: only the trusted read-only tools ({', '.join(TRUSTED_READ_ONLY)}) "
                 "run without approval. Work with those tools; the user can pre-approve calls with --allow RULE, or rerun with --yolo."

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..session.interception import Interceptor, PendingCall, Verdict
+from ..interception import Interceptor, PendingCall, Verdict
 
 
 def shell_command(name: str, arguments: Mapping[str, Any]) -> str | None:

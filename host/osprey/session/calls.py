@@ -12,12 +12,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..events import Event, ToolCallEvent, ToolResultEvent
+from ..interception import Interceptor, PendingCall, Verdict
 from ..messages import Message, ToolCall, ToolResultMessage
 from ..policy.approvals import ApprovalAnswer, ApprovalPolicy, ApprovalRequest, Approver, HeadlessApprover, suggested_rule
 from ..policy.floor import HardlineFloor
 from ..tools.base import ToolContext, ToolRegistry
-from .events import Event, ToolCallEvent, ToolResultEvent
-from .interception import Interceptor, PendingCall, Verdict
 
 CANCELLED_TEXT = "Error (cancelled): the user interrupted this call before it finished."
 
@@ -203,7 +203,7 @@ class CallPath:
         return Verdict.allow("approver")
 
     def emit_notice(self, message: str, level: str = "warning") -> None:
-        from .events import Notice
+        from ..events import Notice
 
         self.emit(Notice(message=message, level=level))
 

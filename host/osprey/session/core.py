@@ -18,21 +18,21 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import Settings
 from ..errors import ConfigError
+from ..events import Compaction, Event, ModelSwitch, Notice, SessionEnd, SessionStart, TaskEnd
+from ..interception import Interceptor, PromptSubmission
 from ..messages import Message, ToolSpec, Usage
+from ..outcomes import Outcome, exit_status
 from ..policy.approvals import ApprovalPolicy, Approver, HeadlessApprover
 from ..sessions.resume import ResumePoint
-from .events import Compaction, Event, ModelSwitch, Notice, SessionEnd, SessionStart, TaskEnd
-from .interception import Interceptor, PromptSubmission
-from .outcomes import Outcome, exit_status
 
 if TYPE_CHECKING:
     import httpx
 
-    from ..dispatch import ToolServiceHome
     from ..extensions.session import SessionExtensions
     from ..providers.base import Provider, TextSink
     from ..sessions.journal import Journal
     from ..tools.base import ToolRegistry
+    from ..toolservice.homes import ToolServiceHome
     from .loop import AgentLoop, TaskResult
     from .output_schema import OutputSchema, OutputSchemaInterceptor
     from .verification import Checkpoint
@@ -236,9 +236,9 @@ class Session:
 
     async def _build(self) -> None:
         from ..config import settings_tool_environment
-        from ..dispatch import make_home
         from ..policy.store import ApprovalStore
         from ..tools import ToolContext, ToolRegistry, base_tools
+        from ..toolservice.homes import make_home
         from .calls import CallPath
         from .loop import AgentLoop
 

@@ -34,8 +34,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .events import Event, Notice
-from .interception import CompletionCandidate, Continuation, Interceptor, PendingCall, PromptSubmission, PromptVerdict
+from ..events import Event, Notice
+from ..interception import CompletionCandidate, Continuation, Interceptor, PendingCall, PromptSubmission, PromptVerdict
 from .verification import Checkpoint
 
 if TYPE_CHECKING:

@@ -10,12 +10,12 @@ from typing import Literal
 
 from ..config import RetrySettings
 from ..errors import ProviderError
-from ..messages import AssistantMessage, Message, ModelRequest, ModelTurn, ToolSpec, Usage, UserMessage
+from ..events import AssistantText, Compaction, Event, Notice, UsageEvent, UserMessageEvent
+from ..interception import CompletionCandidate, Continuation, Interceptor
+from ..messages import AssistantMessage, Message, ModelRequest, ModelTurn, ToolSpec, Usage, UserMessage, compacted
+from ..outcomes import Outcome
 from ..providers.base import Provider, TextSink
 from .calls import CallPath
-from .events import AssistantText, Compaction, Event, Notice, UsageEvent, UserMessageEvent
-from .interception import CompletionCandidate, Continuation, Interceptor
-from .outcomes import Outcome
 from .output_schema import StructuredOutputExhausted
 
 COMPACT_SYSTEM = """\
@@ -25,8 +25,6 @@ changed and created, with paths; commands run and their outcomes); the current s
 anything failing and why; decisions made and why; what remains to do, in order. Keep exact paths,
 names, commands and error messages. Write it as notes to yourself; no preamble."""
 COMPACT_REQUEST = "Summarise the conversation so far as your instructions say."
-COMPACTED_PREFIX = "[The conversation so far was compacted. Summary of it:]\n\n"
-COMPACTED_ACK = "Understood. I will go on from this summary."
 CONTINUE_AFTER_COMPACTION = "Continue the task from where the summary leaves off."
 # Auto compaction starts when the last model turn used this share of the context window.
 AUTO_COMPACT_AT = 0.8
@@ -71,11 +69,6 @@ async def run_turn(provider: Provider, request: ModelRequest, retry: RetrySettin
                 wait = f"{delay:g} s, as the server asked" if exc.retry_after is not None else f"{delay:g} s"
                 notify(f"retrying the model request in {wait} (retry {attempt} of {retry.max_retries}): {exc}")
             await asyncio.sleep(delay)
-
-
-def compacted(summary: str) -> list[Message]:
-    """The conversation that replaces a compacted one."""
-    return [UserMessage(content=COMPACTED_PREFIX + summary), AssistantMessage(text=COMPACTED_ACK)]
 
 
 @dataclass

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, OspreyError
-from .interception import CompletionCandidate, Continuation, Interceptor, PromptSubmission, PromptVerdict
+from ..interception import CompletionCandidate, Continuation, Interceptor, PromptSubmission, PromptVerdict
 
 MAX_SCHEMA_BYTES = 1024 * 1024
 MAX_ANSWER_CHARS = 4 * 1024 * 1024

@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .events import Advisory, Event
-from .interception import Interceptor, PendingCall, PromptSubmission, PromptVerdict, Verdict
+from ..events import Advisory, Event
+from ..interception import Interceptor, PendingCall, PromptSubmission, PromptVerdict, Verdict
 
 if TYPE_CHECKING:
     from ..tools.base import ToolOutcome

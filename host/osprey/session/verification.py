@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .events import Verification
+from ..events import Verification
 
 if TYPE_CHECKING:
     from ..tools.base import ToolOutcome

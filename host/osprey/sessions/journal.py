@@ -48,8 +48,8 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel
 
 from ..errors import OspreyError
+from ..events import Event
 from ..messages import scrub
-from ..session.events import Event
 
 DB_NAME = "sessions.db"
 SCHEMA_VERSION = 1

@@ -7,9 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..messages import AssistantMessage, Message, ToolCall, ToolResultMessage, Usage, UserMessage
-from ..session.events import Event
-from ..session.loop import compacted
+from ..events import Event
+from ..messages import AssistantMessage, Message, ToolCall, ToolResultMessage, Usage, UserMessage, compacted
 
 ENDED_TEXT = "Error (cancelled): the session ended before this call finished; its effects, if any, are unknown."
 

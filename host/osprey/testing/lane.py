@@ -57,8 +57,8 @@ class TestLane:
     def start(self) -> TestLane:
         from testcontainers.core.container import DockerContainer
 
-        from ..lane_image import docker_client, ensure_image
-        from ..lanes import SOCKET_NAME, lane_run_options, lock_down, make_socket_dir, reap_orphans
+        from ..toolservice.images import docker_client, ensure_image
+        from ..toolservice.lanes import SOCKET_NAME, lane_run_options, lock_down, make_socket_dir, reap_orphans
 
         client = docker_client()
         reap_orphans(client)
@@ -105,7 +105,7 @@ class TestLane:
         return self
 
     def stop(self) -> None:
-        from ..lanes import remove_socket_dir
+        from ..toolservice.lanes import remove_socket_dir
 
         if self.container is not None:
             container, self.container = self.container, None

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import DispatcherError, OspreyError, ToolError, ToolTimeout
 from ..messages import ToolSpec
-from ..toolclient import ToolClient
+from ..toolservice.client import ToolClient
 
 
 class ToolInput(BaseModel):

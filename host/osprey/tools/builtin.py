@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from ..interception import TRUSTED_READ_ONLY
 from .base import Invocation, RunFunction, Tool, ToolContext, ToolInput, ToolOutcome
-
-# The read-only built-ins the approval policies trust by name.
-TRUSTED_READ_ONLY = ("read_file", "find_files", "grep", "list_directory", "tree")
 
 
 class ReadFileInput(ToolInput):

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ..session.events import Event, Question, TaskStatus, TodoList
+from ..events import Event, Question, TaskStatus, TodoList
 from .base import Invocation, Tool, ToolContext, ToolInput, ToolOutcome
 
 MAX_TODO_ITEMS = 100

@@ -26,9 +26,7 @@ from textual.widgets import Markdown, Static
 from ..catalog import Catalog, ModelInfo, estimated_cost, initial_catalog
 from ..config import Settings
 from ..errors import OspreyError
-from ..policy.approvals import ApprovalAnswer, ApprovalRequest
-from ..session.core import Session
-from ..session.events import (
+from ..events import (
     Advisory,
     AssistantText,
     Compaction,
@@ -46,6 +44,8 @@ from ..session.events import (
     UserMessageEvent,
     Verification,
 )
+from ..policy.approvals import ApprovalAnswer, ApprovalRequest
+from ..session.core import Session
 from ..sessions.journal import SessionRow, find_session, list_sessions, load_events
 from . import commands
 from .approval_screen import ApprovalScreen

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from ..config import Settings
-    from ..dispatch import ToolServiceHome
+    from ..toolservice.homes import ToolServiceHome
     from .app import Hooks, OspreyApp, Resume
 
 PROVIDERS = ("openai", "anthropic")
@@ -122,7 +122,7 @@ async def launch(plan: Launch, *, run: RunApp | None = None, stderr: TextIO | No
         out.flush()
     try:
         if settings.sandbox.enabled:
-            from ..dispatch import make_home
+            from ..toolservice.homes import make_home
 
             # The lane comes up in the background while the app draws and the person types; the
             # first tool call waits for it, and a lane that fails to start stops the TUI.

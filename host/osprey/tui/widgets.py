@@ -16,7 +16,7 @@ from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import Collapsible, Markdown, Static, TextArea
 
-from ..session.events import Question, ToolCallEvent, ToolResultEvent
+from ..events import Question, ToolCallEvent, ToolResultEvent
 from . import commands
 from .transcript import PromptHistory, edit_diff, format_arguments
 

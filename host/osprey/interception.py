@@ -15,8 +15,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from ..tools.base import Tool, ToolOutcome
     from .events import SessionEnd, SessionStart
+    from .tools.base import Tool, ToolOutcome
+
+
+# The read-only built-in tools the approval policies trust by name.
+TRUSTED_READ_ONLY = ("read_file", "find_files", "grep", "list_directory", "tree")
 
 
 @dataclass

@@ -10,7 +10,7 @@ place (`make_home`).
 
 Each home has one `client` for its whole life. Recovery lives in the home's `recover`, and the
 client calls it by itself after a call finds the service unreachable or stuck (see
-`toolclient.py`); after a replacement the same client talks to the new service.
+`client.py`); after a replacement the same client talks to the new service.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Self
 
-from .errors import DispatcherError, SandboxError
-from .owners import owner_gone, owner_record
-from .toolclient import Connection, ToolClient, accepts_connections
+from ..errors import DispatcherError, SandboxError
+from ..owners import owner_gone, owner_record
+from .client import Connection, ToolClient, accepts_connections
 
 if TYPE_CHECKING:
-    from .config import SandboxSettings
+    from ..config import SandboxSettings
     from .lanes import Lane
 
 READY_DEADLINE_S = 10.0
@@ -146,7 +146,7 @@ class LocalDispatcher(ToolServiceHome):
 
     async def _set_up(self) -> None:
         """Its private directory, token and process (fails at once when they cannot be made)."""
-        from .config import tool_environment
+        from ..config import tool_environment
 
         reap_stale_dispatcher_dirs()
         self.dir = tempfile.mkdtemp(prefix=DISPATCHER_DIR_PREFIX)  # mkdtemp makes it 0700
@@ -299,7 +299,7 @@ def _retrieve(start: asyncio.Future[None]) -> None:
 
 def reap_stale_dispatcher_dirs() -> list[str]:
     """Remove socket dirs of local dispatchers whose broker is gone (killed without teardown)."""
-    from .config import read_no_follow
+    from ..config import read_no_follow
 
     removed: list[str] = []
     base = tempfile.gettempdir()

@@ -1,14 +1,14 @@
 """ToolClient: the broker's one way to call the ToolService, wherever it is served.
 
 A client talks through a `Connection` (one gRPC channel to one service, with its token), which
-belongs to the home serving it (`dispatch.py`). Recovery works like a transport's retry policy,
+belongs to the home serving it (`homes.py`). Recovery works like a transport's retry policy,
 in one place: when a call finds the service unreachable (`DispatcherError`) or stuck (its
 deadline passed: `ToolTimeout`), the client asks its home to `recover` once (a home may replace
 itself and point the client at a new connection) and re-raises the same error with `recovery`
 saying what happened. The call is never repeated on its own: the model decides what to do.
 
-This module and `toolwire.py` are the host's only importers of the generated protobuf code;
-callers see the pydantic results of `toolwire.py`.
+This module and `wire.py` are the host's only importers of the generated protobuf code;
+callers see the pydantic results of `wire.py`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from osprey_sidecar import wire
 
-from . import lazy
-from .errors import DispatcherError, OspreyError, ToolError, ToolTimeout
+from .. import lazy
+from ..errors import DispatcherError, OspreyError, ToolError, ToolTimeout
 
 # gRPC's C core logs connection teardown at INFO on stderr, which would mix into
 # a user's terminal; keep its errors only unless the user asked for more.
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from osprey_sidecar._proto import tools_pb2 as pb
     from osprey_sidecar._proto import tools_pb2_grpc as pb_grpc
 
-    from . import toolwire
-    from .toolwire import (
+    from . import wire as toolwire
+    from .wire import (
         BashResult,
         EditFileResult,
         ExecResult,
@@ -56,9 +56,9 @@ else:
     health_pb2_grpc = lazy.module("grpc_health.v1.health_pb2_grpc")
     pb = lazy.module("osprey_sidecar._proto.tools_pb2")
     pb_grpc = lazy.module("osprey_sidecar._proto.tools_pb2_grpc")
-    toolwire = lazy.module("osprey.toolwire")
+    toolwire = lazy.module("osprey.toolservice.wire")
 
-# The results are part of this module's API (`from osprey.toolclient import BashResult`).
+# The results are part of this module's API (`from osprey.toolservice.client import BashResult`).
 _RESULTS = ("BashResult", "CapturedOutput", "DirEntry", "EditFileResult", "ExecResult", "FindFilesResult", "GrepMatch",
             "GrepResult", "ListDirectoryResult", "ReadFileResult", "TreeResult", "WriteFileResult", "dropped_marker")
 

@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import SandboxSettings, read_no_follow, size_bytes
-from .errors import SandboxError
-from .lane_image import Progress, _quiet, _short, docker_client, ensure_image
-from .owners import boot_id, pid_alive, pid_namespace
-from .toolclient import Connection, accepts_connections
+from ..config import SandboxSettings, read_no_follow, size_bytes
+from ..errors import SandboxError
+from ..owners import boot_id, pid_alive, pid_namespace
+from .client import Connection, accepts_connections
+from .images import Progress, _quiet, _short, docker_client, ensure_image
 
 LABEL = "osprey.lane"
 SOCKET_IN_LANE = "/run/osprey"

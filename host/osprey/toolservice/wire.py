@@ -9,7 +9,7 @@ model whose fields differ from its message's fails when this module is imported.
 declared rather than built from the descriptors at run time so that callers and type checkers
 see real attributes; the import-time check keeps the two from drifting apart.
 
-Only this module and `toolclient.py` (requests, the stub) import the generated code on the host.
+Only this module and `client.py` (requests, the stub) import the generated code on the host.
 """
 
 from __future__ import annotations

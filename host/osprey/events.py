@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..messages import Usage
+from .messages import Usage
 
 
 def _now() -> float:

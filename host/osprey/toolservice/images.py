@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import SandboxError
+from ..errors import SandboxError
 
 LANE_REPOSITORY = "osprey-lane"
 BASE_TAG = "osprey-base:bookworm"
@@ -41,7 +41,7 @@ def _quiet(_: str) -> None:
 def repo_file(*parts: str) -> Path:
     """A file of the source checkout or of the installed share dir (the Dockerfile, images/)."""
     here = Path(__file__).resolve()
-    for root in (here.parents[2], Path(sys.prefix) / "share" / "osprey"):
+    for root in (here.parents[3], Path(sys.prefix) / "share" / "osprey"):
         candidate = root.joinpath(*parts)
         if candidate.exists():
             return candidate
@@ -215,7 +215,7 @@ def _build_context(context: Path, python_version: str, home: Path | None, progre
     for wheel in wheels:
         shutil.copy2(wheel, context / "wheels" / wheel.name)
     if broker:
-        shutil.copytree(Path(__file__).resolve().parent, context / "host" / "osprey", ignore=ignore)
+        shutil.copytree(_host_dir(), context / "host" / "osprey", ignore=ignore)
         (context / "broker-wheels").mkdir()
         for wheel in cached_wheels(home, python_version, broker_pins(), progress):
             shutil.copy2(wheel, context / "broker-wheels" / wheel.name)
@@ -316,15 +316,20 @@ def broker_pins() -> list[str]:
     return pins
 
 
+def _host_dir() -> Path:
+    """The `osprey` package's folder (this module lives in its `toolservice` package)."""
+    return Path(__file__).resolve().parents[1]
+
+
 def _host_files() -> list[Path]:
-    root = Path(__file__).resolve().parent
+    root = _host_dir()
     return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
 
 
 def ensure_broker_image(client: Any, lane_tag: str, *, force: bool = False, progress: Progress = _quiet, home: Path | None = None) -> str:
     """The headless broker image compose.yaml runs: `osprey` on top of the lane image."""
     h = hashlib.sha256(f"broker {RECIPE_VERSION}\n{lane_tag}\n".encode() + "\n".join(broker_pins()).encode())
-    _hash_files(h, Path(__file__).resolve().parent, _host_files())  # the broker's code is part of what the tag names
+    _hash_files(h, _host_dir(), _host_files())  # the broker's code is part of what the tag names
     tag = f"{BROKER_REPOSITORY}:{h.hexdigest()[:16]}"
     if not force and _image_exists(client, tag):
         return tag
