@@ -1,11 +1,17 @@
-"""The events a session emits: the JSON Lines schema of `osprey agent` (see docs/events.md)."""
+"""The events a session emits: the JSON Lines schema of `osprey agent` (see docs/events.md).
+
+`AnyEvent` is the discriminated union of every event type: the journal writes events and
+`parse_event` reads them back (resume, `osprey sessions`, the TUI's replay), so a recorded event
+is the same typed object as the live one. A child session's events (a subagent's) carry its
+`agent_id` and its parent's session id as `parent_id`; a lead session's leave both out.
+"""
 
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .messages import Usage
 
@@ -14,9 +20,20 @@ def _now() -> float:
     return round(time.time(), 3)
 
 
+def _absent(value: object) -> bool:
+    return value is None
+
+
 class Event(BaseModel):
+    # A recorded event may carry keys the journal added (a cut string's marker, an incomplete
+    # record's notice); they are kept, never an error.
+    model_config = ConfigDict(extra="allow")
+
     type: str
     ts: float = Field(default_factory=_now)
+    # Set on the events of a child session: its own id, and the session that started it.
+    agent_id: str | None = Field(None, exclude_if=_absent)
+    parent_id: str | None = Field(None, exclude_if=_absent)
 
 
 class SessionStart(Event):
@@ -54,6 +71,9 @@ class ToolCallEvent(Event):
     id: str
     name: str
     arguments: dict[str, Any]
+    # "user": the person ran this call from a front end (`/diff`), not the model; it is not part of
+    # the conversation.
+    requested_by: Literal["user"] | None = Field(None, exclude_if=_absent)
 
 
 class ToolResultEvent(Event):
@@ -66,6 +86,7 @@ class ToolResultEvent(Event):
     output: str
     truncated_chars: int = 0
     duration_ms: int = 0
+    requested_by: Literal["user"] | None = Field(None, exclude_if=_absent)
 
 
 class Compaction(Event):
@@ -175,3 +196,44 @@ class SessionEnd(_Ending):
     """The session is over: the last task's outcome and exit status, the session's turns and usage."""
 
     type: Literal["session_end"] = "session_end"
+
+
+class UnknownEvent(Event):
+    """A recorded event of a type this version does not know, or one that no longer validates (a
+    record cut short, a newer Osprey's): read back as it is, and shown as nothing."""
+
+
+AnyEvent = Annotated[
+    SessionStart | UserMessageEvent | AssistantText | ToolCallEvent | ToolResultEvent | Compaction | ModelSwitch
+    | Advisory | TodoList | TaskStatus | Verification | Question | UsageEvent | Notice | TaskEnd | SessionEnd,
+    Field(discriminator="type"),
+]
+EVENT_TYPES: tuple[type[Event], ...] = (
+    SessionStart, UserMessageEvent, AssistantText, ToolCallEvent, ToolResultEvent, Compaction, ModelSwitch,
+    Advisory, TodoList, TaskStatus, Verification, Question, UsageEvent, Notice, TaskEnd, SessionEnd,
+)
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyEvent)
+
+
+def parse_event(data: dict[str, Any] | str | bytes) -> Event:
+    """One recorded event (its JSON, or the dict of it) as its typed model; an `UnknownEvent` when
+    its type is unknown or it does not validate."""
+    try:
+        if isinstance(data, (str, bytes)):
+            return _ADAPTER.validate_json(data)
+        return _ADAPTER.validate_python(data)
+    except ValidationError:
+        if isinstance(data, (str, bytes)):
+            import json
+
+            try:
+                data = json.loads(data)
+            except ValueError:
+                return UnknownEvent(type="unreadable")
+        if not isinstance(data, dict):
+            return UnknownEvent(type="unreadable")
+        kind = data.get("type")
+        try:
+            return UnknownEvent(**{**data, "type": kind if isinstance(kind, str) else "unknown"})
+        except (ValidationError, TypeError):
+            return UnknownEvent(type=kind if isinstance(kind, str) else "unknown")

@@ -11,6 +11,7 @@ import copy
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..events import Event, ToolCallEvent, ToolResultEvent
 from ..interception import Interceptor, PendingCall, Verdict
@@ -47,9 +48,24 @@ class CallPath:
     on_output: Callable[[str, bytes], None] | None = None
     floor: HardlineFloor = field(default_factory=HardlineFloor)
 
-    def chain(self) -> list[Interceptor]:
-        """The ordered interception points: the floor, then the session's interceptors, then approvals."""
-        return [self.floor, *self.interceptors, self.policy]
+    def chain(self, *, approved: bool = False) -> list[Interceptor]:
+        """The ordered interception points: the floor, then the session's interceptors, then
+        approvals (left out for a call the person ran themselves, `approved`)."""
+        return [self.floor, *self.interceptors] if approved else [self.floor, *self.interceptors, self.policy]
+
+    async def run_for_user(self, turn: int, call: ToolCall) -> CallResult:
+        """Run one call the person asked for from a front end (`/diff`): the floor and the
+        interceptors judge it as any call (the approval policy does not: the person asked), its
+        call and result are recorded with requested_by "user", and it is not part of the conversation."""
+        self.emit(ToolCallEvent(turn=turn, id=call.id, name=call.name, arguments=call.arguments, requested_by="user"))
+        try:
+            result = await self._one(turn, call, approved=True)
+        except asyncio.CancelledError:
+            result = CallResult(False, "cancelled", CANCELLED_TEXT)
+            self._report(turn, call, result, requested_by="user")
+            raise
+        self._report(turn, call, result, requested_by="user")
+        return result
 
     async def run_batch(self, turn: int, calls: Sequence[ToolCall], into: list[Message]) -> None:
         """Run one model turn's calls; each result is appended to `into` in the model's order. When
@@ -110,20 +126,20 @@ class CallPath:
                 groups.append([position])
         return groups
 
-    def _report(self, turn: int, call: ToolCall, result: CallResult) -> ToolResultMessage:
+    def _report(self, turn: int, call: ToolCall, result: CallResult, requested_by: Literal["user"] | None = None) -> ToolResultMessage:
         self.emit(ToolResultEvent(
             turn=turn, id=call.id, name=call.name, ok=result.ok, error_category=None if result.ok else result.category,
-            output=result.text, truncated_chars=result.truncated_chars, duration_ms=result.duration_ms,
+            output=result.text, truncated_chars=result.truncated_chars, duration_ms=result.duration_ms, requested_by=requested_by,
         ))
         return ToolResultMessage(tool_call_id=call.id, name=call.name, content=result.text, is_error=not result.ok)
 
-    async def _one(self, turn: int, call: ToolCall) -> CallResult:
+    async def _one(self, turn: int, call: ToolCall, *, approved: bool = False) -> CallResult:
         started = time.monotonic()
-        result = await self._decide_and_run(turn, call)
+        result = await self._decide_and_run(turn, call, approved)
         result.duration_ms = int((time.monotonic() - started) * 1000)
         return result
 
-    async def _decide_and_run(self, turn: int, call: ToolCall) -> CallResult:
+    async def _decide_and_run(self, turn: int, call: ToolCall, approved: bool = False) -> CallResult:
         if call.arguments_error:
             if call.name:
                 text = f"Error: the call to {call.name} could not be run: {call.arguments_error}. Send the arguments as a JSON object."
@@ -134,7 +150,7 @@ class CallPath:
         pending = PendingCall(id=call.id, name=call.name, arguments=dict(call.arguments), tool=tool, turn=turn, cwd=self.context.cwd, workspace=self.workspace or self.context.cwd)
         if tool is not None:
             try:
-                verdict = await self._before(pending)
+                verdict = await self._before(pending, approved)
             except Exception as exc:  # noqa: BLE001 - a failing interceptor or approver denies (fails closed)
                 return CallResult(False, "internal", f"Error (internal): the call was not run: deciding whether it may run failed ({type(exc).__name__}: {exc})")
             if verdict.action == "deny":
@@ -146,7 +162,7 @@ class CallPath:
             on_output=(lambda chunk: sink(call.id, chunk)) if sink else None,
         )
         if tool is not None:
-            for interceptor in self.chain():
+            for interceptor in self.chain(approved=approved):
                 try:
                     replaced = await interceptor.after_call(pending, outcome)
                 except Exception as exc:  # noqa: BLE001 - the call ran; keep its result
@@ -159,10 +175,10 @@ class CallPath:
             return CallResult(True, None, text, outcome.truncated_chars)
         return CallResult(False, outcome.category or "tool_error", text, outcome.truncated_chars)
 
-    async def _before(self, call: PendingCall) -> Verdict:
+    async def _before(self, call: PendingCall, approved: bool = False) -> Verdict:
         verdict = Verdict.allow("default")
         judged = copy.deepcopy(call.arguments)  # what the floor, first in the chain, will judge
-        for interceptor in self.chain():
+        for interceptor in self.chain(approved=approved):
             said = await interceptor.before_call(call)
             if said is not None and said.context:
                 call.context.append(said.context)

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ..sessions.journal import Journal
     from ..tools.base import ToolRegistry
     from ..toolservice.homes import ToolServiceHome
+    from .calls import CallResult
     from .loop import AgentLoop, TaskResult
     from .output_schema import OutputSchema, OutputSchemaInterceptor
     from .verification import Checkpoint
@@ -611,6 +612,19 @@ class Session:
         if self._submitting is not None or self.loop is None:
             raise RuntimeError("a prompt is still being worked on: compact when it has ended")
         return await self.loop.compact("manual", instructions)
+
+    async def run_tool(self, name: str, arguments: dict[str, Any]) -> CallResult:
+        """Run one tool call the person asked for from a front end (`/diff` runs `bash`). The
+        hardline floor and the interceptors (hooks) judge it as they judge the model's calls; the
+        approval policy does not, since the person asked. Its call and result are journaled with
+        requested_by "user" and stay out of the conversation."""
+        if not self._announced or self._closed:
+            raise RuntimeError("the session is not running: start() it first")
+        assert self.loop is not None
+        from ..messages import ToolCall
+
+        call = ToolCall(id=f"user-{uuid.uuid4().hex[:12]}", name=name, arguments=arguments)
+        return await self.loop.calls.run_for_user(self.loop.turns, call)
 
     def cancel(self, signal: int | None = None) -> bool:
         """Stop the running task, if any. `signal` says it came from outside (Ctrl-C, SIGTERM):

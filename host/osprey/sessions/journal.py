@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel
 
 from ..errors import OspreyError
-from ..events import Event
+from ..events import Event, parse_event
 from ..messages import scrub
 
 DB_NAME = "sessions.db"
@@ -543,8 +543,23 @@ def find_session(path: Path, session_id: str) -> SessionRow:
     return rows[0]
 
 
+def read_events(path: Path, session_id: str) -> list[Event]:
+    """The events of one session as recorded, in order, as typed events (`events.AnyEvent`)."""
+    return [parse_event(data) for data in _event_texts(path, session_id)]
+
+
+def _event_texts(path: Path, session_id: str) -> list[str]:
+    conn = _read(path)
+    try:
+        return [data for (data,) in conn.execute("SELECT data FROM events WHERE session_id = ? ORDER BY seq", (session_id,))]
+    except sqlite3.Error as exc:
+        raise JournalError(f"cannot read session {session_id} from the journal {path}: {exc}") from None
+    finally:
+        conn.close()
+
+
 def load_events(path: Path, session_id: str) -> list[dict[str, Any]]:
-    """The events of one session as recorded, in order."""
+    """The events of one session as recorded, in order, as plain JSON objects."""
     conn = _read(path)
     try:
         return [json.loads(data) for (data,) in conn.execute("SELECT data FROM events WHERE session_id = ? ORDER BY seq", (session_id,))]

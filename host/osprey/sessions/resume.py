@@ -57,6 +57,8 @@ class _Builder:
 
     def add(self, e: Mapping[str, Any]) -> None:
         kind = e.get("type")
+        if e.get("requested_by") == "user":
+            return  # a call the person ran from a front end: never part of the conversation
         if kind == "compaction":
             # The conversation before it was replaced by its summary.
             self.assistant, self.turn, self.results = None, None, []
