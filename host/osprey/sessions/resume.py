@@ -10,6 +10,11 @@ from pydantic import BaseModel, Field
 from ..events import Event
 from ..messages import AssistantMessage, Message, ToolCall, ToolResultMessage, Usage, UserMessage, compacted
 
+# The providers and efforts a resumed session may go back to (not the replay provider).
+RESUMABLE_PROVIDERS = ("openai", "anthropic")
+EFFORTS = ("minimal", "low", "medium", "high")
+MAX_MODEL_NAME = 200
+
 ENDED_TEXT = "Error (cancelled): the session ended before this call finished; its effects, if any, are unknown."
 
 
@@ -107,3 +112,25 @@ def resume_point(events: Iterable[Event | Mapping[str, Any]]) -> ResumePoint:
         if e.get("type") == "verification":
             verification = dict(e)
     return ResumePoint(messages=rebuild_conversation(listed), turns=turns, usage=usage, verification=verification)
+
+
+def recorded_model(events: Iterable[Event | Mapping[str, Any]]) -> dict[str, str]:
+    """The provider, model and effort a journaled session last ran with (its `session_start` and
+    `model_switch` events), as launch flags; what the record does not say is left out, and so is a
+    value no launch flag could have given (the replay provider, a model name that is not plain)."""
+    found: dict[str, str] = {}
+    for event in events:
+        data = _as_dict(event)
+        if data.get("type") not in ("session_start", "model_switch"):
+            continue
+        provider, model, effort = data.get("provider"), data.get("model"), data.get("effort")
+        if provider not in RESUMABLE_PROVIDERS or not isinstance(model, str) or not _plain(model):
+            continue  # the replay provider, or a record cut short: nothing to go on with
+        found = {"provider": str(provider), "model": model}
+        if isinstance(effort, str) and effort in EFFORTS:
+            found["effort"] = effort
+    return found
+
+
+def _plain(name: str) -> bool:
+    return 0 < len(name) <= MAX_MODEL_NAME and name.isprintable() and not name.isspace()
