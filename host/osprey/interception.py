@@ -10,9 +10,11 @@ lifecycle hooks plug in the same way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 if TYPE_CHECKING:
     from .events import SessionEnd, SessionStart
@@ -102,10 +104,24 @@ class CompletionCandidate:
     session_id: str
 
 
+class Order(IntEnum):
+    """Where an interceptor stands in the chain, lowest first. Each kind declares its place; the
+    order interceptors were added in only breaks ties."""
+
+    FLOOR = 0  # the hardline floor: nothing runs before it
+    STALLS = 100  # the stall detectors see every call, even one a hook would deny
+    HOOKS = 200  # lifecycle hooks
+    DEFAULT = 500  # a front end's or a tool source's own interceptors
+    ADJUDICATOR = 800  # finalization: completion candidates, after the hooks' Stop
+    OUTPUT_SCHEMA = 850  # the final answer's shape, last before approvals
+    APPROVALS = 1000  # the approval policy decides last, on the input as the others left it
+
+
 class Interceptor:
     """Base class: every point is a no-op, so an interceptor overrides only what it uses."""
 
     name = "interceptor"
+    order: ClassVar[int] = Order.DEFAULT
 
     def begin_batch(self, turn: int) -> None:
         """The calls of one model turn are about to be decided."""
@@ -135,3 +151,45 @@ class Interceptor:
 
     async def session_end(self, event: SessionEnd) -> None:
         return None
+
+
+_I = TypeVar("_I", bound=Interceptor)
+
+
+class InterceptorChain:
+    """A session's interceptors in their declared order (`Interceptor.order`, then the order they
+    were added in). Adding or removing one never depends on where the others are."""
+
+    def __init__(self, interceptors: Iterable[Interceptor] = ()) -> None:
+        self._count = itertools.count()
+        self._items: list[tuple[int, int, Interceptor]] = []
+        for interceptor in interceptors:
+            self.add(interceptor)
+
+    def add(self, interceptor: Interceptor) -> None:
+        self._items.append((int(interceptor.order), next(self._count), interceptor))
+        self._items.sort(key=lambda item: item[:2])
+
+    def remove(self, interceptor: Interceptor) -> None:
+        """Take `interceptor` out; nothing happens when it is not in the chain."""
+        self._items = [item for item in self._items if item[2] is not interceptor]
+
+    def of_type(self, kind: type[_I]) -> list[_I]:
+        return [item for _, _, item in self._items if isinstance(item, kind)]
+
+    def __iter__(self) -> Iterator[Interceptor]:
+        return iter([item for _, _, item in self._items])
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, interceptor: object) -> bool:
+        return any(item is interceptor for _, _, item in self._items)
+
+    def __repr__(self) -> str:
+        return f"InterceptorChain({[item.name for _, _, item in self._items]})"
+
+
+def in_order(interceptors: Iterable[Interceptor]) -> list[Interceptor]:
+    """`interceptors` sorted by their declared order (stable)."""
+    return sorted(interceptors, key=lambda interceptor: int(interceptor.order))

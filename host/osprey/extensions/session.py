@@ -13,7 +13,7 @@ from .toolsets import select
 
 if TYPE_CHECKING:
     from ..config import Settings
-    from ..interception import Interceptor
+    from ..interception import Interceptor, InterceptorChain
     from ..messages import Message
     from ..tools.base import Tool, ToolRegistry
 
@@ -34,7 +34,7 @@ class SessionExtensions:
         emit: Callable[[Any], None] = lambda _: None,
         messages: Callable[[], Sequence[Message]] = lambda: (),
         permission_mode: str = "",
-        after: Interceptor | None = None,
+        only: Sequence[str] | None = None,
     ) -> None:
         self.settings = settings
         self.builtin = list(builtin)
@@ -45,7 +45,7 @@ class SessionExtensions:
         self.emit = emit
         self.messages = messages
         self.permission_mode = permission_mode
-        self.after = after  # the hooks come right after this interceptor (first when None)
+        self.only = set(only) if only is not None else None  # a child's subset of the tools
         self.found: Extensions | None = None
         self.reload_pending = False
         self.wanted: set[str] | None = None  # the toolset's tool names, when one was asked for
@@ -60,9 +60,9 @@ class SessionExtensions:
         self.found = found
         return found
 
-    def apply(self, registry: ToolRegistry, interceptors: list[Interceptor]) -> None:
+    def apply(self, registry: ToolRegistry, interceptors: InterceptorChain) -> None:
         """The catalogue: the built-in tools (with description overrides) and the active custom
-        tools, narrowed to the toolset; the hooks interceptor right after `after` (first without one)."""
+        tools, narrowed to the toolset (and to `only`); the hooks interceptor at its declared place."""
         found = self.found if self.found is not None else self.load()
         tools: dict[str, Tool] = {tool.name: tool for tool in self.builtin}
         if found.tools:
@@ -80,9 +80,11 @@ class SessionExtensions:
             for name in sorted(wanted - set(tools)):
                 self.warn(f"the toolset {self.toolset!r} names {name!r}, which is not a tool of this session")
             tools = {name: tool for name, tool in tools.items() if name in wanted}
+        if self.only is not None:
+            tools = {name: tool for name, tool in tools.items() if name in self.only}
         registry.tools.clear()
         registry.tools.update(tools)
-        if self._hooks is not None and self._hooks in interceptors:
+        if self._hooks is not None:
             interceptors.remove(self._hooks)
         self._hooks = None
         if found.hooks is not None:
@@ -93,14 +95,13 @@ class SessionExtensions:
                 emit=self.emit, messages=self.messages, transcript_dir=self.settings.home / "transcripts",
                 permission_mode=claude_permission_mode(self.permission_mode), project_dir=str(self.settings.workspace_root),
             )
-            at = interceptors.index(self.after) + 1 if self.after is not None and self.after in interceptors else 0
-            interceptors.insert(at, self._hooks)
+            interceptors.add(self._hooks)
 
     def request_reload(self) -> None:
         """Discover again at the next turn boundary."""
         self.reload_pending = True
 
-    def turn_boundary(self, registry: ToolRegistry, interceptors: list[Interceptor]) -> bool:
+    def turn_boundary(self, registry: ToolRegistry, interceptors: InterceptorChain) -> bool:
         """Reload now if one was requested; True when it did. A reload that fails keeps what was
         loaded and says why."""
         if not self.reload_pending:

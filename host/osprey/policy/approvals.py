@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from ..interception import TRUSTED_READ_ONLY, Interceptor, PendingCall, Verdict
+from ..interception import TRUSTED_READ_ONLY, Interceptor, Order, PendingCall, Verdict
 
 if TYPE_CHECKING:
     from ..tools.base import ToolOutcome
@@ -136,6 +136,7 @@ class ApprovalPolicy(Interceptor):
     """
 
     name = "approvals"
+    order = Order.APPROVALS
 
     def __init__(self, policy: str, *, store: ApprovalStore | None = None, allow: Sequence[Rule] = (), workspace: str = "") -> None:
         if policy not in POLICIES:

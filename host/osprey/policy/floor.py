@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..interception import Interceptor, PendingCall, Verdict
+from ..interception import Interceptor, Order, PendingCall, Verdict
 
 
 def shell_command(name: str, arguments: Mapping[str, Any]) -> str | None:
@@ -22,6 +22,7 @@ class HardlineFloor(Interceptor):
     """Always first, and again after any interceptor replaced a call's input."""
 
     name = "hardline"
+    order = Order.FLOOR
 
     async def before_call(self, call: PendingCall) -> Verdict | None:
         command = shell_command(call.name, call.arguments)

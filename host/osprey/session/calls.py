@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from ..events import Event, ToolCallEvent, ToolResultEvent
-from ..interception import Interceptor, PendingCall, Verdict
+from ..interception import Interceptor, PendingCall, Verdict, in_order
 from ..messages import Message, ToolCall, ToolResultMessage
 from ..policy.approvals import ApprovalAnswer, ApprovalPolicy, ApprovalRequest, Approver, HeadlessApprover, suggested_rule
 from ..policy.floor import HardlineFloor
@@ -41,17 +41,18 @@ class CallPath:
     policy: ApprovalPolicy
     emit: Callable[[Event], None]
     approver: Approver = field(default_factory=HeadlessApprover)
-    # Interceptors that run before the approval policy (lifecycle hooks plug in here).
-    interceptors: list[Interceptor] = field(default_factory=list)
+    # The session's interceptors (lifecycle hooks, stall detectors, ...): each runs at its declared
+    # `order`, between the floor and the approval policy.
+    interceptors: Iterable[Interceptor] = field(default_factory=list)
     workspace: str = ""
     # (call id, chunk) for live output of the calls that stream it (bash).
     on_output: Callable[[str, bytes], None] | None = None
     floor: HardlineFloor = field(default_factory=HardlineFloor)
 
     def chain(self, *, approved: bool = False) -> list[Interceptor]:
-        """The ordered interception points: the floor, then the session's interceptors, then
-        approvals (left out for a call the person ran themselves, `approved`)."""
-        return [self.floor, *self.interceptors] if approved else [self.floor, *self.interceptors, self.policy]
+        """The interception points in their declared order: the floor, the session's interceptors,
+        then approvals (left out for a call the person ran themselves, `approved`)."""
+        return in_order([self.floor, *self.interceptors] if approved else [self.floor, *self.interceptors, self.policy])
 
     async def run_for_user(self, turn: int, call: ToolCall) -> CallResult:
         """Run one call the person asked for from a front end (`/diff`): the floor and the

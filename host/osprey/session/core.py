@@ -12,14 +12,14 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import Settings
 from ..errors import ConfigError
 from ..events import Compaction, Event, ModelSwitch, Notice, SessionEnd, SessionStart, TaskEnd
-from ..interception import Interceptor, PromptSubmission
+from ..interception import Interceptor, InterceptorChain, PromptSubmission
 from ..messages import Message, ToolSpec, Usage
 from ..outcomes import Outcome, exit_status
 from ..policy.approvals import ApprovalPolicy, Approver, HeadlessApprover
@@ -30,10 +30,13 @@ if TYPE_CHECKING:
 
     from ..extensions.session import SessionExtensions
     from ..providers.base import Provider, TextSink
+    from ..providers.limiter import RequestLimiter
+    from ..tools.base import ChildRequest, ToolSource
     from ..sessions.journal import Journal
     from ..tools.base import ToolRegistry
     from ..toolservice.homes import ToolServiceHome
     from .calls import CallResult
+    from .children import Child
     from .loop import AgentLoop, TaskResult
     from .output_schema import OutputSchema, OutputSchemaInterceptor
     from .verification import Checkpoint
@@ -76,6 +79,17 @@ class SessionOptions(BaseModel):
     # Whether the session judges completion itself: the stall detectors and the finalization
     # adjudicator (tests of those parts turn it off and pass their own).
     judgement: bool = True
+    # A child session: the session that started it (its events carry this as `parent_id`, and its
+    # own id as `agent_id`), and how it is labelled to the person.
+    parent_id: str | None = None
+    agent_name: str = ""
+    # Only these of the catalogue's tools (a child's subset); None: all of them.
+    tools: list[str] | None = None
+    # Where children run their tools: in this session's home ("shared") or each in one of its own.
+    child_homes: Literal["shared", "own"] = "shared"
+    # At most this many model requests a minute across this session and its children (a limiter
+    # passed in is used instead).
+    requests_per_minute: int | None = Field(None, ge=1)
 
 
 def compose_system_prompt(settings: Settings, tool_service: str | None = None) -> str:
@@ -104,10 +118,18 @@ def parse_allow_rules(texts: Sequence[str]) -> list[Any]:
 class Session:
     """One conversation with the model, its tools and its ToolService home.
 
-    `provider`, `http` and `interceptors` may be passed in (tests pass fakes or loopback clients);
-    by default the session builds them from its settings. Use as an async context manager, or call
-    `start()` and `close()`. A `journal` records every event the session emits and is closed (drained
-    and checkpointed) with the session; `options.resume` starts from a journaled conversation."""
+    A session is assembled from parts: the provider (with its HTTP client and an optional shared
+    requests-per-minute `limiter`), the ToolService `home`, tool sources and interceptors. A part
+    passed in is borrowed: the session uses it and leaves it open. A part the session made itself
+    is owned: it is closed with the session, once, in the reverse order of its making (also when
+    start-up fails half-way). Interceptors run in their declared order (`Interceptor.order`).
+
+    Tools may start child sessions (`ToolContext.spawn`): a child borrows this session's home,
+    HTTP client and limiter, is journaled beside it, and is cancelled and closed with it.
+
+    Use as an async context manager, or call `start()` and `close()`. A `journal` records every
+    event the session emits and is closed (drained and checkpointed) with the session;
+    `options.resume` starts from a journaled conversation."""
 
     def __init__(
         self,
@@ -126,13 +148,16 @@ class Session:
         home: ToolServiceHome | None = None,
         trace: Callable[[str], None] = lambda _: None,
         ask: Callable[[str], Awaitable[str | None]] | None = None,
+        limiter: RequestLimiter | None = None,
+        tool_sources: Sequence[ToolSource] = (),
     ) -> None:
         self.options = options
         self.settings = options.settings
         self.session_id = options.session_id
         # Every event is journaled (queued, never waiting on the disk) before a front end sees it.
         self.journal = journal
-        self.emit = emit if journal is None else self._journaled(journal, emit)
+        self._emit_out = emit  # the front end's sink (a child's: its parent's)
+        self.emit = self._stamped(emit if journal is None else self._journaled(journal, emit))
         self.approver = approver or HeadlessApprover()
         self.on_text = on_text
         self.on_tool_output = on_tool_output
@@ -141,14 +166,17 @@ class Session:
         self.provider = provider
         self._http = http
         self._plain_http: bool | None = None  # whether the session's own client speaks plain http only
-        self.interceptors = list(interceptors)
+        self.limiter = limiter
+        self.interceptors = InterceptorChain(interceptors)
         self.allow_rules = parse_allow_rules(options.allow)
         self._stack = AsyncExitStack()
-        # A started home handed over by the front end (a lane provisioned at launch): from here on
-        # the session owns it and closes it, whether or not it ever starts.
+        # Borrowed: a home, provider, HTTP client, limiter or tool source passed in is used and left open.
         self.home: ToolServiceHome | None = home
-        if home is not None:
-            self._stack.push_async_callback(home.close)
+        self._borrowed_sources = list(tool_sources)
+        self.sources: list[ToolSource] = []
+        # The owned parts by name, in the order they were made, and in the order they were closed.
+        self.owned_parts: list[str] = []
+        self.closed_parts: list[str] = []
         self.trace = trace  # the launch steps, by name, as they happen
         self._record_sink: Any = None
         self.processes: Any = None  # the process tool's ProcessManager in plain host runs
@@ -169,6 +197,8 @@ class Session:
         self._submitting: asyncio.Future[None] | None = None  # resolved once the task's task_end is out
         self._closing: asyncio.Future[None] | None = None
         self._cancel_signal: int | None = None
+        self._cancelled_outside = False  # the stop came from outside (a signal, a parent): Cancelled
+        self.children: list[Child] = []
         self._tools_failed: BaseException | None = None  # the ToolService's background start failed
         self._budget_deadline: float | None = None  # loop time at which the session's budget runs out
         self._budget_out = False
@@ -180,6 +210,28 @@ class Session:
         self._closed = False
 
     # ------------------------------------------------------------------ lifecycle
+
+    def _stamped(self, emit: Callable[[Event], None]) -> Callable[[Event], None]:
+        """A child's events carry its own id as `agent_id` and its parent's as `parent_id`."""
+        parent = self.options.parent_id
+        if parent is None:
+            return emit
+
+        def stamp(event: Event) -> None:
+            event.agent_id, event.parent_id = self.session_id, parent
+            emit(event)
+
+        return stamp
+
+    def _own(self, name: str, close: Callable[[], Awaitable[Any]]) -> None:
+        """A part the session made: closed with the session, once, after the parts made later."""
+        self.owned_parts.append(name)
+
+        async def closing() -> None:
+            self.closed_parts.append(name)
+            await close()
+
+        self._stack.push_async_callback(closing)
 
     def _journaled(self, journal: Journal, emit: Callable[[Event], None]) -> Callable[[Event], None]:
         workspace = str(self.settings.workspace_root)
@@ -244,18 +296,23 @@ class Session:
         from .loop import AgentLoop
 
         settings = self.settings
+        if self.limiter is None and self.options.requests_per_minute is not None:
+            from ..providers.limiter import RequestLimiter
+
+            self.limiter = RequestLimiter(self.options.requests_per_minute)
         if self.provider is None:
             self.provider = await self._make_provider()
-        if settings.approval_policy == "never" and not settings.sandbox.enabled:
+        if settings.approval_policy == "never" and not settings.sandbox.enabled and self.options.parent_id is None:
             self.warn("tool calls run on the host without approval (--yolo without --sandbox); only isolation outside Osprey and the hardline floor protect this machine")
         host_env = settings_tool_environment(settings)
         if self.home is None:
             # Started in the background: the first model request does not wait for it, and a tool
             # call made before it answers does. A failed start ends the session (`_watch_tools`).
-            self.home = make_home([str(settings.cwd)], sandbox=settings.sandbox, session_id=self.session_id,
+            home_made = make_home([str(settings.cwd)], sandbox=settings.sandbox, session_id=self.session_id,
                                   progress=self.progress, home=settings.home, env=host_env)
-            self._stack.push_async_callback(self.home.close)
-            await self.home.begin()
+            self.home = home_made
+            self._own("home", home_made.close)
+            await home_made.begin()
         home = self.home
         self._watch_tools(home)
         processes = None
@@ -263,15 +320,22 @@ class Session:
             from ..tools.process import ProcessManager
 
             processes = ProcessManager(list(home.roots), env=host_env)
-            self._stack.push_async_callback(processes.close)
+            self._own("processes", processes.close)
         self.processes = processes
         self.registry = ToolRegistry(max_result_chars=settings.tool_results.max_chars)
-        builtin = base_tools(host_processes=processes is not None)
+        from ..tools.base import StaticTools
         from ..web import web_tools
 
         # web_fetch always, web_search when a search service is configured; they run on the host.
-        builtin.extend(web_tools(settings))
-        self._judgement(builtin)
+        made: list[ToolSource] = [StaticTools("builtin", base_tools(host_processes=processes is not None)),
+                                  StaticTools("web", web_tools(settings)), self._judgement()]
+        for source in made:
+            await source.start()
+            self._own(f"tools:{source.name}", source.close)
+        for source in self._borrowed_sources:
+            await source.start()
+        self.sources = [*made, *self._borrowed_sources]
+        builtin = [tool for source in self.sources for tool in source.tools()]
         if self.options.extensions:
             from ..extensions.manage_tool import manage_tool
             from ..extensions.session import SessionExtensions
@@ -283,16 +347,17 @@ class Session:
             self.extensions = SessionExtensions(
                 settings, builtin=builtin, toolset=self.options.toolset, env=host_env, session_id=self.session_id,
                 warn=self.warn, emit=self.emit, messages=lambda: self.messages, permission_mode=settings.approval_policy,
-                after=self.stalls,
+                only=self.options.tools,
             )
             self.extensions.apply(self.registry, self.interceptors)
         else:
             for tool in builtin:
-                self.registry.add(tool)
+                if self.options.tools is None or tool.name in self.options.tools:
+                    self.registry.add(tool)
         context = ToolContext(
             client=home.client, cwd=str(settings.cwd), roots=list(home.roots),
             bash_max_output_bytes=settings.tool_results.bash_max_output_bytes, processes=processes,
-            tool_service=self.tool_service_kind,
+            tool_service=self.tool_service_kind, spawn=self.spawn,
         )
         workspace = str(settings.workspace_root)
         store = ApprovalStore(settings.home / "approvals.toml", warn=self.warn)
@@ -313,37 +378,40 @@ class Session:
             self.loop.turns = resume.turns
             self.loop.usage = resume.usage
 
-    def _judgement(self, builtin: list[Any]) -> None:
+    def _judgement(self) -> ToolSource:
         """The loop's judgement: the verification checkpoint (restored on resume), the stall
-        detectors first among the interceptors, the finalization adjudicator and the output schema
-        last, and the control tools (todo_write, task_status, question)."""
+        detectors, the finalization adjudicator and the output schema (each at its declared place
+        among the interceptors), and the control tools (todo_write, task_status, question), which
+        it returns as a tool source."""
+        from ..tools.base import StaticTools
         from ..tools.control import control_tools
         from .finalize import Adjudicator
         from .stalls import StallDetectors
         from .verification import Checkpoint
 
-        builtin.extend(control_tools(emit=self.emit, ask=self.ask, on_status=self._declared,
-                                     turn=lambda: self.loop.turns if self.loop is not None else 0))
+        source = StaticTools("control", control_tools(emit=self.emit, ask=self.ask, on_status=self._declared,
+                                                      turn=lambda: self.loop.turns if self.loop is not None else 0))
         resume = self.options.resume
         self.checkpoint = Checkpoint.restore(resume.verification) if resume is not None and resume.verification else Checkpoint()
         checkpoint = self.checkpoint
         if not self.options.judgement:
-            return
+            return source
         # A front end may pass its own detectors or adjudicator (other settings, another checkpoint).
-        given = [i for i in self.interceptors if isinstance(i, StallDetectors)]
+        given = self.interceptors.of_type(StallDetectors)
         self.stalls = given[0] if given else StallDetectors(emit=self.emit, object=checkpoint.object, resolve=checkpoint.resolve)
         if not given:
-            self.interceptors.insert(0, self.stalls)
-        if not any(isinstance(i, Adjudicator) for i in self.interceptors):
+            self.interceptors.add(self.stalls)
+        if not self.interceptors.of_type(Adjudicator):
             # The launch's turn limit is the adjudicator's: an open objection is never accepted, and a
             # model that keeps declaring completion over it ends MaxContinuations.
-            self.interceptors.append(Adjudicator(checkpoint, emit=self.emit, interactive=self.options.interactive,
-                                                 max_continuations=self.settings.max_turns))
+            self.interceptors.add(Adjudicator(checkpoint, emit=self.emit, interactive=self.options.interactive,
+                                              max_continuations=self.settings.max_turns))
         if self.output_schema is not None:
             from .output_schema import OutputSchemaInterceptor
 
             self.schema_check = OutputSchemaInterceptor(self.output_schema)
-            self.interceptors.append(self.schema_check)
+            self.interceptors.add(self.schema_check)
+        return source
 
     def arm_verification(self) -> None:
         """`/verify`: re-arm the verification checkpoint (the next completion needs a passing check)
@@ -357,7 +425,7 @@ class Session:
 
         self.checkpoint.arm()
         turn = self.loop.turns if self.loop is not None else 0
-        judges = [i for i in self.interceptors if isinstance(i, Adjudicator) and i.checkpoint is self.checkpoint]
+        judges = [i for i in self.interceptors.of_type(Adjudicator) if i.checkpoint is self.checkpoint]
         if judges:
             judges[0].record(turn)  # it then knows this version is recorded
         else:
@@ -415,16 +483,28 @@ class Session:
         if self._http is None or (self._plain_http is not None and self._plain_http != plain):
             # A client of our own; a switch between an http:// and an https:// server takes a new one.
             timeout = httpx.Timeout(settings.retry.turn_timeout, connect=settings.retry.connect_timeout)
-            self._http = await self._stack.enter_async_context(http_client(timeout, settings.base_url))
+            client = http_client(timeout, settings.base_url)
+            self._http = await client.__aenter__()
+            self._own("http", client.aclose)
             self._plain_http = plain
         provider = make_provider(settings, self._http)
+        if self.limiter is not None:
+            from ..providers.limiter import LimitedProvider
+
+            provider = LimitedProvider(provider, self.limiter)
         if settings.effort and not effort_supported(settings):
             self.warn(f"--effort {settings.effort} has no effect: {settings.model} takes no reasoning setting")
         if self.options.record_file is not None:
             from ..providers.replay import RecordingProvider
 
             if self._record_sink is None:
-                self._record_sink = self._stack.enter_context(self.options.record_file.open("w", encoding="utf-8"))
+                sink = self.options.record_file.open("w", encoding="utf-8")
+                self._record_sink = sink
+
+                async def close_record() -> None:
+                    sink.close()
+
+                self._own("record", close_record)
             provider = RecordingProvider(provider, self._record_sink)
         return provider
 
@@ -517,6 +597,7 @@ class Session:
         assert self.loop is not None
         self._submitting = asyncio.get_running_loop().create_future()
         self._cancel_signal = None
+        self._cancelled_outside = False
         self.loop.stopping = False
         turns_before = self.loop.turns
         self._unrecorded_prompt = prompt  # until _work records it (or it is blocked)
@@ -535,22 +616,22 @@ class Session:
                     final = self.schema_check.final_json() or final  # the validated value, without fences
                 if self.loop.stopping:
                     # Stopped as the task finished: the person asked to stop, so it stopped.
-                    outcome = Outcome.CANCELLED if self._cancel_signal is not None else Outcome.STOPPED
+                    outcome = Outcome.CANCELLED if self._cancelled_outside else Outcome.STOPPED
             except asyncio.CancelledError:
                 if self._unrecorded_prompt is not None:
                     # Stopped before the task first ran: the prompt is kept, as it is when a stop
                     # comes later.
                     self.loop.add_user_message(self._unrecorded_prompt)
                     self._unrecorded_prompt = None
-                outcome = Outcome.CANCELLED if self._cancel_signal is not None else Outcome.STOPPED
+                outcome = Outcome.CANCELLED if self._cancelled_outside else Outcome.STOPPED
                 current = asyncio.current_task()
                 if current is not None and current.cancelling():
                     # The caller itself is being cancelled: end the task in the record, then go.
                     self._end_task(outcome, turns_before, "", None)
                     raise
-                if self._tools_failed is not None and self._cancel_signal is None:
+                if self._tools_failed is not None and not self._cancelled_outside:
                     outcome, error = Outcome.ERROR, str(self._tools_failed)
-                elif self._budget_out and self._cancel_signal is None:
+                elif self._budget_out and not self._cancelled_outside:
                     outcome, error = Outcome.BUDGET_EXPIRED, f"the session's time budget of {self.options.budget:g} s ran out"
             except Exception as exc:
                 # A bug, not a model or tool problem: end the task in the event stream, then let it surface.
@@ -626,17 +707,31 @@ class Session:
         call = ToolCall(id=f"user-{uuid.uuid4().hex[:12]}", name=name, arguments=arguments)
         return await self.loop.calls.run_for_user(self.loop.turns, call)
 
-    def cancel(self, signal: int | None = None) -> bool:
-        """Stop the running task, if any. `signal` says it came from outside (Ctrl-C, SIGTERM):
-        the task then ends Cancelled with exit status 128 + signal; otherwise it ends Stopped."""
+    def cancel(self, signal: int | None = None, *, outside: bool = False) -> bool:
+        """Stop the running task, if any, and every child's. `signal` says it came from outside
+        (Ctrl-C, SIGTERM): the task then ends Cancelled with exit status 128 + signal; `outside`
+        without a signal (a parent stopping its child) ends it Cancelled too; otherwise Stopped.
+        Children are always cancelled: their parent's stop comes from outside them."""
+        for child in self.children:
+            child.cancel()
         if self._submitting is None or self.loop is None:
             return False
         if self._cancel_signal is None:
             self._cancel_signal = signal
+        self._cancelled_outside = self._cancelled_outside or outside or signal is not None
         self.loop.stopping = True
         if self._task is not None and not self._task.done():
             self._task.cancel()
         return True
+
+    async def spawn(self, request: ChildRequest) -> Child:
+        """Start a child session on `request.task` (see `children.start_child`); it runs in the
+        background until it ends, is cancelled, or this session closes."""
+        from .children import start_child
+
+        if not self._announced or self._closed:
+            raise RuntimeError("the session is not running: start() it first")
+        return await start_child(self, request)
 
     async def close(self) -> SessionEnd | None:
         """Stop any running task, emit `session_end` (the last task's outcome, the session's totals),
@@ -662,6 +757,14 @@ class Session:
                 while not submitting.done():  # until its task_end is written
                     try:
                         await asyncio.shield(submitting)
+                    except asyncio.CancelledError as exc:
+                        interrupted = exc  # our caller is being cancelled: finish the teardown first
+            # Children borrow this session's home and client: they end first.
+            if self.children:
+                closing = asyncio.ensure_future(asyncio.gather(*(child.close() for child in self.children), return_exceptions=True))
+                while not closing.done():
+                    try:
+                        await asyncio.shield(closing)
                     except asyncio.CancelledError as exc:
                         interrupted = exc  # our caller is being cancelled: finish the teardown first
             if self._announced:

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..events import Event, Notice
-from ..interception import CompletionCandidate, Continuation, Interceptor, PendingCall, PromptSubmission, PromptVerdict
+from ..interception import CompletionCandidate, Continuation, Interceptor, Order, PendingCall, PromptSubmission, PromptVerdict
 from .verification import Checkpoint
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ def _listed(items: list[str]) -> str:
 
 class Adjudicator(Interceptor):
     name = "finalization"
+    order = Order.ADJUDICATOR
 
     def __init__(self, checkpoint: Checkpoint, *, emit: Callable[[Event], None], max_continuations: int = DEFAULT_MAX_CONTINUATIONS,
                  interactive: bool = False) -> None:

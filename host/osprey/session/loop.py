@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -97,7 +97,7 @@ class AgentLoop:
     on_text: TextSink | None = None
     session_id: str = ""
     # Interceptors asked at each completion candidate (they may ask for another turn).
-    interceptors: list[Interceptor] = field(default_factory=list)
+    interceptors: Iterable[Interceptor] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     turns: int = 0

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, OspreyError
-from ..interception import CompletionCandidate, Continuation, Interceptor, PromptSubmission, PromptVerdict
+from ..interception import CompletionCandidate, Continuation, Interceptor, Order, PromptSubmission, PromptVerdict
 
 MAX_SCHEMA_BYTES = 1024 * 1024
 MAX_ANSWER_CHARS = 4 * 1024 * 1024
@@ -125,6 +125,8 @@ class OutputSchema:
 class OutputSchemaInterceptor(Interceptor):
     """Holds back final answers that fail the schema; see the module docstring. Put it after the
     finalization adjudicator, so a candidate the adjudicator sends back costs no schema attempt."""
+
+    order = Order.OUTPUT_SCHEMA
 
     name = "output_schema"
 

@@ -45,14 +45,14 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ..errors import OspreyError
 from ..events import Event, parse_event
 from ..messages import scrub
 
 DB_NAME = "sessions.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: sessions.parent_id, the session that started a child session
 BUSY_TIMEOUT_MS = 2000
 # A single event larger than this is stored with its long strings cut, and marked.
 MAX_EVENT_BYTES = 16 * 1024 * 1024
@@ -79,7 +79,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     model TEXT NOT NULL DEFAULT '',
     created REAL NOT NULL,
     updated REAL NOT NULL,
-    outcome TEXT
+    outcome TEXT,
+    parent_id TEXT
 );
 CREATE INDEX IF NOT EXISTS sessions_by_cwd ON sessions (cwd, updated);
 CREATE INDEX IF NOT EXISTS sessions_by_update ON sessions (updated);
@@ -110,6 +111,8 @@ class SessionRow(BaseModel):
     created: float
     updated: float
     outcome: str | None = None
+    # The session that started this one (a child session); left out for a lead session.
+    parent_id: str | None = Field(None, exclude_if=lambda value: value is None)
 
 
 def journal_path(home: Path) -> Path:
@@ -166,6 +169,10 @@ def _connect(path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3.Conn
             raise sqlite3.OperationalError(f"could not switch to WAL mode (journal_mode is {mode})")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.executescript(_SCHEMA)
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
+        if "parent_id" not in columns:  # a journal written by an Osprey before child sessions
+            conn.execute("ALTER TABLE sessions ADD COLUMN parent_id TEXT")
+        conn.execute("CREATE INDEX IF NOT EXISTS sessions_by_parent ON sessions (parent_id)")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except BaseException:
         conn.close()
@@ -452,10 +459,12 @@ class Journal:
     def _update_session(self, conn: sqlite3.Connection, session_id: str, workspace: str, kind: str, ts: float, data: str) -> None:
         if kind == "session_start":
             event = json.loads(data)
+            parent = event.get("parent_id")
             conn.execute(
-                "INSERT INTO sessions (id, cwd, workspace, provider, model, created, updated) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "INSERT INTO sessions (id, cwd, workspace, provider, model, created, updated, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (id) DO UPDATE SET provider = excluded.provider, model = excluded.model, updated = excluded.updated",
-                (session_id, event.get("cwd", ""), workspace or event.get("cwd", ""), event.get("provider", ""), event.get("model", ""), ts, ts),
+                (session_id, event.get("cwd", ""), workspace or event.get("cwd", ""), event.get("provider", ""), event.get("model", ""), ts, ts,
+                 parent if isinstance(parent, str) else None),
             )
             return
         if kind == "user_message" and session_id not in self._titled:
@@ -503,7 +512,13 @@ def _rows(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> list[Ses
     return [SessionRow(**dict(zip(fields, row, strict=True))) for row in conn.execute(sql, args)]
 
 
-_COLUMNS = "id, cwd, workspace, title, provider, model, created, updated, outcome"
+def _columns(conn: sqlite3.Connection) -> str:
+    """The columns of a session row; a journal from before child sessions has no parent_id."""
+    present = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
+    return _COLUMNS if "parent_id" in present else _COLUMNS.replace(", parent_id", ", NULL")
+
+
+_COLUMNS = "id, cwd, workspace, title, provider, model, created, updated, outcome, parent_id"
 
 
 def list_sessions(path: Path, cwd: str | None = None, limit: int = 1000) -> list[SessionRow]:
@@ -514,8 +529,8 @@ def list_sessions(path: Path, cwd: str | None = None, limit: int = 1000) -> list
         return []
     try:
         if cwd is None:
-            return _rows(conn, f"SELECT {_COLUMNS} FROM sessions ORDER BY updated DESC LIMIT ?", (limit,))
-        return _rows(conn, f"SELECT {_COLUMNS} FROM sessions WHERE cwd = ? ORDER BY updated DESC LIMIT ?", (cwd, limit))
+            return _rows(conn, f"SELECT {_columns(conn)} FROM sessions ORDER BY updated DESC LIMIT ?", (limit,))
+        return _rows(conn, f"SELECT {_columns(conn)} FROM sessions WHERE cwd = ? ORDER BY updated DESC LIMIT ?", (cwd, limit))
     except sqlite3.Error as exc:
         raise JournalError(f"cannot read the session journal {path}: {exc}") from None
     finally:
@@ -527,7 +542,7 @@ def find_session(path: Path, session_id: str) -> SessionRow:
     conn = _read(path)
     try:
         escaped = session_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        rows = _rows(conn, f"SELECT {_COLUMNS} FROM sessions WHERE id = ? OR id LIKE ? ESCAPE '\\' ORDER BY updated DESC LIMIT 10",
+        rows = _rows(conn, f"SELECT {_columns(conn)} FROM sessions WHERE id = ? OR id LIKE ? ESCAPE '\\' ORDER BY updated DESC LIMIT 10",
                      (session_id, escaped + "%"))
     except sqlite3.Error as exc:
         raise JournalError(f"cannot read the session journal {path}: {exc}") from None
@@ -541,6 +556,33 @@ def find_session(path: Path, session_id: str) -> SessionRow:
     if len(rows) > 1:
         raise JournalError(f"{session_id!r} is the start of several session ids ({', '.join(r.id for r in rows)}); give more of it")
     return rows[0]
+
+
+def session_tree(path: Path, session_id: str, limit: int = 10_000) -> list[tuple[int, SessionRow]]:
+    """A session and every session it started, depth first in the order they were made, each with
+    its depth (0 for `session_id` itself)."""
+    root = find_session(path, session_id)
+    conn = _read(path)
+    try:
+        columns = _columns(conn)
+        tree: list[tuple[int, SessionRow]] = []
+        stack: list[tuple[int, SessionRow]] = [(0, root)]
+        seen: set[str] = set()
+        while stack and len(tree) < limit:
+            depth, row = stack.pop()
+            if row.id in seen:
+                continue
+            seen.add(row.id)
+            tree.append((depth, row))
+            if "NULL" in columns:
+                continue
+            children = _rows(conn, f"SELECT {columns} FROM sessions WHERE parent_id = ? ORDER BY created DESC", (row.id,))
+            stack.extend((depth + 1, child) for child in children)
+        return tree
+    except sqlite3.Error as exc:
+        raise JournalError(f"cannot read the session journal {path}: {exc}") from None
+    finally:
+        conn.close()
 
 
 def read_events(path: Path, session_id: str) -> list[Event]:

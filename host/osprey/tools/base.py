@@ -4,15 +4,18 @@ schema-only tools (manifests, MCP servers, personas) are validated with jsonsche
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import DispatcherError, OspreyError, ToolError, ToolTimeout
 from ..messages import ToolSpec
 from ..toolservice.client import ToolClient
+
+if TYPE_CHECKING:
+    from ..events import TaskEnd
 
 
 class ToolInput(BaseModel):
@@ -42,6 +45,39 @@ class Invocation:
     on_output: Callable[[bytes], None] | None = None
 
 
+class ChildRequest(BaseModel):
+    """What a tool asks for when it starts a child session (a subagent, a workflow's agent)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str = Field(min_length=1, description="The child's first prompt.")
+    name: str = Field("", max_length=80, description="How the child is labelled to the person (a persona's name).")
+    persona: str | None = Field(None, max_length=80, description="The persona the child runs as.")
+    model: str | None = Field(None, min_length=1, max_length=200, description="Another model of the same provider.")
+    tools: list[str] | None = Field(None, description="The child's tools: a subset of the parent's (None: all of them).")
+    own_home: bool | None = Field(None, description="A ToolService home (lane) of its own; None: as the session is configured.")
+
+
+class ChildAgent(Protocol):
+    """A running child session, as the tool that started it sees it."""
+
+    agent_id: str
+    parent_id: str
+    name: str
+
+    @property
+    def running(self) -> bool: ...
+
+    async def wait(self) -> TaskEnd: ...
+
+    async def send(self, prompt: str) -> None: ...
+
+    def cancel(self) -> bool: ...
+
+
+Spawn = Callable[[ChildRequest], Awaitable[ChildAgent]]
+
+
 @dataclass
 class ToolContext:
     """What every call of a session shares: the ToolService client and where tools run."""
@@ -52,6 +88,8 @@ class ToolContext:
     bash_max_output_bytes: int
     processes: Any = None  # ProcessManager in plain host runs; None in a lane
     tool_service: str = "local"  # where the client's calls run: "local" (the host) or "lane"
+    # Starts a child session that borrows this session's parts (None where children cannot start).
+    spawn: Spawn | None = None
 
 
 RunFunction = Callable[[Invocation, ToolContext], Awaitable["str | ToolOutcome"]]
@@ -191,3 +229,31 @@ class ToolRegistry:
         outcome = result if isinstance(result, ToolOutcome) else ToolOutcome(result)
         outcome.text, outcome.truncated_chars = limit_text(outcome.text, self.max_result_chars)
         return outcome
+
+
+class ToolSource:
+    """A part of a session that contributes tools (built-in, web, control, extensions, and MCP
+    servers): started when the session starts, asked for its tools when the catalogue is made, and
+    closed when the session closes, if the session made it (a source passed in is borrowed)."""
+
+    name = "tools"
+
+    async def start(self) -> None:
+        return None
+
+    def tools(self) -> Sequence[Tool]:
+        return ()
+
+    async def close(self) -> None:
+        return None
+
+
+class StaticTools(ToolSource):
+    """A fixed list of tools: nothing to start or close."""
+
+    def __init__(self, name: str, tools: Sequence[Tool]) -> None:
+        self.name = name
+        self._tools = list(tools)
+
+    def tools(self) -> Sequence[Tool]:
+        return list(self._tools)

@@ -1,0 +1,111 @@
+"""Child sessions: a session a tool started (a subagent, a workflow's agent).
+
+A child borrows its parent's parts: the ToolService home (unless it asks for one of its own, or
+the parent's options say children get their own), the HTTP client, the requests-per-minute
+limiter and the approver. It is journaled beside its parent with the parent's id, its events carry
+`agent_id` and `parent_id` and reach the parent's front end, and it lives until it is closed: a
+parent cancels its children when it is cancelled, and closes them before it closes itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..events import TaskEnd
+    from ..tools.base import ChildRequest
+    from .core import Session
+
+
+class Child:
+    """A running child session, as the tool that started it sees it (`tools.base.ChildAgent`)."""
+
+    def __init__(self, session: Session, *, name: str, parent_id: str) -> None:
+        self.session = session
+        self.agent_id = session.session_id
+        self.parent_id = parent_id
+        self.name = name
+        self._task: asyncio.Task[TaskEnd] | None = None
+        self._closing: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        """A prompt is being worked on."""
+        return self._task is not None and not self._task.done()
+
+    def _submit(self, prompt: str) -> None:
+        self._task = asyncio.ensure_future(self.session.submit(prompt))
+
+    async def wait(self) -> TaskEnd:
+        """The end of the child's current task. Cancelling the wait leaves the child running."""
+        assert self._task is not None
+        return await asyncio.shield(self._task)
+
+    async def send(self, prompt: str) -> None:
+        """Give the child its next prompt, once its current task has ended."""
+        if self.running:
+            raise RuntimeError(f"the agent {self.agent_id} is still working; wait for it or cancel it first")
+        if self._closing is not None:
+            raise RuntimeError(f"the agent {self.agent_id} was closed")
+        self._submit(prompt)
+
+    def cancel(self) -> bool:
+        """Stop the child's task: it ends Cancelled (the stop came from outside it)."""
+        return self.session.cancel(outside=True)
+
+    async def close(self) -> None:
+        """Cancel the child's task, then close its session (its own children first). Idempotent."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
+        self.cancel()
+        if self._task is not None:
+            try:
+                await asyncio.shield(self._task)
+            except BaseException:  # noqa: BLE001 - its end is in its record; closing goes on
+                pass
+        await self.session.close()
+
+
+async def start_child(parent: Session, request: ChildRequest) -> Child:
+    """Build and start a child of `parent` for `request`, and submit its task."""
+    from .core import Session, SessionOptions
+
+    settings = parent.settings
+    if request.model is not None and request.model != settings.model:
+        if parent._http is None:
+            raise ConfigError("this session's provider was given to it, so a child cannot talk to another model")
+        settings = settings.model_copy(update={"model": request.model})
+    own_home = request.own_home if request.own_home is not None else parent.options.child_homes == "own"
+    options = SessionOptions(
+        settings=settings, parent_id=parent.session_id, agent_name=request.name or request.persona or "",
+        interactive=False, extensions=parent.options.extensions, toolset=parent.options.toolset,
+        judgement=parent.options.judgement, tools=request.tools, child_homes=parent.options.child_homes,
+    )
+    journal = None
+    if parent.journal is not None:
+        from ..sessions.journal import Journal
+
+        journal = Journal(parent.journal.path, warn=parent.warn)
+    # The parent's provider object only when no client of its own can make another (a provider
+    # passed in); otherwise a provider of the child's own on the parent's client.
+    provider = parent.provider if parent._http is None else None
+    session = Session(
+        options, emit=parent._emit_out, approver=parent.approver, warn=parent.warn, progress=parent.progress,
+        provider=provider, http=parent._http, limiter=parent.limiter, journal=journal,
+        home=None if own_home else parent.home,
+    )
+    child = Child(session, name=options.agent_name, parent_id=parent.session_id)
+    parent.children.append(child)
+    try:
+        await session.start()
+    except BaseException:
+        parent.children.remove(child)
+        raise
+    child._submit(request.task)
+    return child
