@@ -31,9 +31,8 @@ if TYPE_CHECKING:
     from ..extensions.session import SessionExtensions
     from ..providers.base import Provider, TextSink
     from ..providers.limiter import RequestLimiter
-    from ..tools.base import ChildRequest, ToolSource
     from ..sessions.journal import Journal
-    from ..tools.base import ToolRegistry
+    from ..tools.base import ChildRequest, ToolRegistry, ToolSource
     from ..toolservice.homes import ToolServiceHome
     from .calls import CallResult
     from .children import Child
@@ -225,13 +224,13 @@ class Session:
 
     def _own(self, name: str, close: Callable[[], Awaitable[Any]]) -> None:
         """A part the session made: closed with the session, once, after the parts made later."""
-        self.owned_parts.append(name)
-
         async def closing() -> None:
             self.closed_parts.append(name)
             await close()
 
         self._stack.push_async_callback(closing)
+        self.owned_parts.append(name)
+        self.trace(f"part {name}")
 
     def _journaled(self, journal: Journal, emit: Callable[[Event], None]) -> Callable[[Event], None]:
         workspace = str(self.settings.workspace_root)
