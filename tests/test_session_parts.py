@@ -324,3 +324,43 @@ async def test_a_child_borrows_a_provider_given_to_its_parent(harness: Harness) 
             await session.spawn(ChildRequest(task="x", model="other"))
     assert end.final_text == "parent done"
     assert "child says hi" in str(provider.requests[2].messages[-1])
+
+
+async def test_children_in_the_parents_lane_are_cancelled_and_no_lane_remains(harness: Harness) -> None:
+    """With --sandbox the children share their parent's lane: cancelling the parent stops their
+    commands in it, and closing it removes the lane."""
+    from helpers import require_docker
+
+    from osprey.toolservice.images import docker_client
+
+    require_docker()
+    marker = f"sleep 79.{os.getpid()}"
+    agents: list[ChildAgent] = []
+    source = Source("spawner", [spawner(3, "Wait.", agents)])
+    script = [Reply.tool_call("spawn_children", {})] + [Reply.tool_call("bash", {"command": marker}) for _ in range(3)]
+    with ModelServer(script) as server:
+        options = server_settings(harness, server, sandbox={"enabled": True})
+        session = Session(options, emit=harness.events.append, tool_sources=[source])
+        await session.start()
+        working = asyncio.ensure_future(session.submit("Delegate and wait."))
+        ran: list[ToolCallEvent] = []
+        for _ in range(1200):
+            ran = [e for e in harness.events if isinstance(e, ToolCallEvent) and e.name == "bash" and e.agent_id is not None]
+            if len(ran) == 3:
+                break
+            await asyncio.sleep(0.05)
+        assert len(ran) == 3, "each child runs its command in the lane"
+        await asyncio.sleep(0.5)
+        assert session.tool_service_kind == "lane"
+        assert all(child.session.home is session.home for child in session.children)
+        assert session.cancel()
+        await asyncio.wait_for(working, 60)
+        ends = [await asyncio.wait_for(agent.wait(), 60) for agent in agents]
+        await session.close()
+    assert [end.outcome for end in ends] == ["Cancelled"] * 3
+    client = docker_client()
+    try:
+        left = client.containers.list(all=True, filters={"label": f"osprey.session={session.session_id}"})
+    finally:
+        client.close()
+    assert left == []
