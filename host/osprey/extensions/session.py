@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..tools.base import ToolSource
 from .discovery import Extensions, discover
 from .toolsets import select
 
@@ -18,9 +19,13 @@ if TYPE_CHECKING:
     from ..tools.base import Tool, ToolRegistry
 
 
-class SessionExtensions:
-    """Owns the session's view of its layers. `apply` makes the catalogue and the interceptors
-    match it; `turn_boundary` reloads first when a reload was requested."""
+class SessionExtensions(ToolSource):
+    """Owns the session's view of its layers, as one of its tool sources: `start` discovers them,
+    `apply` makes the catalogue (the other sources' tools with description overrides, the active
+    custom tools, narrowed to the toolset) and the interceptors (the hooks) match them;
+    `turn_boundary` reloads first when a reload was requested."""
+
+    name = "extensions"
 
     def __init__(
         self,
@@ -50,6 +55,15 @@ class SessionExtensions:
         self.reload_pending = False
         self.wanted: set[str] | None = None  # the toolset's tool names, when one was asked for
         self._hooks: Interceptor | None = None
+        self._custom: list[Tool] = []
+
+    async def start(self) -> None:
+        if self.found is None:
+            self.load()
+
+    def tools(self) -> Sequence[Tool]:
+        """The custom tools of the last `apply`."""
+        return list(self._custom)
 
     def load(self) -> Extensions:
         """Discover (again); the toolset asked for must exist (a ToolsetError when it does not)."""
@@ -65,11 +79,13 @@ class SessionExtensions:
         tools, narrowed to the toolset (and to `only`); the hooks interceptor at its declared place."""
         found = self.found if self.found is not None else self.load()
         tools: dict[str, Tool] = {tool.name: tool for tool in self.builtin}
+        self._custom = []
         if found.tools:
             from .custom_tools import custom_tool
 
             for item in found.tools:
-                tools[item.manifest.name] = custom_tool(item.manifest, item.manifest_dir, env=self.env)
+                self._custom.append(custom_tool(item.manifest, item.manifest_dir, env=self.env))
+                tools[item.manifest.name] = self._custom[-1]
         for name, text in found.descriptions.items():
             if name in tools:
                 tools[name] = dataclasses.replace(tools[name], description=text)

@@ -343,12 +343,16 @@ class Session:
             # next turn boundary, and what runs programs stays inactive until you trust it.
             builtin.append(manage_tool(settings, builtin_tools=[t.name for t in builtin],
                                        on_change=lambda: self.extensions.request_reload() if self.extensions is not None else None))
-            self.extensions = SessionExtensions(
+            extensions = SessionExtensions(
                 settings, builtin=builtin, toolset=self.options.toolset, env=host_env, session_id=self.session_id,
                 warn=self.warn, emit=self.emit, messages=lambda: self.messages, permission_mode=settings.approval_policy,
                 only=self.options.tools,
             )
-            self.extensions.apply(self.registry, self.interceptors)
+            await extensions.start()
+            self._own("tools:extensions", extensions.close)
+            self.extensions = extensions
+            self.sources.append(extensions)
+            extensions.apply(self.registry, self.interceptors)
         else:
             for tool in builtin:
                 if self.options.tools is None or tool.name in self.options.tools:
