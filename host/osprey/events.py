@@ -212,7 +212,14 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     SessionStart, UserMessageEvent, AssistantText, ToolCallEvent, ToolResultEvent, Compaction, ModelSwitch,
     Advisory, TodoList, TaskStatus, Verification, Question, UsageEvent, Notice, TaskEnd, SessionEnd,
 )
-_ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyEvent)
+_adapter: TypeAdapter[Any] | None = None  # built at the first read: a session that reads no record never pays for it
+
+
+def _events() -> TypeAdapter[Any]:
+    global _adapter
+    if _adapter is None:
+        _adapter = TypeAdapter(AnyEvent)
+    return _adapter
 
 
 def parse_event(data: dict[str, Any] | str | bytes) -> Event:
@@ -220,8 +227,8 @@ def parse_event(data: dict[str, Any] | str | bytes) -> Event:
     its type is unknown or it does not validate."""
     try:
         if isinstance(data, (str, bytes)):
-            return _ADAPTER.validate_json(data)
-        return _ADAPTER.validate_python(data)
+            return _events().validate_json(data)
+        return _events().validate_python(data)
     except ValidationError:
         if isinstance(data, (str, bytes)):
             import json
