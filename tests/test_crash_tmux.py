@@ -166,10 +166,10 @@ def _check_report(path: Path, message: str, raiser: str) -> None:
 def test_an_exception_in_a_slash_command_is_reported(pane: Pane, tmp_path: Path, model_server: ModelServer,
                                                      osprey_env: dict[str, str]) -> None:
     patch = (
-        "from osprey.tui.app import OspreyApp\n\n"
+        "from osprey.tui.slash import SlashCommands\n\n"
         "async def debug_command_that_raises(self, argument):\n"
         "    raise RuntimeError('the debug command fell over')\n\n"
-        "OspreyApp._cmd_debug = debug_command_that_raises\n"
+        "SlashCommands.cmd_debug = debug_command_that_raises\n"
     )
     _crash(pane, tmp_path, model_server, osprey_env, patch, command="/debug")
     path = _report_named_on_the_terminal(pane, "RuntimeError: the debug command fell over")
@@ -211,11 +211,11 @@ def test_an_exception_that_escapes_the_app_reaches_the_crash_hook(pane: Pane, tm
 
 
 RAISING_DEBUG_COMMAND = (
-    "from osprey.tui.app import OspreyApp\n\n"
+    "from osprey.tui.slash import SlashCommands\n\n"
     "async def debug_command_that_raises(self, argument):\n"
     "{before}"
     "    raise RuntimeError('the debug command fell over')\n\n"
-    "OspreyApp._cmd_debug = debug_command_that_raises\n"
+    "SlashCommands.cmd_debug = debug_command_that_raises\n"
 )
 
 

@@ -507,7 +507,7 @@ async def test_a_warning_from_another_thread_reaches_the_screen(rig: TuiRig) -> 
     app = rig.app()
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
-        await asyncio.to_thread(app._warn, "the journal could not be written")
+        await asyncio.to_thread(app.driver.warn, "the journal could not be written")
         await until(pilot, lambda: "the journal could not be written" in notices(app))
 
 
@@ -538,7 +538,7 @@ async def test_old_rows_leave_the_screen_and_export_still_has_them(rig: TuiRig, 
         await started(pilot, app)
         for n in range(prompts):
             await type_prompt(pilot, app, f"prompt number {n}")
-            await until(pilot, lambda n=n: len(rig.ends()) == n + 1 and not app._working)
+            await until(pilot, lambda n=n: len(rig.ends()) == n + 1 and not app.driver.working)
         await app.workers.wait_for_complete()
         await pilot.pause()
         rows = list(app.conversation.children)

@@ -19,14 +19,17 @@ from textual.widgets import OptionList
 from osprey.catalog import Catalog, ModelInfo
 from osprey.config import Settings, load_settings
 from osprey.errors import ProviderError
-from osprey.events import Compaction, Event, ModelSwitch, TaskEnd
+from osprey.events import Compaction, Event, ModelSwitch, TaskEnd, ToolCallEvent, ToolResultEvent
+from osprey.interception import Interceptor, PendingCall, Verdict
 from osprey.session.core import Session, SessionOptions
-from osprey.sessions.journal import Journal, journal_path, list_sessions, load_events
+from osprey.sessions.journal import Journal, journal_path, list_sessions, read_events
 from osprey.sessions.resume import resume_point
 from osprey.tui import commands
 from osprey.tui.app import Hooks, OspreyApp, Resume
+from osprey.tui.presenter import DIFF_COMMAND
+from osprey.tui.question_screen import QuestionScreen
 from osprey.tui.screens import ModelPicker, SessionsScreen
-from osprey.tui.widgets import AnswerRow, FoldRow, ToolRow, UserRow
+from osprey.tui.widgets import AnswerRow, FoldRow, NoticeRow, QuestionRow, TodoPanel, ToolRow, UserRow
 
 
 @dataclass
@@ -40,6 +43,7 @@ class JournaledRig:
     events: list[Event] = field(default_factory=list)
     providers: list[ChunkedProvider] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
+    interceptors: list[Interceptor] = field(default_factory=list)  # given to every session
 
     def settings_for(self, change: dict[str, Any]) -> Settings:
         env = {"OSPREY_HOME": str(self.home), "OPENAI_API_KEY": "unused", **self.env}
@@ -59,7 +63,7 @@ class JournaledRig:
             options = options.model_copy(update={"session_id": hooks.resume.row.id, "resume": resume_point(hooks.resume.events)})
         self.ids.append(options.session_id)
         journal = Journal(journal_path(self.home))
-        return Session(options, provider=provider, journal=journal, **{**hooks.kwargs(), "emit": emit})
+        return Session(options, provider=provider, journal=journal, interceptors=list(self.interceptors), **{**hooks.kwargs(), "emit": emit})
 
     def app(self, resume: Resume | None = None) -> OspreyApp:
         return OspreyApp(self.factory, settings_for=self.settings_for, journal=journal_path(self.home), resume=resume)
@@ -161,7 +165,7 @@ async def test_model_picker_shows_the_cached_list_then_the_refreshed_one_and_swi
         yield first.model_copy(update={"stale": True, "problem": "models.dev did not answer"})
 
     app = rig.app()
-    app._catalogs = catalogs  # type: ignore[method-assign]
+    app.slash.catalogs = catalogs  # type: ignore[method-assign]
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         await type_prompt(pilot, app, "/model")
@@ -223,7 +227,7 @@ async def test_a_journaled_session_is_shown_and_continued(rig: JournaledRig) -> 
         await app.workers.wait_for_complete()
     path = journal_path(rig.home)
     [row] = list_sessions(path)
-    events = load_events(path, row.id)
+    events = read_events(path, row.id)
     rig.scripts.append([text("second answer")])
     app = rig.app(Resume(row, events))
     async with app.run_test(size=SIZE) as pilot:
@@ -311,6 +315,141 @@ async def test_diff_and_debug(repo: JournaledRig) -> None:
         assert len(app.query(FoldRow).filter(".debug")) == count
 
 
+class BashRefused(Interceptor):
+    """A hook that refuses bash once `refusing` is set."""
+
+    name = "no-bash-here"
+
+    def __init__(self) -> None:
+        self.refusing = False
+        self.judged: list[str] = []
+
+    async def before_call(self, call: PendingCall) -> Verdict | None:
+        self.judged.append(str(call.arguments.get("command", "")))
+        if self.refusing and call.name == "bash":
+            return Verdict.deny(self.name, "bash is switched off in this workspace")
+        return None
+
+
+async def test_diff_is_the_persons_call_judged_by_the_hooks_journaled_and_kept_out_of_the_conversation(repo: JournaledRig) -> None:
+    rig = repo
+    hook = BashRefused()
+    rig.interceptors.append(hook)
+    rig.scripts.append([text("nothing to add")])
+    (rig.workspace / "a.txt").write_text("one\nTWO\n")
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await _command(pilot, app, "/diff")
+        [row] = app.query(FoldRow).filter(".diff")
+        assert "1 file changed" in str(row.title) and "+TWO" in str(row.body.render())
+        assert not app.query(ToolRow)  # the person's call is the diff, not a model's tool row
+        hook.refusing = True
+        await _command(pilot, app, "/diff")
+        assert "/diff: Error (denied): bash is switched off in this workspace" in notices(app)
+        assert len(app.query(FoldRow).filter(".diff")) == 1 and not app.query(ToolRow)
+        assert hook.judged == [DIFF_COMMAND, DIFF_COMMAND]
+        await type_prompt(pilot, app, "anything else?")
+        await until(pilot, lambda: bool(rig.ends()))
+        await app.workers.wait_for_complete()
+    assert DIFF_COMMAND not in rig.providers[0].requests[0].model_dump_json()  # not part of the conversation
+    path = journal_path(rig.home)
+    [session] = list_sessions(path)
+    recorded = read_events(path, session.id)
+    asked = [e for e in recorded if isinstance(e, ToolCallEvent | ToolResultEvent)]
+    assert [(e.type, e.requested_by) for e in asked] == [("tool_call", "user"), ("tool_result", "user")] * 2
+    assert all(e.arguments == {"command": DIFF_COMMAND, "timeout_ms": 30_000} for e in asked if isinstance(e, ToolCallEvent))
+    first, second = [e for e in asked if isinstance(e, ToolResultEvent)]
+    assert first.ok and "+TWO" in first.output
+    assert not second.ok and second.error_category == "denied" and "bash is switched off" in second.output
+    assert resume_point(recorded).messages == resume_point([e for e in recorded if e not in asked]).messages
+    # Resumed, the journal shows the same: the diff and the refusal, and no tool row.
+    app = rig.app(Resume(session, recorded))
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        [row] = app.query(FoldRow).filter(".diff")
+        assert "+TWO" in str(row.body.render())
+        assert "/diff: Error (denied): bash is switched off in this workspace" in notices(app)
+        assert not app.query(ToolRow)
+
+
+STARTING_NOTES = ("warning: tool calls run on the host without approval", "resumed session ")
+
+
+def _said(app: OspreyApp) -> list[tuple[str, str]]:
+    """The transcript, without the notes of a session's start and resume."""
+    return [(e.role, e.text) for e in app.transcript.entries if not (e.role == "notice" and e.text.startswith(STARTING_NOTES))]
+
+
+def _shown(app: OspreyApp) -> list[tuple[str, ...]]:
+    """The conversation's rows as what each says, without the notes of a session's start and resume."""
+    rows: list[tuple[str, ...]] = []
+    for row in app.conversation.children:
+        if isinstance(row, UserRow):
+            rows.append(("user", row.text))
+        elif isinstance(row, AnswerRow):
+            rows.append(("answer", row.markdown.source))
+        elif isinstance(row, ToolRow):
+            rows.append(("tool", str(row.title), str(row.arguments.render()), str(row.output.render()), str(row.category.render())))
+        elif isinstance(row, FoldRow):
+            rows.append(("fold", " ".join(sorted(row.classes)), str(row.title), str(row.body.render())))
+        elif isinstance(row, QuestionRow):
+            rows.append(("question", row.event.question, str(row.event.answer)))
+        elif isinstance(row, NoticeRow):
+            said = str(row.render())
+            if not said.startswith(STARTING_NOTES):
+                rows.append(("note", " ".join(sorted(row.classes)), said))
+        else:
+            rows.append((type(row).__name__,))
+    return rows
+
+
+async def test_a_session_replayed_from_the_journal_shows_the_rows_it_showed_live(repo: JournaledRig) -> None:
+    rig = repo
+    todos = [{"content": "look at the code", "status": "completed"}, {"content": "change it", "status": "in_progress"}]
+    rig.scripts.append([
+        calls(("todo_write", {"todos": todos}), say="Planning first."),
+        calls(("bash", {"command": "echo looked"}), ("read_file", {"path": "missing.txt"}), say="Looking around."),
+        calls(("question", {"question": "Which line?"})),
+        calls(("edit_file", {"path": "a.txt", "old_string": "two", "new_string": "TWO"})),
+        calls(("task_status", {"status": "done", "summary": "changed line two"})),
+        text("Changed it: **two** is now TWO."),
+        text("SUMMARY: line two was changed."),
+        text("Nothing more."),
+    ])
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await type_prompt(pilot, app, "change line two")
+        await until(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        await pilot.press(*"the second", "enter")
+        await until(pilot, lambda: bool(rig.ends()))
+        await app.workers.wait_for_complete()
+        await _command(pilot, app, "/diff")
+        await _command(pilot, app, "/compact")
+        await type_prompt(pilot, app, "anything more?")
+        await until(pilot, lambda: len(rig.ends()) == 2)
+        await app.workers.wait_for_complete()
+        await _command(pilot, app, "/model gpt-test-2")  # last: the switch leaves the scripted provider
+        await pilot.pause()
+        live = _shown(app)
+        live_todo = str(app.query_one(TodoPanel).render())
+        live_transcript = _said(app)
+    kinds = {row[0] for row in live}
+    assert {"user", "answer", "tool", "fold", "question", "note"} <= kinds
+    assert any(row[0] == "fold" and "diff" in row[1] for row in live) and any(row[0] == "fold" and "compaction" in row[1] for row in live)
+    assert any(row[0] == "note" and "now talking to" in row[2] for row in live)
+    path = journal_path(rig.home)
+    [session] = list_sessions(path)
+    app = rig.app(Resume(session, read_events(path, session.id)))
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await pilot.pause()
+        assert _shown(app) == live
+        assert str(app.query_one(TodoPanel).render()) == live_todo
+        assert _said(app) == live_transcript
+
+
 def test_an_unknown_session_is_an_error_before_the_screen_opens(tmp_path: Path) -> None:
     import sys
 
@@ -333,7 +472,7 @@ async def test_a_catalog_that_fails_leaves_the_picker_usable_by_name(rig: Journa
         yield  # an async generator
 
     app = rig.app()
-    app._catalogs = catalogs  # type: ignore[method-assign]
+    app.slash.catalogs = catalogs  # type: ignore[method-assign]
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         await type_prompt(pilot, app, "/model")

@@ -149,7 +149,7 @@ async def test_verify_is_refused_while_the_agent_works_and_otherwise_arms_and_au
         await until(pilot, lambda: "/verify: a task is running" in notices(app))
         assert not checkpoint.armed and [u.text for u in app.query(UserRow)] == ["think hard"]
         await pilot.press("escape")
-        await until(pilot, lambda: bool(rig.ends()) and not app._working)
+        await until(pilot, lambda: bool(rig.ends()) and not app.driver.working)
 
         await type_prompt(pilot, app, "/verify")
         await until(pilot, lambda: len(rig.ends()) == 2)
@@ -269,7 +269,7 @@ async def test_a_blocked_declaration_is_a_warning_row(rig: TuiRig) -> None:
 async def test_a_resumed_session_shows_its_questions_declarations_and_task_list(tmp_path: Path) -> None:
     from test_tui_commands import JournaledRig
 
-    from osprey.sessions.journal import journal_path, list_sessions, load_events
+    from osprey.sessions.journal import journal_path, list_sessions, read_events
     from osprey.tui.app import Resume
 
     (tmp_path / "ws").mkdir()
@@ -291,7 +291,7 @@ async def test_a_resumed_session_shows_its_questions_declarations_and_task_list(
     path = journal_path(rig.home)
     [row] = list_sessions(path)
     rig.scripts.append([text("unused")])
-    app = rig.app(Resume(row, load_events(path, row.id)))
+    app = rig.app(Resume(row, read_events(path, row.id)))
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         [asked] = app.query(QuestionRow)

@@ -155,7 +155,7 @@ def test_an_edit_is_shown_as_a_unified_diff() -> None:
 
 def test_the_status_line_shows_an_estimated_cost_when_prices_are_known() -> None:
     from osprey.catalog import ModelInfo, estimated_cost
-    from osprey.tui.app import status_line
+    from osprey.tui.presenter import status_line
 
     priced = ModelInfo(provider="openai", id="m", input_price=2.0, output_price=8.0)
     assert estimated_cost(1_000_000, 500_000, priced) == 6.0
@@ -190,7 +190,7 @@ async def test_asker_asks_one_at_a_time_and_close_all_leaves_them_unanswered() -
 
 
 def test_the_status_line_shows_the_task_list_progress() -> None:
-    from osprey.tui.app import status_line
+    from osprey.tui.presenter import status_line
 
     def line(todo: tuple[int, int] | None) -> str:
         return status_line(provider="openai", model="m", policy="on-request", home="local", input_tokens=1, output_tokens=1, state="ready",
@@ -198,3 +198,17 @@ def test_the_status_line_shows_the_task_list_progress() -> None:
 
     assert " · todo 2/5 · ready" in line((2, 5))
     assert "todo" not in line(None) and "todo" not in line((0, 0))
+
+
+def test_a_bash_result_is_split_into_the_output_and_its_exit_code() -> None:
+    from osprey.tui.presenter import bash_output
+
+    assert bash_output(" a | 1 +\n\ndiff --git a/a b/a\n[exit code 0]") == (" a | 1 +\n\ndiff --git a/a b/a", 0)
+    assert bash_output("[exit code 0]") == ("", 0)
+    assert bash_output("fatal: not a git repository\n[exit code 128] [processes left running in the background were stopped]") == (
+        "fatal: not a git repository", 128)
+    # What the diff itself says is output; the tool's status is the last one, on a line of its own.
+    assert bash_output("+echo [exit code 3]\n+[exit code 4]\n[exit code 1]") == ("+echo [exit code 3]\n+[exit code 4]", 1)
+    assert bash_output("Error (denied): bash is switched off") == ("Error (denied): bash is switched off", None)
+    assert bash_output("x [exit code 2]") == ("x [exit code 2]", None)
+    assert bash_output("out\n[exit code nope]") == ("out\n[exit code nope]", None)

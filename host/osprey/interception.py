@@ -122,6 +122,9 @@ class Interceptor:
 
     name = "interceptor"
     order: ClassVar[int] = Order.DEFAULT
+    # Judges the model's own conduct (the stall detectors): a call the person ran themselves from a
+    # front end (`/diff`) does not pass it.
+    model_only: ClassVar[bool] = False
 
     def begin_batch(self, turn: int) -> None:
         """The calls of one model turn are about to be decided."""

@@ -52,11 +52,14 @@ class CallPath:
     def chain(self, *, approved: bool = False) -> list[Interceptor]:
         """The interception points in their declared order: the floor, the session's interceptors,
         then approvals (left out for a call the person ran themselves, `approved`)."""
-        return in_order([self.floor, *self.interceptors] if approved else [self.floor, *self.interceptors, self.policy])
+        if approved:
+            return in_order([self.floor, *(i for i in self.interceptors if not i.model_only)])
+        return in_order([self.floor, *self.interceptors, self.policy])
 
     async def run_for_user(self, turn: int, call: ToolCall) -> CallResult:
         """Run one call the person asked for from a front end (`/diff`): the floor and the
-        interceptors judge it as any call (the approval policy does not: the person asked), its
+        interceptors judge it as any call (the approval policy and the interceptors that judge the
+        model's conduct do not: the person asked), its
         call and result are recorded with requested_by "user", and it is not part of the conversation."""
         self.emit(ToolCallEvent(turn=turn, id=call.id, name=call.name, arguments=call.arguments, requested_by="user"))
         try:

@@ -576,6 +576,11 @@ class Session:
         return self.loop.messages if self.loop is not None else []
 
     @property
+    def turns(self) -> int:
+        """The model turns of the whole conversation so far."""
+        return self.loop.turns if self.loop is not None else 0
+
+    @property
     def usage(self) -> Usage:
         return self.loop.usage if self.loop is not None else Usage()
 

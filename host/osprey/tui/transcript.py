@@ -78,8 +78,9 @@ def todo_markdown(items: Sequence[Mapping[str, Any]]) -> str:
 class Transcript:
     entries: list[Entry] = field(default_factory=list)
 
-    def add(self, role: Role, text: str) -> Entry:
-        entry = Entry(role, text)
+    def add(self, role: Role, text: str, at: datetime | None = None) -> Entry:
+        """Add an entry; `at`: when it happened (a replayed event's time), by default now."""
+        entry = Entry(role, text) if at is None else Entry(role, text, at)
         self.entries.append(entry)
         return entry
 

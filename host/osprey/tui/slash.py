@@ -1,0 +1,296 @@
+"""What the slash commands do (`commands.py` lists them): each reaches the session through the
+driver and the session's public API, and shows what it found through the presenter."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..catalog import Catalog
+from ..config import Settings
+from ..errors import OspreyError
+from ..sessions.journal import find_session, list_sessions
+from . import commands
+from .presenter import DIFF_COMMAND
+from .screens import ModelPicker, SessionsScreen
+
+if TYPE_CHECKING:
+    from .app import OspreyApp
+
+EFFORT_LEVELS = ("minimal", "low", "medium", "high")
+PROVIDER_NAMES = ("openai", "anthropic")
+DIFF_TIMEOUT_MS = 30_000
+
+
+class SlashCommands:
+    """The commands of one app; `cmd_NAME` runs `/NAME ARGUMENT`."""
+
+    def __init__(self, app: OspreyApp) -> None:
+        self.app = app
+        self.driver = app.driver
+        self.presenter = app.presenter
+
+    def note(self, text: str, level: str = "info") -> None:
+        self.presenter.note(text, level)
+
+    async def run(self, name: str, argument: str) -> None:
+        planned = commands.planned_text(name)
+        if planned is not None:
+            self.note(planned)
+            return
+        handler = getattr(self, f"cmd_{name}", None) if name in commands.BY_NAME else None
+        if handler is None:
+            self.app.notify(f"unknown command /{name}: /help lists them", severity="error")
+            return
+        await handler(argument)
+
+    async def cmd_help(self, argument: str) -> None:
+        self.note(commands.help_text())
+
+    async def cmd_quit(self, argument: str) -> None:
+        await self.app.action_quit()
+
+    async def cmd_new(self, argument: str) -> None:
+        await self.driver.renew()
+
+    # ------------------------------------------------------------------ the model
+
+    async def cmd_model(self, argument: str) -> None:
+        if argument:
+            await self.driver.switch(f"/model {argument}", {"model": argument})
+            return
+        session = self.driver.idle("/model")
+        if session is None:
+            return
+        settings = session.settings
+        picker = ModelPicker(settings.provider, settings.model, lambda: self.catalogs(settings))
+        chosen = await self.app.push_screen_wait(picker)
+        if chosen:
+            await self.driver.switch(f"/model {chosen}", {"model": chosen})
+
+    async def catalogs(self, settings: Settings) -> AsyncIterator[Catalog]:
+        """The model catalogs for the picker: the cached one, then the refreshed one."""
+        import httpx
+
+        from ..catalog import catalog_for_picker
+
+        async with httpx.AsyncClient() as client:
+            async for catalog in catalog_for_picker(client, settings.home, settings.provider, settings.base_url, settings.api_key,
+                                                    current_model=settings.model):
+                yield catalog
+
+    async def cmd_provider(self, argument: str) -> None:
+        name = argument.strip().lower()
+        if name not in PROVIDER_NAMES:
+            self.note(f"/provider: give one of {', '.join(PROVIDER_NAMES)}", "error")
+            return
+        # Another provider: its default model and base URL, unless configured for it.
+        await self.driver.switch(f"/provider {name}", {"provider": name, "model": None, "base_url": None})
+
+    async def cmd_effort(self, argument: str) -> None:
+        level = argument.strip().lower()
+        if level not in (*EFFORT_LEVELS, "off"):
+            self.note(f"/effort: unknown level {argument!r}; give one of {', '.join(EFFORT_LEVELS)} or off", "error")
+            return
+        await self.driver.switch(f"/effort {level}", {"effort": level})
+
+    # ------------------------------------------------------------------ the task and the conversation
+
+    async def cmd_verify(self, argument: str) -> None:
+        from ..session.verification import VERIFY_AUDIT_PROMPT
+
+        session = self.driver.idle("/verify")
+        if session is None:
+            return
+        try:
+            session.arm_verification()
+        except RuntimeError as exc:
+            self.note(f"/verify: {exc}", "warning")
+            return
+        self.app.submit(VERIFY_AUDIT_PROMPT)
+
+    async def cmd_compact(self, argument: str) -> None:
+        driver = self.driver
+        session = driver.idle("/compact")
+        if session is None:
+            return
+        driver.working = True
+        driver.set_state("compacting the conversation")
+        try:
+            await session.compact(argument)
+        except (OspreyError, RuntimeError) as exc:
+            self.note(f"/compact: {exc}", "error")
+        finally:
+            driver.working = False
+            driver.set_state("ready")
+
+    async def cmd_diff(self, argument: str) -> None:
+        """The workspace's git diff, run through the session as a call the person asked for: the
+        floor and the hooks judge it, the journal records it, and the presenter shows its result."""
+        session = self.driver.session
+        if session is None or not session.started:
+            self.note("/diff: the session has not started yet")
+            return
+        try:
+            await session.run_tool("bash", {"command": DIFF_COMMAND, "timeout_ms": DIFF_TIMEOUT_MS})
+        except (OspreyError, RuntimeError) as exc:
+            self.note(f"/diff: {exc}", "error")
+
+    # ------------------------------------------------------------------ sessions
+
+    async def cmd_session(self, argument: str) -> None:
+        session, journal = self.driver.session, self.driver.journal
+        if session is None or self.presenter.start is None:
+            self.note("the session has not started yet")
+            return
+        title = "(no prompt yet)"
+        if journal is not None:
+            try:
+                title = (await asyncio.to_thread(find_session, journal, session.session_id)).title or title
+            except OspreyError:
+                pass
+        usage = session.usage
+        self.note("\n".join([
+            f"session: {session.session_id}", f"title: {title}", f"journal: {journal or '(not journaled)'}",
+            f"turns: {self.presenter.turns}", f"usage: {usage.input_tokens:,} in, {usage.output_tokens:,} out",
+        ]))
+
+    async def cmd_sessions(self, argument: str) -> None:
+        driver = self.driver
+        if driver.journal is None:
+            self.note("/sessions: this session is not journaled", "error")
+            return
+        session = driver.session
+        if session is not None and (session.busy or driver.working):
+            self.note("/sessions: a task is running; wait for it to end (Esc stops it)", "warning")
+            return
+        try:
+            rows = await asyncio.to_thread(list_sessions, driver.journal)
+        except OspreyError as exc:
+            self.note(f"/sessions: {exc}", "error")
+            return
+        cwd = str(session.settings.cwd) if session is not None else str(Path.cwd())
+        chosen = await self.app.push_screen_wait(SessionsScreen(rows, cwd, session.session_id if session else None))
+        if chosen is not None:
+            await driver.resume(chosen.id)
+
+    # ------------------------------------------------------------------ what the session is made of
+
+    async def cmd_status(self, argument: str) -> None:
+        session, start = self.driver.session, self.presenter.start
+        if session is None or start is None:
+            self.note("the session has not started yet")
+            return
+        usage = session.usage
+        self.note("\n".join([
+            f"provider: {start.provider}", f"model: {start.model}", f"approval policy: {start.approval_policy}",
+            f"home: {session.tool_service_kind}", f"session: {session.session_id}", f"cwd: {session.settings.cwd}",
+            f"usage: {usage.input_tokens} in, {usage.output_tokens} out",
+        ]))
+
+    async def cmd_tools(self, argument: str) -> None:
+        session = self.driver.session
+        if session is None or not session.started:
+            self.note("the session has not started yet")
+            return
+        self.note("\n".join(f"{spec.name}: {spec.description.splitlines()[0] if spec.description else ''}" for spec in session.tool_specs()))
+
+    async def cmd_extensions(self, argument: str) -> None:
+        session = self.driver.session
+        if session is None or not session.started:
+            self.note("the session has not started yet")
+            return
+        found = session.extensions.found if session.extensions is not None else None
+        if found is None:
+            self.note("this session does not load extensions")
+            return
+        lines = [f"{item.manifest.name}: {item.path} ({item.layer.kind})" for item in found.tools] or ["no custom tools are loaded"]
+        for artifact in (a for a in found.artifacts if a.kind == "tool" and a.status != "active"):
+            lines.append(f"not loaded: {artifact.name} ({artifact.status}): {artifact.reason or ''}")
+        if found.hooks_path is not None:
+            lines.append(f"hooks: {found.hooks_path}")
+        if session.extensions is not None and session.extensions.reload_pending:
+            lines.append("a reload is pending: it happens at the next turn boundary")
+        lines.append("`osprey extensions` shows every artifact and why it is or is not used")
+        self.note("\n".join(lines))
+
+    async def cmd_reload(self, argument: str) -> None:
+        session = self.driver.session
+        if session is None or not session.started:
+            self.note("the session has not started yet")
+            return
+        try:
+            session.request_reload()
+        except RuntimeError as exc:
+            self.note(f"error: {exc}", "error")
+            return
+        self.note("the extensions will be found again at the next turn boundary")
+
+    async def cmd_approvals(self, argument: str) -> None:
+        from ..policy.store import ApprovalStore
+
+        session = self.driver.session
+        if session is None:
+            self.note("the session has not started yet")
+            return
+        workspace = str(session.settings.workspace_root)
+        store = ApprovalStore(session.settings.home / "approvals.toml", warn=lambda m: self.note(m, "warning"))
+        rules = [r for r in await asyncio.to_thread(store.load) if r.applies_to(workspace)]
+        if not rules:
+            self.note("no saved approval rules apply here (`osprey approvals` manages them)")
+            return
+        self.note("\n".join(f"{r.id}  {r.rule}  ({'this project' if r.project else 'everywhere'})" for r in rules))
+
+    async def cmd_debug(self, argument: str) -> None:
+        import os
+        import platform
+
+        from .. import __version__
+
+        app, session, start = self.app, self.driver.session, self.presenter.start
+        self.presenter.debug = not self.presenter.debug
+        lines = [
+            f"osprey {__version__} · {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC",
+            f"system: {platform.system()} {platform.release()} ({platform.machine()}), Python {platform.python_version()}",
+            f"terminal: {os.environ.get('TERM', '?')} {os.environ.get('TERM_PROGRAM', '')}".rstrip() + f", {app.size.width}x{app.size.height}",
+            f"session: {session.session_id if session else '(none)'}",
+            f"model: {start.provider} · {start.model}" if start else "model: (the session has not started)",
+            "raw events are shown (/debug hides them)" if self.presenter.debug else "raw events are hidden",
+        ]
+        summary = getattr(app.trace, "summary", None)
+        if callable(summary):
+            lines.append(f"launch: {summary()}")
+        self.note("\n".join(lines))
+
+    # ------------------------------------------------------------------ the screen and the transcript
+
+    async def cmd_timestamps(self, argument: str) -> None:
+        self.app.screen.toggle_class("-timestamps")
+
+    async def cmd_export(self, argument: str) -> None:
+        session = self.driver.session
+        base = session.settings.cwd if session is not None else Path.cwd()
+        name = argument or f"osprey-{session.session_id if session else datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}.md"
+        path = (base / Path(name).expanduser()).resolve()
+        try:
+            await asyncio.to_thread(path.write_text, self.presenter.transcript.to_markdown(), "utf-8")
+        except OSError as exc:
+            self.note(f"could not write {path}: {exc.strerror or exc}", "error")
+            return
+        self.note(f"transcript written to {path}")
+
+    async def cmd_copy(self, argument: str) -> None:
+        transcript = self.presenter.transcript
+        if argument == "all":
+            self.app.copy_to_clipboard(transcript.to_markdown())
+            self.note("transcript copied to the clipboard")
+            return
+        answer = transcript.last_answer()
+        if answer is None:
+            self.note("no answer to copy yet")
+            return
+        self.app.copy_to_clipboard(answer)
+        self.note("last answer copied to the clipboard")
