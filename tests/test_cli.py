@@ -54,13 +54,19 @@ def test_bare_osprey_help_lists_the_subcommands_and_the_tui_options() -> None:
     assert run.returncode == 0
     for name in ("agent", "approvals", "docs", "sandbox", "trust"):
         assert f"\n  {name} " in run.stdout
-    for option in ("--cwd", "--approval-policy", "--yolo", "--read-only", "--sandbox", "--allow"):
+    for option in ("--cwd", "--approval-policy", "--yolo", "--read-only", "--sandbox", "--allow", "--toolset", "--max-turns", "--continue"):
         assert option in run.stdout
+    # The options only `osprey agent` has are named as such, and are not the TUI's.
+    said = " ".join(run.stdout.split("Options:")[0].split())
+    assert "osprey agent alone has --replay, --record, --events-jsonl, --no-journal, --output-schema and --budget" in said
+    assert "--budget DURATION" not in run.stdout and "--events-jsonl " not in run.stdout.split("Options:")[1]
 
 
 def test_agent_keeps_its_own_options() -> None:
     run = osprey("agent", "--help")
     assert run.returncode == 0 and "--max-turns" in run.stdout and "--replay" in run.stdout and "--events-jsonl" in run.stdout
+    assert "--toolset" in run.stdout and "--continue" in run.stdout
+    assert " ".join(run.stdout.split()).count("(osprey agent only)") == 6
 
 
 def test_tui_options_before_a_subcommand_are_a_usage_error() -> None:

@@ -639,6 +639,62 @@ def test_effort_flag(model: str, sent: bool, project: Path, model_server: ModelS
     assert ("has no effect" in run.stderr) is not sent
 
 
+def test_a_resumed_session_goes_on_with_the_model_it_ran_with(workspace: Path, tmp_path: Path, model_server: ModelServer,
+                                                              osprey_env: dict[str, str]) -> None:
+    from osprey.config import DEFAULT_MODELS
+
+    (Path(osprey_env["OSPREY_HOME"]) / "config.toml").write_text(f'[providers.openai]\nbase_url = "{model_server.base_url}"\n')
+    model_server.add(Reply.text("First answer."), Reply.text("Second answer."), Reply.text("Third answer."), Reply.text("Fourth answer."))
+    first = agent(osprey_env, workspace, model_server, "anthropic", "--model", "claude-first", "--effort", "low", prompt="First question.")
+    assert first.rc == 0, first
+    session_id = first.events[0]["session_id"]
+
+    # From elsewhere, with no -C and no model flag: the session's directory, provider, model and effort.
+    again = osprey(osprey_env, "agent", "--resume", session_id[:8], "--base-url", model_server.base_url, "Second question.", cwd=tmp_path)
+    assert again.rc == 0, again
+    start = again.events[0]
+    assert (start["session_id"], start["provider"], start["model"], start["effort"], start["cwd"]) == \
+        (session_id, "anthropic", "claude-first", "low", str(workspace.resolve()))
+    request = model_server.requests[-1]
+    assert request.dialect == "anthropic" and request.body["model"] == "claude-first"
+    assert "First answer." in json.dumps(request.body["messages"]), "the conversation went on"
+
+    # A recorded model that no longer resolves stops the run before anything is journaled.
+    no_key = {k: v for k, v in osprey_env.items() if k != "ANTHROPIC_API_KEY"}
+    recorded = osprey(no_key, "sessions", "show", session_id, "--json").stdout
+    stopped = osprey(no_key, "agent", "--resume", session_id, "Third question.", cwd=tmp_path)
+    assert stopped.rc == 1 and stopped.stdout == "", stopped
+    assert "cannot go on with anthropic · claude-first, the model session" in stopped.stderr and "ANTHROPIC_API_KEY is not set" in stopped.stderr
+    assert "give --provider/--model to choose another" in stopped.stderr
+    assert osprey(no_key, "sessions", "show", session_id, "--json").stdout == recorded and model_server.request_count == 2
+
+    # --provider chooses another model altogether (the recorded model name is the other provider's).
+    switched = osprey(no_key, "agent", "--resume", session_id, "--provider", "openai", "Third question.", cwd=tmp_path)
+    assert switched.rc == 0, switched
+    start = switched.events[0]
+    assert (start["provider"], start["model"], start["effort"]) == ("openai", DEFAULT_MODELS["openai"], None)
+    assert model_server.requests[-1].dialect == "openai"
+    # The next resume goes on with the model the session last ran with.
+    last = osprey(no_key, "agent", "--resume", session_id, "Fourth question.", cwd=tmp_path)
+    assert last.rc == 0, last
+    assert (last.events[0]["provider"], last.events[0]["model"]) == ("openai", DEFAULT_MODELS["openai"])
+    assert last.end["final_text"] == "Fourth answer." and model_server.requests[-1].body["model"] == DEFAULT_MODELS["openai"]
+
+
+def test_continue_goes_on_with_the_newest_session_of_the_directory(workspace: Path, tmp_path: Path, model_server: ModelServer,
+                                                                  osprey_env: dict[str, str]) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    model_server.add(Reply.text("Here."), Reply.text("There."), Reply.text("Here again."))
+    here = agent(osprey_env, workspace, model_server, "openai", prompt="First here.")
+    assert here.rc == 0, here
+    assert agent(osprey_env, other, model_server, "openai", prompt="First there.").rc == 0
+    again = agent(osprey_env, workspace, model_server, "openai", "--continue", prompt="Again here.")
+    assert again.rc == 0, again
+    assert again.events[0]["session_id"] == here.events[0]["session_id"]
+    assert "Here." in json.dumps(model_server.requests[-1].body["messages"]) and "There." not in json.dumps(model_server.requests[-1].body["messages"])
+
+
 # ------------------------------------------------------------------ on a terminal
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import sqlite3
 import sys
@@ -17,13 +18,22 @@ from helpers import require_docker
 from test_tui import SIZE, notices, started, type_prompt, until
 
 from osprey.config import Settings, load_settings
-from osprey.sessions.journal import journal_path, load_events
+from osprey.events import Event, ModelSwitch, SessionStart
+from osprey.session.core import SessionOptions
+from osprey.sessions.journal import journal_path, load_events, read_events
+from osprey.sessions.resume import recorded_model
 from osprey.testing.model_server import ModelServer, Reply
 from osprey.tui.app import OspreyApp
-from osprey.tui.launch import Launch, LaunchTrace, launch, recorded_model
+from osprey.tui.launch import Launch, LaunchTrace, launch
 
 LAUNCH = ["capabilities", "terminal", "guard", "system_prompt", "session", "tools", "agent", "event_loop"]
 EXIT = ["shutdown", "terminal_restored", "teardown"]
+
+
+def _steps(trace: LaunchTrace) -> list[str]:
+    """The launch's steps, without the session's own (each part it makes) and the tool service's
+    background start (when it answers is its own step)."""
+    return [n for n in trace.names if n != "tool service ready" and not n.startswith("part ")]
 
 
 def _plan(tmp_path: Path, server: ModelServer, **flags: Any) -> Launch:
@@ -35,7 +45,8 @@ def _plan(tmp_path: Path, server: ModelServer, **flags: Any) -> Launch:
     def settings_for(change: dict[str, Any]) -> Settings:
         return load_settings(workspace, {"base_url": server.base_url, "approval_policy": "never", **flags, **change}, env, interactive=True)
 
-    return Launch(settings=settings_for({}), settings_for=settings_for, journal=journal_path(home), trace=LaunchTrace())
+    return Launch(options=SessionOptions(settings=settings_for({}), interactive=True), settings_for=settings_for, journal=journal_path(home),
+                  trace=LaunchTrace())
 
 
 class Seen:
@@ -58,19 +69,15 @@ def _lanes(session_id: str) -> list[Any]:
         api.close()
 
 
-def _exchange(seen: Seen, *, lanes: bool = False) -> Any:
+def _exchange(seen: Seen, *, answer: str = "hi there") -> Any:
     async def run(app: OspreyApp) -> int | None:
         async with app.run_test(size=SIZE) as pilot:
             await started(pilot, app)
             assert app.session is not None
             seen.hook_during = sys.excepthook
             seen.session_id = app.session.session_id
-            if lanes:
-                # The lane comes up in the background while the prompt already takes keys.
-                await until(pilot, lambda: app.session is not None and app.session.tools_starting is not None and app.session.tools_starting.done())
-                seen.lanes_during = _lanes(seen.session_id)
             await type_prompt(pilot, app, "say hi")
-            await until(pilot, lambda: "hi there" in app.transcript.to_markdown() and not app._working)
+            await until(pilot, lambda: answer in app.transcript.to_markdown() and not app._working)
             await type_prompt(pilot, app, "/quit")
             await until(pilot, lambda: not app.is_running)
         # The app has ended (in a terminal: the screen is restored) and the session is still open.
@@ -87,8 +94,7 @@ async def test_launch_and_exit_follow_the_spec_order(tmp_path: Path, model_serve
     before = sys.excepthook
     status = await launch(plan, run=_exchange(seen), stderr=io.StringIO())
     assert status == 0
-    # (The local dispatcher comes up in the background: when it answers is its own step.)
-    assert [n for n in plan.trace.names if n != "tool service ready"] == [*LAUNCH, *EXIT]
+    assert _steps(plan.trace) == [*LAUNCH, *EXIT]
     assert seen.session_open_after_app, "the session was torn down before the terminal was restored"
     assert seen.hook_during is not before and sys.excepthook is before  # the guard, then put back on a normal exit
     # Teardown drained the journal and checkpointed it.
@@ -158,14 +164,71 @@ async def test_a_resumed_session_goes_on_with_the_model_it_ran_with(tmp_path: Pa
     plan = _plan(tmp_path, model_server, model="gpt-first", effort="low")
     seen = Seen()
     assert await launch(plan, run=_exchange(seen), stderr=io.StringIO()) == 0
-    events = load_events(plan.journal, seen.session_id)
+    events = read_events(plan.journal, seen.session_id)
     assert recorded_model(events) == {"provider": "openai", "model": "gpt-first", "effort": "low"}
+    assert recorded_model(load_events(plan.journal, seen.session_id)) == recorded_model(events), "a record's dicts read the same"
     # A model switch later in the record wins; junk and replay records are ignored.
-    more = [*events, {"type": "model_switch", "provider": "replay", "model": "x"},
-            {"type": "model_switch", "provider": "openai", "model": "gpt-\x1b[31m"},
-            {"type": "model_switch", "provider": "anthropic", "model": "claude-x", "effort": "bogus"}]
+    more = [*events, ModelSwitch(provider="replay", model="x"), ModelSwitch(provider="openai", model="gpt-\x1b[31m"),
+            ModelSwitch(provider="anthropic", model="claude-x", effort="bogus")]
     assert recorded_model(more) == {"provider": "anthropic", "model": "claude-x"}
-    assert recorded_model([{"type": "session_start", "provider": "openai", "model": "m" * 500}]) == {}
+    start = SessionStart(session_id="s", provider="openai", model="m" * 500, cwd="/", tool_service="local", tools=[],
+                         approval_policy="never", max_turns=5)
+    assert recorded_model([start]) == {}
+    assert recorded_model([start.model_copy(update={"model": "m" * 200})]) == {"provider": "openai", "model": "m" * 200}
+
+
+def _tui_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This process's environment as `osprey` would have it: a private OSPREY_HOME and a key; the workspace."""
+    workspace, home = tmp_path / "ws", tmp_path / "home"
+    workspace.mkdir()
+    home.mkdir()
+    for name in [n for n in os.environ if n.startswith(("OSPREY_", "OPENAI_", "ANTHROPIC_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("OSPREY_HOME", str(home))
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    return workspace
+
+
+async def test_the_tui_offers_only_the_toolset_it_was_given(tmp_path: Path, model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    from osprey.cli.tui import plan_for, resolve_options
+
+    workspace = _tui_env(tmp_path, monkeypatch)
+    (workspace / ".osprey").mkdir()
+    (workspace / ".osprey" / "toolsets.toml").write_text('[toolsets.looking]\ntools = ["read_file", "grep"]\n')
+    model_server.add(Reply.text("hi there"))
+    plan = plan_for(resolve_options({"cwd": str(workspace), "base_url": model_server.base_url, "toolset": "looking", "yolo": True}))
+    assert plan.options.toolset == "looking" and plan.options.interactive
+    seen = Seen()
+    assert await launch(plan, run=_exchange(seen), stderr=io.StringIO()) == 0
+    [start] = [e for e in read_events(plan.journal, seen.session_id) if isinstance(e, SessionStart)]
+    assert {"read_file", "grep"} <= set(start.tools) and not {"bash", "write_file", "edit_file"} & set(start.tools), start.tools
+    offered = {tool["function"]["name"] for tool in model_server.requests[-1].body["tools"]}
+    assert offered == set(start.tools)
+
+
+async def test_the_tui_resumes_where_and_with_the_model_the_session_ran(tmp_path: Path, model_server: ModelServer,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from osprey.cli.tui import plan_for, resolve_options
+
+    workspace = _tui_env(tmp_path, monkeypatch)
+    model_server.add(Reply.text("hi there"), Reply.text("hello again"))
+    first = plan_for(resolve_options({"cwd": str(workspace), "base_url": model_server.base_url, "model": "gpt-first", "effort": "low"}))
+    seen = Seen()
+    assert await launch(first, run=_exchange(seen), stderr=io.StringIO()) == 0
+
+    monkeypatch.chdir(tmp_path)  # elsewhere, and no -C: the session's own directory
+    again = plan_for(resolve_options({"resume": seen.session_id[:6], "base_url": model_server.base_url}))
+    assert again.settings.cwd == workspace.resolve() and again.settings.model == "gpt-first" and again.settings.effort == "low"
+    assert again.model_flags == {"provider": "openai", "model": "gpt-first", "effort": "low"}
+    assert again.resume is not None and all(isinstance(e, Event) for e in again.resume.events)
+    resumed = Seen()
+    assert await launch(again, run=_exchange(resumed, answer="hello again"), stderr=io.StringIO()) == 0
+    assert resumed.session_id == seen.session_id
+    starts = [e for e in read_events(again.journal, seen.session_id) if isinstance(e, SessionStart)]
+    assert [(e.model, e.effort, e.cwd) for e in starts] == [("gpt-first", "low", str(workspace.resolve()))] * 2
+    body = model_server.requests[-1].body
+    assert body["model"] == "gpt-first" and "hi there" in json.dumps(body["messages"]), "the conversation went on"
 
 
 def _osprey_tui(*args: str, env: dict[str, str]) -> tuple[int, str]:
@@ -192,7 +255,6 @@ def _osprey_tui(*args: str, env: dict[str, str]) -> tuple[int, str]:
 def test_resume_refuses_a_recorded_model_that_no_longer_resolves(tmp_path: Path, osprey_env: dict[str, str]) -> None:
     home = Path(osprey_env["OSPREY_HOME"])
     db = journal_path(home)
-    from osprey.events import SessionStart
     from osprey.sessions.journal import Journal
 
     journal = Journal(db)
@@ -216,10 +278,35 @@ async def test_sandbox_lane_starts_before_the_terminal_comes_up_behind_it_and_is
     plan = _plan(tmp_path, model_server, sandbox={"enabled": True})
     seen = Seen()
     err = io.StringIO()
-    assert await launch(plan, run=_exchange(seen, lanes=True), stderr=err) == 0
-    assert [n for n in plan.trace.names if n != "tool service ready"] == ["sandbox", *LAUNCH, *EXIT]
+    homes: list[Any] = []
+    later: list[str] = []
+
+    async def and_a_new_session(app: OspreyApp) -> int | None:
+        async with app.run_test(size=SIZE) as pilot:
+            await started(pilot, app)
+            assert app.session is not None
+            homes.append(app.session.home)
+            seen.session_id = app.session.session_id
+            # The lane comes up in the background while the prompt already takes keys.
+            await until(pilot, lambda: app.session is not None and app.session.tools_starting is not None and app.session.tools_starting.done())
+            seen.lanes_during = _lanes(seen.session_id)
+            await type_prompt(pilot, app, "say hi")
+            await until(pilot, lambda: "hi there" in app.transcript.to_markdown() and not app._working)
+            await type_prompt(pilot, app, "/new")
+            await until(pilot, lambda: app.session is not None and app.session.session_id != seen.session_id and app.session.started)
+            assert app.session is not None
+            homes.append(app.session.home)
+            later.append(app.session.session_id)
+            await type_prompt(pilot, app, "/quit")
+            await until(pilot, lambda: not app.is_running)
+        return app.return_value
+
+    assert await launch(plan, run=and_a_new_session, stderr=err) == 0
+    assert _steps(plan.trace)[:len(LAUNCH) + 1] == ["sandbox", *LAUNCH]
+    assert _steps(plan.trace)[-len(EXIT):] == EXIT
     assert "tool service ready" in plan.trace.names
     assert len(seen.lanes_during) == 1, "the session did not run in the lane provisioned at launch"
+    assert homes[0] is homes[1] and _lanes(later[0]) == [], "a new session borrows the launch's lane"
     assert _lanes(seen.session_id) == []
 
 
@@ -241,7 +328,7 @@ async def test_a_lane_is_removed_when_the_launch_fails_before_or_after_handing_i
     assert plan.trace.names == ["sandbox", "capabilities", "teardown"]
     assert ids[0] and _lanes(ids[0]) == []
 
-    # After the hand-over: the tools cannot be built, so the session fails and takes the lane with it.
+    # With a session: the tools cannot be built, so the session fails, the TUI stops, and the lane goes with the launch.
     import osprey.tools
 
     def no_tools(**_: Any) -> list[Any]:
@@ -250,16 +337,14 @@ async def test_a_lane_is_removed_when_the_launch_fails_before_or_after_handing_i
     monkeypatch.setattr(osprey.tools, "base_tools", no_tools)
     plan = _plan(tmp_path, model_server, sandbox={"enabled": True})
     err = io.StringIO()
-    lanes_at_failure: list[Any] = []
 
     async def run(app: OspreyApp) -> int | None:
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: not app.is_running)
-            lanes_at_failure.extend(_lanes(ids[-1]))
             assert "the tool layer could not be built" in notices(app)
         return app.return_value
 
     assert await launch(plan, run=run, stderr=err) == 1
     assert "the tool layer could not be built" in err.getvalue()
-    assert lanes_at_failure == [] and _lanes(ids[-1]) == []
-    assert "agent" not in plan.trace.names
+    assert _lanes(ids[-1]) == []
+    assert "agent" not in plan.trace.names and plan.trace.names[-1] == "teardown"

@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from .. import __version__
-from .tui import given, tui_options
+from .options import tui_options
+from .tui import given
 
 # httpx imports its own command-line client, and with it rich and pygments (tens of ms), whenever
 # they are installed, as the TUI's dependencies are; Osprey never runs it. A None entry makes that
@@ -55,6 +56,8 @@ def main(ctx: click.Context, **options: Any) -> None:
     \b
     Run `osprey` for the terminal UI (the options below are its own), or
     `osprey agent "PROMPT"` for a headless session (JSON Lines when stdout is not a terminal).
+    The options mean the same in both; osprey agent alone has
+    --replay, --record, --events-jsonl, --no-journal, --output-schema and --budget.
     Configuration: `osprey docs configuration`. Event schema: `osprey docs events`.
     """
     if ctx.invoked_subcommand is not None:

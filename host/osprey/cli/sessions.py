@@ -7,9 +7,12 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from ..events import Event
 
 # Control characters from a model or a workspace must not reach the terminal as escape sequences.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -84,18 +87,19 @@ def _short_dir(path: str, limit: int = DIR_CHARS) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the session's events as JSON Lines.")
 def show_command(session_id: str, as_json: bool) -> None:
     """The transcript of session ID (its full id, or the start of it)."""
-    from ..sessions.journal import JournalError, find_session, load_events
+    from ..sessions.journal import JournalError, find_session, load_events, read_events
 
     path = _path()
     try:
         row = find_session(path, session_id)
-        events = load_events(path, row.id)
+        if as_json:
+            # The record as it is stored, key for key.
+            for data in load_events(path, row.id):
+                click.echo(json.dumps(data, ensure_ascii=False))
+            return
+        events = read_events(path, row.id)
     except JournalError as exc:
         raise click.ClickException(str(exc)) from None
-    if as_json:
-        for event in events:
-            click.echo(json.dumps(event, ensure_ascii=False))
-        return
     click.echo(f"session {row.id}  {_clean(row.cwd)}  {row.provider}/{_clean(row.model)}  started {_when(row.created)}")
     for event in events:
         line = _transcript_line(event)
@@ -110,29 +114,30 @@ def _preview(text: str) -> str:
     return shown + ("\n    ..." if more else "")
 
 
-def _transcript_line(e: dict[str, Any]) -> str:
-    kind = e.get("type")
-    if kind == "session_start":
-        return f"--- session started: {e.get('provider')}/{_clean(str(e.get('model')))}, {e.get('approval_policy')}, tools {e.get('tool_service')}"
-    if kind == "user_message":
-        who = "you" if e.get("origin") == "user" else "osprey"
-        return f"\n{who}> {_clean(str(e.get('text', '')))}"
-    if kind == "assistant_text":
-        return f"\nassistant> {_clean(str(e.get('text', '')))}" if e.get("text") else ""
-    if kind == "tool_call":
-        arguments = json.dumps(e.get("arguments", {}), ensure_ascii=False)
+def _transcript_line(e: Event) -> str:
+    """One event of the transcript (empty for an event it does not show)."""
+    from ..events import AssistantText, Notice, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UserMessageEvent
+
+    if isinstance(e, SessionStart):
+        return f"--- session started: {_clean(e.provider)}/{_clean(e.model)}, {_clean(e.approval_policy)}, tools {_clean(e.tool_service)}"
+    if isinstance(e, UserMessageEvent):
+        who = "you" if e.origin == "user" else "osprey"
+        return f"\n{who}> {_clean(e.text)}"
+    if isinstance(e, AssistantText):
+        return f"\nassistant> {_clean(e.text)}" if e.text else ""
+    if isinstance(e, ToolCallEvent):
+        arguments = json.dumps(e.arguments, ensure_ascii=False)
         if len(arguments) > 300:
             arguments = arguments[:300] + "..."
-        return f"  -> {_clean(str(e.get('name')))} {_clean(arguments)}"
-    if kind == "tool_result":
-        status = "ok" if e.get("ok") else f"error ({e.get('error_category')})"
-        output = str(e.get("output", ""))
-        return f"  <- {_clean(str(e.get('name')))}: {status}" + (f"\n{_preview(output)}" if output else "")
-    if kind == "notice":
-        return f"  [{e.get('level')}] {_clean(str(e.get('message', '')))}"
-    if kind == "task_end":
-        error = f": {_clean(str(e['error']))}" if e.get("error") else ""
-        return f"--- task ended: {e.get('outcome')}{error}"
-    if kind == "session_end":
-        return f"--- session ended: {e.get('outcome')} after {e.get('turns')} turns"
+        return f"  -> {_clean(e.name)} {_clean(arguments)}"
+    if isinstance(e, ToolResultEvent):
+        status = "ok" if e.ok else f"error ({e.error_category})"
+        return f"  <- {_clean(e.name)}: {_clean(status)}" + (f"\n{_preview(e.output)}" if e.output else "")
+    if isinstance(e, Notice):
+        return f"  [{e.level}] {_clean(e.message)}"
+    if isinstance(e, TaskEnd):
+        error = f": {_clean(e.error)}" if e.error else ""
+        return f"--- task ended: {_clean(e.outcome)}{error}"
+    if isinstance(e, SessionEnd):
+        return f"--- session ended: {_clean(e.outcome)} after {e.turns} turns"
     return ""

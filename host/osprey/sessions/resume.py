@@ -7,7 +7,19 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..events import Event
+from ..events import (
+    AssistantText,
+    Compaction,
+    Event,
+    ModelSwitch,
+    SessionStart,
+    ToolCallEvent,
+    ToolResultEvent,
+    UsageEvent,
+    UserMessageEvent,
+    Verification,
+    parse_event,
+)
 from ..messages import AssistantMessage, Message, ToolCall, ToolResultMessage, Usage, UserMessage, compacted
 
 # The providers and efforts a resumed session may go back to (not the replay provider).
@@ -25,11 +37,13 @@ class ResumePoint(BaseModel):
     turns: int = 0
     usage: Usage = Field(default_factory=Usage)
     # The last `verification` event: the completion checkpoint to go on with.
-    verification: dict[str, Any] | None = None
+    verification: Verification | None = None
 
 
-def _as_dict(event: Event | Mapping[str, Any]) -> Mapping[str, Any]:
-    return event.model_dump() if isinstance(event, Event) else event
+def typed(events: Iterable[Event | Mapping[str, Any]]) -> list[Event]:
+    """A record's events as typed events (a recorded dict is parsed; one that does not validate
+    is an `UnknownEvent`, which every reader passes over)."""
+    return [e if isinstance(e, Event) else parse_event(dict(e)) for e in events]
 
 
 class _Builder:
@@ -60,57 +74,51 @@ class _Builder:
         self.assistant = AssistantMessage(text=text, reasoning=list(reasoning or []))
         return self.assistant
 
-    def add(self, e: Mapping[str, Any]) -> None:
-        kind = e.get("type")
-        if e.get("requested_by") == "user":
-            return  # a call the person ran from a front end: never part of the conversation
-        if kind == "compaction":
+    def add(self, e: Event) -> None:
+        if isinstance(e, Compaction):
             # The conversation before it was replaced by its summary.
             self.assistant, self.turn, self.results = None, None, []
-            self.messages = compacted(str(e.get("summary", "")))
-        elif kind == "user_message":
+            self.messages = compacted(e.summary)
+        elif isinstance(e, UserMessageEvent):
             self.flush()
-            self.messages.append(UserMessage(content=str(e.get("text", ""))))
-        elif kind == "assistant_text":
-            self.open_turn(int(e.get("turn", 0)), str(e.get("text", "")), e.get("reasoning") or [])
-        elif kind == "tool_call":
-            turn = int(e.get("turn", 0))
-            assistant = self.assistant if self.assistant is not None and self.turn == turn else self.open_turn(turn)
-            arguments = e.get("arguments")
-            assistant.tool_calls.append(ToolCall(id=str(e.get("id", "")), name=str(e.get("name", "")),
-                                                 arguments=dict(arguments) if isinstance(arguments, Mapping) else {}))
-        elif kind == "tool_result":
-            if self.assistant is None or self.turn != int(e.get("turn", 0)):
+            self.messages.append(UserMessage(content=e.text))
+        elif isinstance(e, AssistantText):
+            self.open_turn(e.turn, e.text, e.reasoning)
+        elif isinstance(e, ToolCallEvent) and e.requested_by is None:  # a call the person ran is not the model's
+            assistant = self.assistant if self.assistant is not None and self.turn == e.turn else self.open_turn(e.turn)
+            assistant.tool_calls.append(ToolCall(id=e.id, name=e.name, arguments=dict(e.arguments)))
+        elif isinstance(e, ToolResultEvent) and e.requested_by is None:
+            if self.assistant is None or self.turn != e.turn:
                 return  # a result without its call cannot be sent to a model
-            self.results.append(ToolResultMessage(tool_call_id=str(e.get("id", "")), name=str(e.get("name", "")),
-                                                  content=str(e.get("output", "")), is_error=not e.get("ok", False)))
+            self.results.append(ToolResultMessage(tool_call_id=e.id, name=e.name, content=e.output, is_error=not e.ok))
 
 
 def rebuild_conversation(events: Iterable[Event | Mapping[str, Any]]) -> list[Message]:
     """The conversation the model saw, from a session's `user_message`, `assistant_text`,
-    `tool_call` and `tool_result` events. A call without a result (the session was killed while it
-    ran) gets an error result saying so, so the conversation is valid for any provider."""
+    `tool_call`, `tool_result` and `compaction` events. A call without a result (the session was
+    killed while it ran) gets an error result saying so, so the conversation is valid for any
+    provider. Recorded dicts are read as typed events."""
     builder = _Builder()
-    for event in events:
-        builder.add(_as_dict(event))
+    for event in typed(events):
+        builder.add(event)
     builder.flush()
     return builder.messages
 
 
 def resume_point(events: Iterable[Event | Mapping[str, Any]]) -> ResumePoint:
     """The conversation, the number of turns (the highest turn number recorded) and the usage so far."""
-    listed = [_as_dict(e) for e in events]
+    listed = typed(events)
     turns = 0
     usage = Usage()
-    verification: dict[str, Any] | None = None
+    verification: Verification | None = None
     for e in listed:
-        turn = e.get("turn")
-        if isinstance(turn, int):
+        turn = getattr(e, "turn", None)
+        if isinstance(turn, int) and not isinstance(turn, bool):
             turns = max(turns, turn)
-        if e.get("type") == "usage" and isinstance(e.get("total"), Mapping):
-            usage = Usage.model_validate(e["total"])
-        if e.get("type") == "verification":
-            verification = dict(e)
+        if isinstance(e, UsageEvent):
+            usage = e.total.model_copy()
+        elif isinstance(e, Verification):
+            verification = e
     return ResumePoint(messages=rebuild_conversation(listed), turns=turns, usage=usage, verification=verification)
 
 
@@ -119,16 +127,14 @@ def recorded_model(events: Iterable[Event | Mapping[str, Any]]) -> dict[str, str
     `model_switch` events), as launch flags; what the record does not say is left out, and so is a
     value no launch flag could have given (the replay provider, a model name that is not plain)."""
     found: dict[str, str] = {}
-    for event in events:
-        data = _as_dict(event)
-        if data.get("type") not in ("session_start", "model_switch"):
+    for event in typed(events):
+        if not isinstance(event, (SessionStart, ModelSwitch)):
             continue
-        provider, model, effort = data.get("provider"), data.get("model"), data.get("effort")
-        if provider not in RESUMABLE_PROVIDERS or not isinstance(model, str) or not _plain(model):
-            continue  # the replay provider, or a record cut short: nothing to go on with
-        found = {"provider": str(provider), "model": model}
-        if isinstance(effort, str) and effort in EFFORTS:
-            found["effort"] = effort
+        if event.provider not in RESUMABLE_PROVIDERS or not _plain(event.model):
+            continue  # the replay provider, or a model name no flag could give: nothing to go on with
+        found = {"provider": event.provider, "model": event.model}
+        if event.effort in EFFORTS:
+            found["effort"] = event.effort
     return found
 
 

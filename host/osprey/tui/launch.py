@@ -1,6 +1,7 @@
 """The terminal UI's launch and teardown, in the order the spec gives.
 
-1. configuration (`.env`, global and project config) and resolution of every setting (the CLI);
+1. configuration (`.env`, global and project config) and resolution of every setting and flag
+   (`osprey.session.flags`, called by the CLI);
 2. the sandbox lane, only with `--sandbox`: its provisioning starts here and goes on in the
    background while the app draws and the person types (a tool call waits for it);
 3. the cached model capabilities, read with no network;
@@ -8,12 +9,13 @@
 5. the active system prompt, the session with its journal, the tool layer, the agent;
 6. the terminal event loop.
 
-A lane provisioned here belongs to the launch until the first session takes it over: a failure
-before then (the terminal, the catalog) removes it here, a failure after it (the dispatcher, the
-tools) removes it with the session, and the TUI stops before the agent starts; a lane that fails
-to come up in the background stops the TUI with its error. On exit the app
-denies open approvals, closes an open question unanswered and interrupts the running task; the terminal is restored; then teardown
-closes the session (journal drained and checkpointed, lane removed).
+A lane provisioned here belongs to the launch: every session the TUI starts (the first, a /new or
+a /resume) borrows it, and the teardown removes it after the sessions are closed, whatever
+failed (the terminal, the catalog, the dispatcher, the tools; a failed session start stops the
+TUI before the agent starts). A lane that fails to come up in the background stops the TUI with
+its error. On exit the app denies open approvals, closes an open question unanswered and
+interrupts the running task; the terminal is restored; then teardown closes the session (journal
+drained and checkpointed), then the lane.
 """
 
 from __future__ import annotations
@@ -27,13 +29,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from ..config import Settings
+    from ..session.core import SessionOptions
     from ..toolservice.homes import ToolServiceHome
     from .app import Hooks, OspreyApp, Resume
-
-PROVIDERS = ("openai", "anthropic")
-EFFORTS = ("minimal", "low", "medium", "high")
-MAX_MODEL_NAME = 200
-
 
 class LaunchTrace:
     """The launch and exit steps by name, with the time each was reached (for tests and /debug)."""
@@ -58,38 +56,33 @@ class LaunchTrace:
         return " · ".join(parts)
 
 
-def recorded_model(events: list[dict[str, Any]]) -> dict[str, str]:
-    """The provider, model and effort a journaled session last ran with (its `session_start` and
-    `model_switch` events), as launch flags; what the journal does not say is left out."""
-    found: dict[str, str] = {}
-    for data in events:
-        if data.get("type") not in ("session_start", "model_switch"):
-            continue
-        provider, model, effort = data.get("provider"), data.get("model"), data.get("effort")
-        if provider not in PROVIDERS or not isinstance(model, str) or not _plain(model):
-            continue  # the replay provider, or a record cut short: nothing to go on with
-        found = {"provider": str(provider), "model": model}
-        if isinstance(effort, str) and effort in EFFORTS:
-            found["effort"] = effort
-    return found
-
-
-def _plain(name: str) -> bool:
-    return 0 < len(name) <= MAX_MODEL_NAME and name.isprintable() and not name.isspace()
-
-
 @dataclass
 class Launch:
-    """What the CLI resolved (steps 1 and 2): the settings and how to resolve others later."""
+    """What the CLI resolved (steps 1 and 2): the first session's options, and how to resolve
+    other settings later (a model switch)."""
 
-    settings: Settings
+    # The options every session of this launch starts from: the settings, --allow, --toolset.
+    options: SessionOptions
     settings_for: Callable[[dict[str, Any]], Settings]
     journal: Path
-    allow: list[str] = field(default_factory=list)
     resume: Resume | None = None
     model_flags: dict[str, Any] = field(default_factory=dict)  # from the resumed session's record
     title: str = "osprey"
     trace: LaunchTrace = field(default_factory=LaunchTrace)
+
+    @property
+    def settings(self) -> Settings:
+        return self.options.settings
+
+
+def session_options(plan: Launch, settings: Settings, session_id: str, resume: Resume | None) -> SessionOptions:
+    """The options of a session the TUI starts: the launch's, with the settings of the moment
+    (after a model switch), its id, and the journaled session it goes on with (its id then)."""
+    from ..sessions.resume import resume_point
+
+    if resume is not None:
+        return plan.options.model_copy(update={"settings": settings, "session_id": resume.row.id, "resume": resume_point(resume.events)})
+    return plan.options.model_copy(update={"settings": settings, "session_id": session_id, "resume": None})
 
 
 RunApp = Callable[["OspreyApp"], Awaitable[Any]]
@@ -101,16 +94,15 @@ async def launch(plan: Launch, *, run: RunApp | None = None, stderr: TextIO | No
     from .. import crash
     from ..catalog import initial_catalog
     from ..config import settings_tool_environment
-    from ..session.core import Session, SessionOptions, compose_system_prompt, new_session_id
+    from ..session.core import Session, compose_system_prompt, new_session_id
     from ..sessions.journal import Journal
-    from ..sessions.resume import resume_point
     from .app import OspreyApp
 
     out = stderr or sys.stderr
     settings, trace = plan.settings, plan.trace
     first_id = plan.resume.row.id if plan.resume is not None else new_session_id()
     lane: ToolServiceHome | None = None
-    handed_over = False
+    first = True
     app: OspreyApp | None = None
     previous_hook = sys.excepthook
 
@@ -134,20 +126,15 @@ async def launch(plan: Launch, *, run: RunApp | None = None, stderr: TextIO | No
         trace("capabilities")
 
         def factory(hooks: Hooks) -> Session:
-            nonlocal handed_over
+            nonlocal first
             assert app is not None
             current = app.current_settings or settings
-            options = SessionOptions(settings=current, allow=list(plan.allow), interactive=True)
-            adopt = None
-            if not handed_over:
-                # The first session: the id the lane was named for, and the lane itself.
-                options = options.model_copy(update={"session_id": first_id})
-                adopt, handed_over = lane, True
-            if hooks.resume is not None:
-                options = options.model_copy(update={"session_id": hooks.resume.row.id, "resume": resume_point(hooks.resume.events)})
+            # The first session has the id the lane was named for; every session borrows the lane.
+            session_id, first = (first_id if first else new_session_id()), False
+            options = session_options(plan, current, session_id, hooks.resume)
             compose_system_prompt(current)
             trace("system_prompt")
-            session = Session(options, journal=Journal(plan.journal, warn=hooks.warn), home=adopt, trace=trace, **hooks.kwargs())
+            session = Session(options, journal=Journal(plan.journal, warn=hooks.warn), home=lane, trace=trace, **hooks.kwargs())
             trace("session")
             return session
 
@@ -163,8 +150,8 @@ async def launch(plan: Launch, *, run: RunApp | None = None, stderr: TextIO | No
     finally:
         if app is not None:
             await app.teardown()
-        if lane is not None and not handed_over:
-            await lane.close()
+        if lane is not None:
+            await lane.close()  # the sessions that borrowed it are closed
         trace("teardown")
     sys.excepthook = previous_hook  # a normal end: the crash hook is not needed any more
     for note in app.late_notes:
