@@ -42,7 +42,8 @@ def sessions() -> None:
 
     \b
     Every session is saved in $OSPREY_HOME/sessions.db as it runs;
-    `osprey agent --resume ID "PROMPT"` goes on with one.
+    `osprey --resume ID` (the terminal UI) or `osprey agent --resume ID "PROMPT"`
+    goes on with one, with the model it ran with.
     """
 
 
