@@ -30,8 +30,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from .config import MAX_FILE_BYTES, read_bounded
 from .errors import ConfigError
+from .files import MAX_FILE_BYTES, read_bounded
 from .tomlfile import dumps_toml, write_atomic
 
 TRUST_FILE = "trust.toml"

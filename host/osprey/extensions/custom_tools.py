@@ -52,11 +52,8 @@ lane refuses the call and says to run with `--sandbox`.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
-import signal
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +63,7 @@ import tomli
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError, ToolError, ToolTimeout
+from ..hostrun import Output, StartFailed, run_program
 from ..tools.base import Invocation, Tool, ToolContext, ToolOutcome
 from .layers import ArtifactError
 from .report import sanitize
@@ -89,7 +87,6 @@ MAX_INPUT_BYTES = 1024 * 1024
 KILL_GRACE_S = 2.0
 # How long output is still read after the program exits, while something it started holds a pipe.
 DRAIN_AFTER_EXIT_S = 0.2
-READ_CHUNK = 64 * 1024
 
 NAME_PATTERN = r"^[a-z0-9_]{1,64}$"
 PARAMETER_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
@@ -319,37 +316,13 @@ def program_paths(manifest: ToolManifest, manifest_dir: Path, *, search_path: st
 # --- output ---------------------------------------------------------------------------------------
 
 
-class _Capture:
-    """One output stream within its budget: the head, a count of dropped bytes, the tail."""
-
-    def __init__(self, head: int = STREAM_HEAD_BYTES, tail: int = STREAM_TAIL_BYTES) -> None:
-        self.head_budget, self.tail_budget = head, tail
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.seen = 0
-
-    def feed(self, chunk: bytes) -> None:
-        self.seen += len(chunk)
-        room = self.head_budget - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk
-            if len(self.tail) > self.tail_budget:
-                del self.tail[: len(self.tail) - self.tail_budget]
-
-    def text(self) -> str:
-        return _join(bytes(self.head), self.seen - len(self.head) - len(self.tail), bytes(self.tail))
-
-
-def _join(head: bytes, dropped: int, tail: bytes) -> str:
+def _text(output: Output) -> str:
     """A stream as text (invalid UTF-8 replaced), with the ToolService's marker where bytes were dropped."""
-    if not dropped:
-        return (head + tail).decode("utf-8", "replace")
+    if not output.dropped:
+        return (output.head + output.tail).decode("utf-8", "replace")
     from ..toolservice.wire import dropped_marker
 
-    return (head + dropped_marker(dropped).encode() + tail).decode("utf-8", "replace")
+    return (output.head + dropped_marker(output.dropped).encode() + output.tail).decode("utf-8", "replace")
 
 
 @dataclass
@@ -388,102 +361,14 @@ def _outcome(name: str, run: _Finished, timeout_secs: int) -> ToolOutcome:
 # --- running on the host --------------------------------------------------------------------------
 
 
-def _kill_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
-async def _terminate(proc: asyncio.subprocess.Process) -> None:
-    """SIGTERM to the process group; SIGKILL to what is left of it after the grace."""
-    _kill_group(proc.pid, signal.SIGTERM)
-    loop = asyncio.get_running_loop()
-    until = loop.time() + KILL_GRACE_S
-    try:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(proc.wait(), KILL_GRACE_S)
-        while _group_alive(proc.pid) and loop.time() < until:
-            await asyncio.sleep(0.05)
-    finally:
-        _kill_group(proc.pid, signal.SIGKILL)
-
-
-async def _read(stream: asyncio.StreamReader | None, capture: _Capture) -> None:
-    if stream is None:
-        return
-    while chunk := await stream.read(READ_CHUNK):
-        capture.feed(chunk)
-
-
-async def _feed(stream: asyncio.StreamWriter | None, data: bytes) -> None:
-    if stream is None:
-        return
-    try:
-        stream.write(data)
-        await stream.drain()
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # the program closed its stdin: the rest is not wanted
-    finally:
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            stream.close()
-
-
-class _StartFailed(Exception):
-    def __init__(self, error: OSError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
 async def _run_local(argv: list[str], executable: str, cwd: Path, env: Mapping[str, str], stdin: bytes, timeout_s: float) -> _Finished:
-    """Run the program on the host in a process group of its own. Raises _StartFailed when it
-    cannot be started, OSError when waiting for it fails; a cancel terminates the group and
-    propagates."""
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, executable=executable, cwd=cwd, env=dict(env),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
-        )
-    except OSError as exc:
-        raise _StartFailed(exc) from None
-    out, err = _Capture(), _Capture()
-    tasks = [asyncio.ensure_future(_read(proc.stdout, out)), asyncio.ensure_future(_read(proc.stderr, err)), asyncio.ensure_future(_feed(proc.stdin, stdin))]
-    timed_out = False
-    leftovers = False
-    try:
-        try:
-            await asyncio.wait_for(proc.wait(), timeout_s)
-        except TimeoutError:
-            timed_out = True
-            await _terminate(proc)
-            await proc.wait()
-        else:
-            # Something the program started may still hold a pipe: read on briefly, then stop it.
-            await asyncio.wait(tasks[:2], timeout=DRAIN_AFTER_EXIT_S)
-            leftovers = _group_alive(proc.pid)
-        _kill_group(proc.pid, signal.SIGKILL)
-        # With the group gone, the pipes reach their end.
-        await asyncio.wait(tasks, timeout=KILL_GRACE_S)
-    except asyncio.CancelledError:
-        try:
-            await _terminate(proc)
-        finally:
-            _kill_group(proc.pid, signal.SIGKILL)
-        raise
-    finally:
-        if proc.returncode is None:
-            _kill_group(proc.pid, signal.SIGKILL)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    rc = proc.returncode if proc.returncode is not None else -signal.SIGKILL
-    return _Finished(out.text(), err.text(), rc if rc >= 0 else -1, -rc if rc < 0 else 0, timed_out, leftovers and not timed_out)
+    """Run the program on the host in a process group of its own (`hostrun.run_program`). Raises
+    StartFailed when it cannot be started, OSError when waiting for it fails; a cancel terminates
+    the group and propagates."""
+    run = await run_program(argv, executable=executable, cwd=cwd, env=env, stdin=stdin, timeout=timeout_s,
+                            head=STREAM_HEAD_BYTES, tail=STREAM_TAIL_BYTES, linger=DRAIN_AFTER_EXIT_S, grace=KILL_GRACE_S)
+    rc = run.returncode
+    return _Finished(_text(run.stdout), _text(run.stderr), rc if rc >= 0 else -1, -rc if rc < 0 else 0, run.timed_out, run.left_running)
 
 
 # --- the tool -------------------------------------------------------------------------------------
@@ -586,7 +471,7 @@ def custom_tool(manifest: ToolManifest, manifest_dir: Path, *, env: Mapping[str,
         argv = [ref.spelled if ref.kind == "search" else executable, *manifest.command[1:]]
         try:
             finished = await _run_local(argv, executable, ref.workdir, run_env, stdin, float(manifest.timeout_secs))
-        except _StartFailed as exc:
+        except StartFailed as exc:
             return _start_failure(ref, exc.error)
         except OSError as exc:
             return ToolOutcome(f"Error: waiting for {manifest.name} failed: {exc.strerror or exc}; its process group was stopped.", True, "tool_failed")

@@ -9,7 +9,7 @@ trust for the executable ones, into what a session uses and a report of everythi
 | prompt appends | `APPEND_SYSTEM.md` | every readable file, in layer order |
 | tool descriptions | `tool-descriptions.toml` | `OSPREY_TOOL_DESCRIPTIONS_FILE`, then the nearest file, then the built-in ones |
 | toolsets | `toolsets.toml` | the nearest file; malformed: none (never a farther one) |
-| configuration | `config.toml` | the configuration's own merge rules (`config.py`) |
+| configuration | `config.toml` | the configuration's own merge rules (`osprey.config.layers`) |
 
 Trust: a project's executable artifacts (tools, hooks) are active only with a matching pin in
 `$OSPREY_HOME/trust.toml` (`osprey extensions trust NAME`); the pin covers the artifact's

@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import re
-import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ import tomli
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError
+from ..hostrun import StartFailed, run_program
 from ..interception import (
     CompletionCandidate,
     Continuation,
@@ -261,74 +261,20 @@ class HookRun:
     error: str = ""
 
 
-async def _read_bounded(stream: asyncio.StreamReader, keep: int) -> bytes:
-    kept = bytearray()
-    while True:
-        chunk = await stream.read(65536)
-        if not chunk:
-            return bytes(kept)
-        if len(kept) < keep:
-            kept += chunk[: keep - len(kept)]
-
-
-def _signal_group(pgid: int, sig: int) -> bool:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
 async def run_hook(command: str, event_line: bytes, *, cwd: str, env: Mapping[str, str], timeout: float,
                    keep: int = OUTPUT_KEEP_BYTES) -> HookRun:
     """Run `sh -c command` in `cwd` with `env`, `event_line` on its standard input (then closed),
     in a process group of its own. It has `timeout` seconds to exit and close its output; then its
-    group gets SIGTERM and, after a grace period, SIGKILL. Cancelling the run kills the group."""
+    group gets SIGTERM and, after a grace period, SIGKILL. Cancelling the run stops the group the
+    same way. Of each output stream the first `keep` bytes are kept."""
     try:
-        process = await asyncio.create_subprocess_exec(
-            "/bin/sh", "-c", command, cwd=cwd, env=dict(env), start_new_session=True,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )
-    except OSError as exc:
-        return HookRun(None, error=f"it could not be started: {exc.strerror or exc}")
-    pgid = process.pid
-    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
-
-    async def feed() -> None:
-        assert process.stdin is not None
-        with contextlib.suppress(OSError):  # a hook that never reads its input is fine
-            process.stdin.write(event_line)
-            await process.stdin.drain()
-        with contextlib.suppress(OSError):
-            process.stdin.close()
-
-    async def run() -> tuple[bytes, bytes, int]:
-        assert process.stdout is not None and process.stderr is not None
-        _, out, err = await asyncio.gather(feed(), _read_bounded(process.stdout, keep), _read_bounded(process.stderr, keep))
-        return out, err, await process.wait()
-
-    finished = False
-    try:
-        async with asyncio.timeout(timeout):
-            out, err, code = await run()
-        finished = True
-        return HookRun(code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
-    except TimeoutError:
-        if _signal_group(pgid, signal.SIGTERM):
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(TERM_GRACE_SECS):
-                    await process.wait()
-        _signal_group(pgid, signal.SIGKILL)
-        finished = True
-        with contextlib.suppress(ProcessLookupError):
-            await process.wait()
+        run = await run_program(["/bin/sh", "-c", command], cwd=cwd, env=env, timeout=timeout, head=keep,
+                                stdin=event_line, grace=TERM_GRACE_SECS)
+    except StartFailed as exc:
+        return HookRun(None, error=f"it could not be started: {exc.error.strerror or exc.error}")
+    if run.timed_out:
         return HookRun(None, timed_out=True)
-    finally:
-        if not finished:  # cancelled (or failed): leave nothing of it running
-            _signal_group(pgid, signal.SIGKILL)
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
+    return HookRun(run.returncode, run.stdout.head.decode("utf-8", "replace"), run.stderr.head.decode("utf-8", "replace"))
 
 
 # ------------------------------------------------------------------ verdicts

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ..files import FileRefused, read_file
+
 LayerKind = Literal["project", "user", "bundled"]
 BUNDLED = Path(__file__).resolve().parent / "bundled"
 PROJECT_DIR = ".osprey"
@@ -142,37 +144,14 @@ def read_inside(path: Path, boundary: Path, limit: int) -> bytes | None:
         top = _real_directory(os.fspath(boundary))
         raise ArtifactError(f"it leads outside {top} (a symbolic link), so it is not read")
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
+        return read_file(real, limit)
+    except FileRefused as exc:
+        if exc.reason == "not_regular":
+            raise ArtifactError("not a regular file, so it is not read") from None
+        if exc.reason == "too_large":
+            raise ArtifactError(f"{exc.size} bytes, over the {limit}-byte limit" if exc.size is not None
+                                else f"over the {limit}-byte limit") from None
         raise ArtifactError(f"cannot be read: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            return None
-        if not stat.S_ISREG(st.st_mode):
-            raise ArtifactError("not a regular file, so it is not read")
-        if st.st_size > limit:
-            raise ArtifactError(f"{st.st_size} bytes, over the {limit}-byte limit")
-        data = read_upto(fd, limit)
-        if data is None:
-            raise ArtifactError(f"over the {limit}-byte limit")
-        return data
-    finally:
-        os.close(fd)
-
-
-def read_upto(fd: int, limit: int) -> bytes | None:
-    """What is left to read from `fd`, or None when that is more than `limit` bytes (then at most
-    one byte past `limit` was read)."""
-    data = bytearray()
-    while len(data) <= limit:
-        chunk = os.read(fd, min(1 << 20, limit + 1 - len(data)))
-        if not chunk:
-            break
-        data += chunk
-    return bytes(data) if len(data) <= limit else None
 
 
 def list_dir(path: Path, suffix: str, limit: int) -> tuple[list[Path], bool]:

@@ -44,8 +44,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..files import FileRefused, read_file
 from ..tools.base import ToolOutcome
-from .layers import ArtifactError, layers, list_dir, read_inside, read_upto
+from .layers import ArtifactError, layers, list_dir, read_inside
 from .manage_tool import DIGEST, KINDS, OPERATIONS, TOOL_NAME, ManageInput, manage_tool  # noqa: F401 - part of this module's API
 from .provenance import MAX_SIDECAR_BYTES, ProvenanceRecord, read_provenance, sidecar
 from .report import sanitize, sha256
@@ -357,21 +358,15 @@ def read_existing(path: Path, what: str, limit: int = MAX_EXISTING_BYTES) -> byt
     if not stat.S_ISREG(st.st_mode):
         raise _storage(f"{what} {path} is not a regular file; extension_manage manages regular files only")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise _storage(f"cannot read {path}", exc) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _storage(f"{what} {path} is not a regular file")
-        if st.st_size > limit:
-            raise _storage(f"{what} {path} is {st.st_size} bytes, more than extension_manage handles ({limit}); the person can edit it")
-        data = read_upto(fd, limit)
-        if data is None:
-            raise _storage(f"{what} {path} grew past {limit} bytes while read")
-        return data
-    finally:
-        os.close(fd)
+        return read_file(path, limit)
+    except FileRefused as exc:
+        if exc.reason == "not_regular":  # swapped in after the lstat above
+            raise _storage(f"{what} {path} is not a regular file") from None
+        if exc.reason == "too_large":
+            if exc.size is not None:
+                raise _storage(f"{what} {path} is {exc.size} bytes, more than extension_manage handles ({limit}); the person can edit it") from None
+            raise _storage(f"{what} {path} grew past {limit} bytes while read") from None
+        raise _storage(f"cannot read {path}", exc.error) from None
 
 
 def _put(path: Path, data: bytes, mode: int) -> None:

@@ -37,6 +37,8 @@ from .shell import (
     printed,
     substitution_texts,
 )
+from .wrappers import MAX_WRAPPERS, getopt
+from .wrappers import unwrap as unwrap_words
 
 RULES: dict[str, str] = {
     "recursive-delete-root": "Recursive deletion (rm -r, find -delete or -exec rm, xargs rm -r, rsync --delete) of /, a home directory or a top-level system directory, or a glob over everything in one.",
@@ -236,34 +238,7 @@ def is_device(path: str) -> bool:
 
 def _getopt(args: list[Arg], start: int, short_arg: str, long_arg: frozenset[str] = frozenset()) -> tuple[list[tuple[str, str]], int]:
     """Leading options of args[start:]: ([(option, value)], index of the first operand)."""
-    found: list[tuple[str, str]] = []
-    i = start
-    while i < len(args):
-        a = args[i][0]
-        if a == "--":
-            return found, i + 1
-        if a.startswith("--"):
-            name, eq, value = a.partition("=")
-            if not eq and name in long_arg and i + 1 < len(args):
-                i += 1
-                value = args[i][0]
-            found.append((name, value))
-            i += 1
-            continue
-        if a.startswith("-") and len(a) > 1:
-            for j in range(1, len(a)):
-                if a[j] in short_arg:
-                    value = a[j + 1:]
-                    if not value and i + 1 < len(args):
-                        i += 1
-                        value = args[i][0]
-                    found.append(("-" + a[j], value))
-                    break
-                found.append(("-" + a[j], ""))
-            i += 1
-            continue
-        break
-    return found, i
+    return getopt([a for a, _ in args], start, short_arg, long_arg)
 
 
 def _long_prefix(option: str, full: str, minimum: int) -> bool:
@@ -278,78 +253,12 @@ class _Unwrapped:
 
 
 def unwrap(argv: list[Arg]) -> _Unwrapped:
-    """The command a chain of wrappers (sudo, env, nice, timeout, ...) finally runs."""
-    out = _Unwrapped(argv)
-    for _ in range(16):
-        args = out.argv
-        if not args:
-            return out
-        name = _name(args[0][0])
-        rest: int | None = None
-        if name == "sudo":
-            opts, rest = _getopt(args, 1, "ugCDhprtTUR", frozenset({"--user", "--group", "--close-from", "--chdir", "--host", "--prompt", "--role", "--type", "--command-timeout", "--other-user", "--chroot"}))
-            if any(o in ("-e", "-l", "-v", "-V", "-K", "--edit", "--list", "--validate", "--version", "--remove-timestamp", "--help", "-h") and not (o == "-h" and v) for o, v in opts):
-                return _Unwrapped([], out.strings, out.env)
-        elif name == "doas":
-            _, rest = _getopt(args, 1, "uC")
-        elif name == "pkexec":
-            _, rest = _getopt(args, 1, "", frozenset({"--user"}))
-        elif name == "env":
-            opts, rest = _getopt(args, 1, "uCS", frozenset({"--unset", "--chdir", "--split-string"}))
-            while rest < len(args) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", args[rest][0], re.DOTALL):
-                key, _, value = args[rest][0].partition("=")
-                out.env[key] = value
-                rest += 1
-            split = [v for o, v in opts if o in ("-S", "--split-string")]
-            if split:
-                out.strings.append(" ".join(split + [shlex.quote(a) for a, _ in args[rest:]]))
-                return _Unwrapped([], out.strings, out.env)
-        elif name == "command":
-            opts, rest = _getopt(args, 1, "")
-            if any(o in ("-v", "-V") for o, _ in opts):
-                return _Unwrapped([], out.strings, out.env)
-        elif name == "coproc":
-            # coproc CMD, coproc { CMD; }, coproc NAME { CMD; } (the grammar splits the group at `;`)
-            rest = 1
-            if len(args) > 2 and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", args[1][0]) and args[2][0] in ("{", "("):
-                rest = 3
-            elif len(args) > 1 and args[1][0] in ("{", "("):
-                rest = 2
-        elif name in ("builtin", "nohup", "nocorrect", "noglob", "eatmydata", "unbuffer", "catchsegv", "busybox", "toybox"):
-            rest = 1 if not (len(args) > 1 and args[1][0] == "--") else 2
-        elif name == "exec":
-            _, rest = _getopt(args, 1, "a")
-        elif name == "time":
-            _, rest = _getopt(args, 1, "fo", frozenset({"--format", "--output"}))
-        elif name == "nice":
-            _, rest = _getopt(args, 1, "n", frozenset({"--adjustment"}))
-        elif name == "timeout":
-            _, rest = _getopt(args, 1, "sk", frozenset({"--signal", "--kill-after"}))
-            rest += 1  # the duration
-        elif name == "stdbuf":
-            _, rest = _getopt(args, 1, "ioe", frozenset({"--input", "--output", "--error"}))
-        elif name == "ionice":
-            opts, rest = _getopt(args, 1, "cnpPu", frozenset({"--class", "--classdata", "--pid", "--pgid", "--uid"}))
-            if any(o in ("-p", "-P", "-u", "--pid", "--pgid", "--uid") for o, _ in opts):
-                return _Unwrapped([], out.strings, out.env)
-        elif name == "chroot":
-            _, rest = _getopt(args, 1, "", frozenset({"--userspec", "--groups"}))
-            rest += 1  # the new root
-        elif name == "setsid":
-            _, rest = _getopt(args, 1, "")
-        elif name in ("taskset", "chrt"):
-            opts, rest = _getopt(args, 1, "")
-            if any(o in ("-p", "--pid") for o, _ in opts):
-                return _Unwrapped([], out.strings, out.env)
-            rest += 1  # the mask or priority
-        elif name in ("strace", "ltrace"):
-            _, rest = _getopt(args, 1, "oepsuEaIOSXPA", frozenset({"--output", "--expr", "--attach", "--string-limit", "--user"}))
-        elif name in ("fakeroot", "valgrind"):
-            _, rest = _getopt(args, 1, "lsi" if name == "fakeroot" else "", frozenset({"--lib", "--faked"}))
-        if rest is None:
-            return out
-        out.argv = args[rest:]
-    return out
+    """The command a chain of wrappers (sudo, env, nice, timeout, ...) finally runs (`wrappers.unwrap`).
+    Raises ShellParseError past the bound on stacked wrappers."""
+    found = unwrap_words([a for a, _ in argv])
+    if found.exhausted:
+        raise ShellParseError(f"the command has more than {MAX_WRAPPERS} wrappers (sudo, env, nice, ...) stacked")
+    return _Unwrapped(argv[found.start:], found.strings, found.env)
 
 
 # ---------------------------------------------------------------------------------------------

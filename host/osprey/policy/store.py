@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError, OspreyError
+from ..files import read_bounded
 from ..tomlfile import TEMPORARY_PATTERN, toml_string, toml_value, write_atomic
 from .rules import Rule, RuleError
 
@@ -178,8 +179,6 @@ class ApprovalStore:
 
     def _read(self) -> _Read:
         import tomli
-
-        from ..config import read_bounded
 
         try:
             raw = read_bounded(self.path, "the approvals file", MAX_BYTES)

@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..events import Advisory, Event
 from ..interception import Interceptor, PendingCall, PromptSubmission, PromptVerdict, Verdict
+from ..policy.wrappers import unwrap
 
 if TYPE_CHECKING:
     from ..tools.base import ToolOutcome
@@ -202,13 +203,9 @@ _SETUP = frozenset({
     "cd", "pushd", "popd", "export", "set", "unset", "source", ".", "true", ":", "echo", "printf", "sleep", "clear",
     "ulimit", "umask", "alias", "shopt", "local", "declare", "wait", "exit", "trap", "hash", "type", "which",
 })
-# Commands that run another command given as their arguments.
-_WRAPPERS = frozenset({"sudo", "env", "time", "timeout", "nice", "nohup", "exec", "command", "stdbuf", "ionice", "chronic"})
 _SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh"})
 _INTERPRETERS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "python", "python2", "python3", "node", "ruby", "perl", "php", "deno", "bun"})
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_:.-]*")
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-_DURATION = re.compile(r"\d+(?:\.\d+)?[smhd]?")
 _SUBSTITUTIONS = frozenset({"command_substitution", "process_substitution"})
 
 
@@ -294,21 +291,8 @@ def _split_plainly(command: str) -> list[str]:
 
 
 def _unwrap(argv: list[str]) -> list[str]:
-    """argv without leading assignments and wrapper commands (with their options)."""
-    i = 0
-    for _ in range(8):
-        while i < len(argv) and _ASSIGNMENT.match(argv[i]):
-            i += 1
-        if i >= len(argv) or posixpath.basename(argv[i]) not in _WRAPPERS:
-            break
-        wrapper = posixpath.basename(argv[i])
-        i += 1
-        while i < len(argv) and (argv[i].startswith("-") or _ASSIGNMENT.match(argv[i])):
-            takes_value = wrapper == "sudo" and argv[i] in ("-u", "-g", "-C", "-D") or wrapper == "nice" and argv[i] == "-n"
-            i += 2 if takes_value else 1
-        if wrapper in ("timeout", "nice") and i < len(argv) and _DURATION.fullmatch(argv[i]):
-            i += 1
-    return argv[i:]
+    """argv without leading assignments and wrapper commands with their options (`wrappers.unwrap`)."""
+    return argv[unwrap(argv).start:]
 
 
 # ------------------------------------------------------------------ artifact changes

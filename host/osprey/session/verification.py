@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..events import Verification
+from ..policy.wrappers import unwrap
 
 if TYPE_CHECKING:
     from ..tools.base import ToolOutcome
@@ -78,43 +79,12 @@ VERIFIER_SUBCOMMANDS: dict[str, frozenset[str]] = {
 VERIFIER_SCRIPTS = frozenset({"test", "tests", "lint", "build", "typecheck", "type-check", "check", "verify", "ci"})
 # `python -m MODULE`
 VERIFIER_MODULES = frozenset({"pytest", "unittest", "mypy", "ruff", "tox", "nox", "pyright", "flake8", "pylint", "compileall"})
-# Wrappers that run the rest of the line as the command (`uv run pytest`).
-_WRAPPER_PAIRS = {("uv", "run"), ("poetry", "run"), ("pdm", "run"), ("pipenv", "run"), ("hatch", "run"), ("pnpm", "exec"),
-                  ("yarn", "exec"), ("npm", "exec"), ("bundle", "exec")}
-_WRAPPERS = frozenset({"env", "time", "nice", "npx", "bunx", "command", "exec", "nohup", "stdbuf"})
 _SCRIPT_NAMES = re.compile(r"^(test|tests|check|lint|verify|ci|run[-_]tests?)([-_.].*)?$")
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
-def _strip_wrappers(argv: list[str]) -> list[str]:
-    """The command a segment runs, without its environment assignments and wrappers."""
-    i = 0
-    while i < len(argv):
-        word = argv[i]
-        if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", word):
-            i += 1
-            continue
-        name = os.path.basename(word)
-        if i + 1 < len(argv) and (name, argv[i + 1]) in _WRAPPER_PAIRS:
-            i += 2
-            continue
-        if name in _WRAPPERS:
-            i += 1
-            while i < len(argv) and argv[i].startswith("-"):  # the wrapper's own options (`nice -n 5`)
-                i += 2 if argv[i] in ("-n", "-o", "-e", "-i") else 1
-            continue
-        if name == "timeout":
-            i += 1
-            while i < len(argv) and argv[i].startswith("-"):
-                i += 2 if argv[i] in ("-s", "-k", "--signal", "--kill-after") else 1
-            i += 1  # the duration
-            continue
-        break
-    return argv[i:]
-
-
 def _verifies(argv: list[str]) -> bool:
-    argv = _strip_wrappers(argv)
+    argv = argv[unwrap(argv).start:]  # `FOO=1 uv run pytest`, `timeout 60 pytest`: pytest
     if not argv:
         return False
     program = argv[0]

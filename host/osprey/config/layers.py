@@ -1,58 +1,45 @@
-"""Configuration: the one place that reads environment variables, `.env` and config files.
+"""Layers and trust gating: collecting the settings of one run from its layers, and keeping the
+project layers from loosening guarded settings without the user's trust.
 
-Layers, lowest precedence first:
-1. built-in defaults
-2. the global file `$OSPREY_HOME/config.toml` (`OSPREY_HOME` comes from the real environment only;
-   default `~/.osprey`)
-3. project files `.osprey/config.toml`, from the workspace root down to the working directory
-4. `OSPREY_*` variables from `$OSPREY_HOME/.env`, then from the working directory's `.env`
-5. `OSPREY_*` variables in the real environment
-6. command-line flags
-
-The workspace is untrusted: project files and the workspace `.env` (the *project layers*) may not
-loosen guarded settings (approvals, the sandbox, where requests and credentials go, the shell
-environment policy) unless the user trusted those exact files with `osprey trust`. Such keys are
-ignored with a warning in `Settings.warnings`.
+The layers, lowest precedence first, are described in `osprey.config`. A project layer (a
+`.osprey/config.toml` of the workspace, or the workspace's `.env`) that would loosen a guarded
+setting (see `loosening`) has those keys dropped, with a warning, unless the user trusted that
+exact file (`osprey.trust`).
 """
 
 from __future__ import annotations
 
 import copy
-import fnmatch
 import os
-import re
-import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import SecretStr, ValidationError
 
-from .errors import ConfigError
+from ..errors import ConfigError
+from ..files import read_bounded
+from .environment import INHERIT_STRICTNESS
+from .schema import (
+    API_KEY_VARS,
+    APPROVAL_STRICTNESS,
+    DEFAULT_APPROVAL_POLICY,
+    DEFAULT_BASE_URLS,
+    DEFAULT_MODELS,
+    HEADLESS_MAX_TURNS,
+    INTERACTIVE_APPROVAL_POLICY,
+    INTERACTIVE_MAX_TURNS,
+    ApprovalPolicy,
+    FileConfig,
+    ProviderOverrides,
+    ResolvedWebSearch,
+    Settings,
+    WebSearchSettings,
+    size_bytes,
+)
 
-ProviderName = Literal["openai", "anthropic", "replay"]
-Effort = Literal["minimal", "low", "medium", "high"]
-ApprovalPolicy = Literal["on-request", "on-failure", "unless-trusted", "deny-untrusted", "never"]
-Inherit = Literal["all", "core", "none"]
-
-DEFAULT_MODELS = {"openai": "gpt-4.1", "anthropic": "claude-sonnet-4-5", "replay": "replay"}
-DEFAULT_BASE_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com/v1"}
-API_KEY_VARS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
-DEFAULT_APPROVAL_POLICY: ApprovalPolicy = "deny-untrusted"
-# The TUI's default: a person is there to answer the asks.
-INTERACTIVE_APPROVAL_POLICY: ApprovalPolicy = "on-request"
-# Loosest first: how much runs before a person says yes. A project may only move rightwards.
-APPROVAL_STRICTNESS: tuple[ApprovalPolicy, ...] = ("never", "on-failure", "unless-trusted", "on-request", "deny-untrusted")
-INHERIT_STRICTNESS: tuple[Inherit, ...] = ("all", "core", "none")
-
-MAX_FILE_BYTES = 1024 * 1024  # config files, .env files and trust.toml
-
-# Model turns a task may take before it ends MaxContinuations, unless configured: a headless run
-# stops at 150; the terminal UI, where a person watches and can stop it, effectively never.
-HEADLESS_MAX_TURNS = 150
-INTERACTIVE_MAX_TURNS = 4_294_967_295
-
+# The settings `OSPREY_*` variables give (from the real environment or a `.env` file).
 ENV_KEYS = {
     "OSPREY_PROVIDER": "provider",
     "OSPREY_MODEL": "model",
@@ -63,311 +50,14 @@ ENV_KEYS = {
 }
 
 
-# ---------------------------------------------------------------------------------------------
-# The environment of host commands
-
-
-CORE_VARIABLES = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_*", "TERM", "TMPDIR", "TZ", "PWD")
-_HARMLESS = frozenset({"PWD", "OLDPWD", "TOKENIZERS_PARALLELISM"})
-_SECRET_WORDS = (
-    "KEY|KEYS|APIKEY|TOKEN|TOKENS|SECRET|SECRETS|PASSWORD|PASSWD|PWD|PASS|PASSPHRASE|PAT|JWT|DSN|AUTH|"
-    "AUTHORIZATION|CREDENTIAL|CREDENTIALS|COOKIE|COOKIES|SESSION|PRIVATE|SIGNING|WEBHOOK"
-)
-_SECRET_NAME = re.compile(
-    rf"(?:^|_)(?:{_SECRET_WORDS})(?:_|$)"  # a whole word of the name: GITHUB_PAT, CI_JOB_JWT, MYSQL_PWD
-    r"|(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$"  # glued on at the end: GITHUBTOKEN, NPMKEY
-    r"|SECRET|PASSWORD|PASSWD|CREDENTIAL"  # anywhere
-    r"|^(?:OSPREY|OPENAI|ANTHROPIC)_|^(?:SSH_AUTH_SOCK|KUBECONFIG)$",
-    re.IGNORECASE,
-)
-_URL_PASSWORD = re.compile(r"://[^/@\s:]*:[^/@\s]*@")  # scheme://user:password@host
-_TOKEN_FORMAT = re.compile(
-    r"^(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_|glpat-|xox[abposr]-|sk-[A-Za-z0-9_\-]{16,}|AKIA[0-9A-Z]{16}$|npm_[A-Za-z0-9]{30,})"
-)
-_SECRET_PARAMS = ("password", "passwd", "pwd", "token", "secret", "key", "signature", "sig")
-
-
-def is_secret_name(name: str) -> bool:
-    """Whether a variable's name says it holds a credential (`PWD`, `TOKENIZERS_PARALLELISM` do not)."""
-    return name not in _HARMLESS and bool(_SECRET_NAME.search(name))
-
-
-def is_secret_value(value: str) -> bool:
-    """Whether a value carries a credential itself: a URL with a password (in its user part or a
-    `password=`-like parameter), or a well-known token format."""
-    if _TOKEN_FORMAT.match(value):
-        return True
-    if "://" not in value:
-        return False
-    if _URL_PASSWORD.search(value):
-        return True
-    for part in re.split(r"[?&;]", value)[1:]:
-        name, _, given = part.partition("=")
-        if given and name.lower().endswith(_SECRET_PARAMS):
-            return True
-    return False
-
-
-def _matches(name: str, patterns: Iterable[str]) -> bool:
-    folded = name.upper()
-    return any(fnmatch.fnmatchcase(folded, p.upper()) for p in patterns)
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class ShellEnvironmentPolicy(_Strict):
-    """Which variables commands the model runs on the host see (`bash`, `process`).
-
-    Applied in order: inherit, the default credential filter (except `passthrough` names),
-    `exclude`, `include_only`, then `set`."""
-
-    inherit: Inherit = Field("all", description="start from all variables, the core set, or none")
-    exclude: list[str] = Field(default_factory=list, description="glob patterns of names to drop (case-insensitive)")
-    include_only: list[str] = Field(default_factory=list, description="when set, keep only names matching one of these globs")
-    set: dict[str, str] = Field(default_factory=dict, description="fixed values, added last")
-    passthrough: list[str] = Field(default_factory=list, description="names kept despite the credential filter, e.g. GH_TOKEN")
-
-    @field_validator("exclude", "include_only")
-    @classmethod
-    def _patterns(cls, value: list[str]) -> list[str]:
-        for pattern in value:
-            if not pattern or "\0" in pattern or "=" in pattern:
-                raise ValueError(f"{pattern!r} is not a pattern of variable names")
-        return value
-
-    @field_validator("passthrough")
-    @classmethod
-    def _names(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if not _VAR_NAME.match(name):
-                raise ValueError(f"{name!r} is not a variable name")
-        return value
-
-    @field_validator("set")
-    @classmethod
-    def _set_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name, text in value.items():
-            if not _VAR_NAME.match(name):
-                raise ValueError(f"{name!r} is not a variable name")
-            if "\0" in text:
-                raise ValueError(f"the value of {name} holds a NUL character")
-        return value
-
-
-def tool_environment(
-    environ: Mapping[str, str] | None = None,
-    policy: ShellEnvironmentPolicy | None = None,
-    *,
-    extra_secret_names: Iterable[str] = (),
-) -> dict[str, str]:
-    """The environment for commands the model runs on the host, by `policy` (default: all
-    variables but credentials). `extra_secret_names` are dropped too (e.g. what `api_key_env` names)."""
-    env = os.environ if environ is None else environ
-    policy = policy or ShellEnvironmentPolicy()
-    extra = {n.upper() for n in extra_secret_names}
-    keep = frozenset(policy.passthrough)
-    if policy.inherit == "all":
-        out = dict(env)
-    elif policy.inherit == "core":
-        out = {k: v for k, v in env.items() if _matches(k, CORE_VARIABLES)}
-    else:
-        out = {}
-    out = {
-        k: v for k, v in out.items()
-        if k in keep or not (is_secret_name(k) or k.upper() in extra or is_secret_value(v))
-    }
-    if policy.exclude:
-        out = {k: v for k, v in out.items() if not _matches(k, policy.exclude)}
-    if policy.include_only:
-        out = {k: v for k, v in out.items() if _matches(k, policy.include_only)}
-    out.update(policy.set)
-    return out
-
-
-def settings_tool_environment(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """`tool_environment` for one run: its shell environment policy, its provider key variables dropped."""
-    return tool_environment(environ, settings.shell_environment, extra_secret_names=settings.secret_env_names)
-
-
-# ---------------------------------------------------------------------------------------------
-# Settings
-
-
 def load_home(environ: Mapping[str, str] | None = None) -> Path:
     """`$OSPREY_HOME`, or `~/.osprey`. Pass the real environment: never a `.env` file's values."""
     env = os.environ if environ is None else environ
     return Path(env.get("OSPREY_HOME") or Path(env.get("HOME", "~")).expanduser() / ".osprey").expanduser()
 
 
-class ToolResultLimits(_Strict):
-    """How much of a tool's output reaches the model."""
-
-    max_chars: int = Field(50_000, ge=1_000, le=10_000_000)
-    bash_max_output_bytes: int = Field(1024 * 1024, ge=4_096, le=64 * 1024 * 1024)
-
-
-class RetrySettings(_Strict):
-    """One logical model turn: a deadline across the first request and its retries."""
-
-    max_retries: int = Field(3, ge=0, le=10)
-    delays: list[float] = Field(default_factory=lambda: [1.0, 5.0, 15.0])
-    turn_timeout: float = Field(300.0, gt=0)
-    connect_timeout: float = Field(10.0, gt=0)
-
-
-class SandboxSettings(_Strict):
-    """Sandbox lanes: the Docker container the ToolService runs in with --sandbox."""
-
-    enabled: bool = False
-    base_image: str | None = Field(None, description="image to build the lane on; default: Osprey's own Debian base")
-    network: bool = Field(False, description="allow egress from the lane")
-    memory_limit: str = Field("2g", pattern=r"^[0-9]+[bkmg]?$")
-    pids_limit: int = Field(512, ge=16, le=1_000_000)
-    cpus: float = Field(2.0, gt=0, le=256)
-    tmp_size: str = Field("512m", pattern=r"^[0-9]+[bkmg]?$")
-    ready_timeout: float = Field(30.0, gt=0, le=600)
-    socket: str | None = Field(None, description="attach to a lane already serving on this socket")
-    token_file: str | None = Field(None, description="with socket: the file holding that lane's token")
-    protect_git: bool = Field(True, description="mount the workspace's .git and .osprey read-only in lanes; false lets a lane write them")
-
-
-class WebSearchSettings(_Strict):
-    """`web_search`: which search service answers it. The tool exists only when one is configured:
-    Exa or Brave by an API key in the environment, SearXNG by its URL."""
-
-    provider: Literal["auto", "exa", "brave", "searxng"] = Field("auto", description="auto prefers Exa, then Brave, then SearXNG")
-    exa_api_key_env: str = Field("EXA_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,100}$")
-    brave_api_key_env: str = Field("BRAVE_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,100}$")
-    searxng_url: str | None = Field(None, description="a SearXNG instance, e.g. http://localhost:8888 (its JSON format must be enabled)")
-    exa_url: str = Field("https://api.exa.ai", description="the Exa API")
-    brave_url: str = Field("https://api.search.brave.com", description="the Brave Search API")
-
-
-class ResolvedWebSearch(_Strict):
-    """The search service a session uses (None when none is configured)."""
-
-    provider: Literal["exa", "brave", "searxng"]
-    url: str
-    api_key: SecretStr | None = None
-
-
-class ProviderOverrides(_Strict):
-    base_url: str | None = None
-    api_key_env: str | None = None
-    model: str | None = None
-
-
-class FileConfig(_Strict):
-    """Everything a config.toml may hold; unknown keys are errors."""
-
-    provider: ProviderName | None = None
-    model: str | None = None
-    base_url: str | None = None
-    effort: Effort | None = None
-    max_turns: int | None = Field(None, ge=1)
-    max_tokens: int | None = Field(None, ge=1)
-    approval_policy: ApprovalPolicy | None = None
-    replay_file: str | None = None
-    tool_results: ToolResultLimits = Field(default_factory=ToolResultLimits)
-    retry: RetrySettings = Field(default_factory=RetrySettings)
-    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
-    shell_environment: ShellEnvironmentPolicy = Field(default_factory=ShellEnvironmentPolicy)
-    providers: dict[ProviderName, ProviderOverrides] = Field(default_factory=dict)
-    web_search: WebSearchSettings = Field(default_factory=WebSearchSettings)
-
-
-class Settings(_Strict):
-    """The resolved configuration of one run."""
-
-    home: Path
-    cwd: Path
-    workspace_root: Path = Field(description="the workspace boundary: nearest ancestor of cwd holding .git, else cwd")
-    provider: ProviderName
-    model: str
-    base_url: str | None
-    api_key: SecretStr | None
-    effort: Effort | None
-    max_turns: int
-    max_tokens: int
-    approval_policy: ApprovalPolicy
-    replay_file: Path | None
-    tool_results: ToolResultLimits
-    retry: RetrySettings
-    sandbox: SandboxSettings
-    shell_environment: ShellEnvironmentPolicy = Field(default_factory=ShellEnvironmentPolicy)
-    web_search: ResolvedWebSearch | None = Field(None, description="the configured search service of web_search, if any")
-    system_prompt_file: Path | None = Field(None, description="OSPREY_SYSTEM_PROMPT_FILE (the real environment only): replaces the base system prompt")
-    tool_descriptions_file: Path | None = Field(None, description="OSPREY_TOOL_DESCRIPTIONS_FILE (the real environment only): overrides tool descriptions")
-    secret_env_names: list[str] = Field(default_factory=list, description="variables holding provider keys; host commands never see them")
-    sources: list[str] = Field(default_factory=list, description="files that contributed, lowest precedence first")
-    warnings: list[str] = Field(default_factory=list, description="settings ignored and why; print each one")
-
-
 # ---------------------------------------------------------------------------------------------
-# Reading files
-
-
-def _size(n: int) -> str:
-    return f"{n // (1024 * 1024)} MiB" if n % (1024 * 1024) == 0 else f"{n} bytes"
-
-
-def read_bounded(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> bytes | None:
-    """The bytes of the regular file at `path` (symlinks followed), or None when nothing or a
-    directory is there. A FIFO, device or socket, or a file over `limit`, is a ConfigError; it is
-    never read, or never read past `limit`."""
-    not_regular = f"{path}: not a regular file, so it is not read as {what}; replace it with a regular file or remove it"
-    try:
-        st = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read: {exc.strerror}") from None
-    if stat.S_ISDIR(st.st_mode):
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(not_regular)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read: {exc.strerror}") from None
-    data = bytearray()
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped after the stat above
-            raise ConfigError(not_regular)
-        while len(data) <= limit:
-            chunk = os.read(fd, min(1 << 16, limit + 1 - len(data)))
-            if not chunk:
-                break
-            data += chunk
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise ConfigError(f"{path}: larger than {_size(limit)}, the most Osprey reads as {what}; shorten it or remove it")
-    return bytes(data)
-
-
-def read_no_follow(path: Path | str, limit: int) -> bytes | None:
-    """At most `limit` bytes of the regular file at `path`, or None for anything else: never
-    through a symlink, never blocking on a FIFO. For small files that anyone may have written."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, limit) if stat.S_ISREG(os.fstat(fd).st_mode) else None
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+# Reading the layers
 
 
 def parse_dotenv(text: str) -> dict[str, str]:
@@ -528,11 +218,6 @@ def _folded(items: Iterable[str]) -> frozenset[str]:
     return frozenset(i.upper() for i in items)
 
 
-def size_bytes(value: str) -> int:
-    """A size such as "512m" or "2g" (docker's units) in bytes."""
-    units = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
-    value = value.lower()
-    return int(value[:-1]) * units[value[-1]] if value[-1] in units else int(value)
 
 
 def loosening(layer: Mapping[str, Any], below: FileConfig, default_policy: ApprovalPolicy = DEFAULT_APPROVAL_POLICY) -> list[Guarded]:
@@ -594,7 +279,7 @@ class _Sources:
 
 
 def _digest(raw: bytes) -> str:
-    from .trust import digest
+    from ..trust import digest
 
     return digest(raw)
 
@@ -695,7 +380,7 @@ def _trust_lookup(sources: _Sources, warnings: list[str]) -> Callable[[Layer], s
     store: list[Any] = []
 
     def status_of(layer: Layer) -> str:
-        from .trust import load_trust
+        from ..trust import load_trust
 
         if not store:
             store.append(load_trust(sources.home))
@@ -841,7 +526,7 @@ class ProjectReport:
 def inspect_project(directory: Path | str | None = None, environ: Mapping[str, str] | None = None) -> ProjectReport:
     """The project files a run in `directory` reads, with the guarded settings each would change
     if all of them were trusted, and their trust status now."""
-    from .trust import load_trust
+    from ..trust import load_trust
 
     cwd = Path(directory or os.getcwd()).resolve()
     if not cwd.is_dir():

@@ -1,0 +1,144 @@
+"""The settings schema: what a config file may hold (`FileConfig`), the resolved settings of one
+run (`Settings`), and the defaults and orders they use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from .environment import ShellEnvironmentPolicy
+
+ProviderName = Literal["openai", "anthropic", "replay"]
+Effort = Literal["minimal", "low", "medium", "high"]
+ApprovalPolicy = Literal["on-request", "on-failure", "unless-trusted", "deny-untrusted", "never"]
+
+DEFAULT_MODELS = {"openai": "gpt-4.1", "anthropic": "claude-sonnet-4-5", "replay": "replay"}
+DEFAULT_BASE_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com/v1"}
+API_KEY_VARS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+DEFAULT_APPROVAL_POLICY: ApprovalPolicy = "deny-untrusted"
+# The TUI's default: a person is there to answer the asks.
+INTERACTIVE_APPROVAL_POLICY: ApprovalPolicy = "on-request"
+# Loosest first: how much runs before a person says yes. A project may only move rightwards.
+APPROVAL_STRICTNESS: tuple[ApprovalPolicy, ...] = ("never", "on-failure", "unless-trusted", "on-request", "deny-untrusted")
+
+# Model turns a task may take before it ends MaxContinuations, unless configured: a headless run
+# stops at 150; the terminal UI, where a person watches and can stop it, effectively never.
+HEADLESS_MAX_TURNS = 150
+INTERACTIVE_MAX_TURNS = 4_294_967_295
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolResultLimits(_Strict):
+    """How much of a tool's output reaches the model."""
+
+    max_chars: int = Field(50_000, ge=1_000, le=10_000_000)
+    bash_max_output_bytes: int = Field(1024 * 1024, ge=4_096, le=64 * 1024 * 1024)
+
+
+class RetrySettings(_Strict):
+    """One logical model turn: a deadline across the first request and its retries."""
+
+    max_retries: int = Field(3, ge=0, le=10)
+    delays: list[float] = Field(default_factory=lambda: [1.0, 5.0, 15.0])
+    turn_timeout: float = Field(300.0, gt=0)
+    connect_timeout: float = Field(10.0, gt=0)
+
+
+class SandboxSettings(_Strict):
+    """Sandbox lanes: the Docker container the ToolService runs in with --sandbox."""
+
+    enabled: bool = False
+    base_image: str | None = Field(None, description="image to build the lane on; default: Osprey's own Debian base")
+    network: bool = Field(False, description="allow egress from the lane")
+    memory_limit: str = Field("2g", pattern=r"^[0-9]+[bkmg]?$")
+    pids_limit: int = Field(512, ge=16, le=1_000_000)
+    cpus: float = Field(2.0, gt=0, le=256)
+    tmp_size: str = Field("512m", pattern=r"^[0-9]+[bkmg]?$")
+    ready_timeout: float = Field(30.0, gt=0, le=600)
+    socket: str | None = Field(None, description="attach to a lane already serving on this socket")
+    token_file: str | None = Field(None, description="with socket: the file holding that lane's token")
+    protect_git: bool = Field(True, description="mount the workspace's .git and .osprey read-only in lanes; false lets a lane write them")
+
+
+class WebSearchSettings(_Strict):
+    """`web_search`: which search service answers it. The tool exists only when one is configured:
+    Exa or Brave by an API key in the environment, SearXNG by its URL."""
+
+    provider: Literal["auto", "exa", "brave", "searxng"] = Field("auto", description="auto prefers Exa, then Brave, then SearXNG")
+    exa_api_key_env: str = Field("EXA_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,100}$")
+    brave_api_key_env: str = Field("BRAVE_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,100}$")
+    searxng_url: str | None = Field(None, description="a SearXNG instance, e.g. http://localhost:8888 (its JSON format must be enabled)")
+    exa_url: str = Field("https://api.exa.ai", description="the Exa API")
+    brave_url: str = Field("https://api.search.brave.com", description="the Brave Search API")
+
+
+class ResolvedWebSearch(_Strict):
+    """The search service a session uses (None when none is configured)."""
+
+    provider: Literal["exa", "brave", "searxng"]
+    url: str
+    api_key: SecretStr | None = None
+
+
+class ProviderOverrides(_Strict):
+    base_url: str | None = None
+    api_key_env: str | None = None
+    model: str | None = None
+
+
+class FileConfig(_Strict):
+    """Everything a config.toml may hold; unknown keys are errors."""
+
+    provider: ProviderName | None = None
+    model: str | None = None
+    base_url: str | None = None
+    effort: Effort | None = None
+    max_turns: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1)
+    approval_policy: ApprovalPolicy | None = None
+    replay_file: str | None = None
+    tool_results: ToolResultLimits = Field(default_factory=ToolResultLimits)
+    retry: RetrySettings = Field(default_factory=RetrySettings)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    shell_environment: ShellEnvironmentPolicy = Field(default_factory=ShellEnvironmentPolicy)
+    providers: dict[ProviderName, ProviderOverrides] = Field(default_factory=dict)
+    web_search: WebSearchSettings = Field(default_factory=WebSearchSettings)
+
+
+class Settings(_Strict):
+    """The resolved configuration of one run."""
+
+    home: Path
+    cwd: Path
+    workspace_root: Path = Field(description="the workspace boundary: nearest ancestor of cwd holding .git, else cwd")
+    provider: ProviderName
+    model: str
+    base_url: str | None
+    api_key: SecretStr | None
+    effort: Effort | None
+    max_turns: int
+    max_tokens: int
+    approval_policy: ApprovalPolicy
+    replay_file: Path | None
+    tool_results: ToolResultLimits
+    retry: RetrySettings
+    sandbox: SandboxSettings
+    shell_environment: ShellEnvironmentPolicy = Field(default_factory=ShellEnvironmentPolicy)
+    web_search: ResolvedWebSearch | None = Field(None, description="the configured search service of web_search, if any")
+    system_prompt_file: Path | None = Field(None, description="OSPREY_SYSTEM_PROMPT_FILE (the real environment only): replaces the base system prompt")
+    tool_descriptions_file: Path | None = Field(None, description="OSPREY_TOOL_DESCRIPTIONS_FILE (the real environment only): overrides tool descriptions")
+    secret_env_names: list[str] = Field(default_factory=list, description="variables holding provider keys; host commands never see them")
+    sources: list[str] = Field(default_factory=list, description="files that contributed, lowest precedence first")
+    warnings: list[str] = Field(default_factory=list, description="settings ignored and why; print each one")
+
+
+def size_bytes(value: str) -> int:
+    """A size such as "512m" or "2g" (docker's units) in bytes."""
+    units = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+    value = value.lower()
+    return int(value[:-1]) * units[value[-1]] if value[-1] in units else int(value)
