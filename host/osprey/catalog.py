@@ -26,8 +26,9 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from .config import DEFAULT_BASE_URLS, DEFAULT_MODELS, read_no_follow
+from .config import DEFAULT_BASE_URLS, DEFAULT_MODELS
 from .errors import OspreyError
+from .files import read_no_follow
 from .tomlfile import write_atomic
 
 MODELS_DEV_URL = "https://models.dev/api.json"

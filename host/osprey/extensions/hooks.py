@@ -38,6 +38,7 @@ from ..interception import (
     CompletionCandidate,
     Continuation,
     Interceptor,
+    Order,
     PendingCall,
     PromptSubmission,
     PromptVerdict,
@@ -587,6 +588,7 @@ class HooksInterceptor(Interceptor):
     SessionEnd hooks report (the session's events have ended by then)."""
 
     name = "hooks"
+    order = Order.HOOKS
 
     def __init__(
         self,

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..events import Advisory, Event
-from ..interception import Interceptor, PendingCall, PromptSubmission, PromptVerdict, Verdict
+from ..interception import Interceptor, Order, PendingCall, PromptSubmission, PromptVerdict, Verdict
 from ..policy.wrappers import unwrap
 
 if TYPE_CHECKING:
@@ -443,6 +443,8 @@ class StallDetectors(Interceptor):
     `resolve(detector)` withdraws every objection of that detector."""
 
     name = "stall_detectors"
+    order = Order.STALLS
+    model_only = True  # they judge the model's conduct, not the person's own calls
 
     def __init__(self, emit: Callable[[Event], None], object: Callable[[str, str], None], resolve: Callable[[str], object],
                  settings: StallSettings | None = None) -> None:
