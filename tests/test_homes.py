@@ -17,10 +17,13 @@ from pathlib import Path
 
 import pytest
 from helpers import dispatcher_pids, require_docker
+from pydantic import TypeAdapter, ValidationError
 
 from osprey.config import SandboxSettings
 from osprey.errors import DispatcherError, SandboxError, ToolError, ToolTimeout
-from osprey.toolservice.homes import AttachedLane, LaneSupervisor, LocalDispatcher, ToolServiceHome, make_home, open_tool_service
+from osprey.toolservice.home_config import AttachedHomeConfig, HomeConfig, LaneHomeConfig, LocalHomeConfig, home_config
+from osprey.toolservice.homes import AttachedLane, LaneSupervisor, LocalDispatcher, ToolServiceHome, build_home, make_home, open_tool_service
+from osprey.toolservice.targets import UnixTarget
 
 
 @pytest.fixture
@@ -40,6 +43,39 @@ def test_make_home_picks_the_home_from_the_settings(workspace: Path, tmp_path: P
     assert [h.kind for h in (make_home(roots), make_home(roots, sandbox=SandboxSettings(enabled=True)), attached)] == ["local", "lane", "attached"]
     assert all(isinstance(h, ToolServiceHome) for h in (make_home(roots), attached))
     assert make_home(roots).roots == [os.path.realpath(workspace)]
+
+
+def test_the_home_is_typed_configuration_built_from_the_settings(workspace: Path, tmp_path: Path) -> None:
+    roots = [str(workspace)]
+    socket, token_file = str(tmp_path / "s.sock"), str(tmp_path / "token")
+    local = home_config(roots, env={"PATH": "/usr/bin"})
+    assert local == LocalHomeConfig(roots=roots, env={"PATH": "/usr/bin"})
+    assert home_config(roots, sandbox=SandboxSettings(enabled=False, socket=socket)) == LocalHomeConfig(roots=roots)
+    lane = home_config([str(workspace / ".")], sandbox=SandboxSettings(enabled=True, cpus=1), session_id="s1", home=tmp_path / "home")
+    assert lane == LaneHomeConfig(workspace=os.path.realpath(workspace), session_id="s1", sandbox=SandboxSettings(enabled=True, cpus=1), home=tmp_path / "home")
+    attached = home_config(roots, sandbox=SandboxSettings(enabled=True, socket=socket, token_file=token_file, ready_timeout=5))
+    assert attached == AttachedHomeConfig(roots=roots, target=UnixTarget(path=socket), token_file=token_file, ready_timeout=5)
+
+    # One union, told apart by `kind`; anything else is refused.
+    union: TypeAdapter[HomeConfig] = TypeAdapter(HomeConfig)
+    for config in (local, lane, attached):
+        assert union.validate_python(config.model_dump()) == config
+    with pytest.raises(ValidationError):
+        union.validate_python({"kind": "remote", "roots": roots})
+    with pytest.raises(ValidationError):
+        union.validate_python({"kind": "local", "roots": roots, "sandbox": True})
+    with pytest.raises(ValidationError):
+        union.validate_python({"kind": "local", "roots": []})
+
+    # build_home opens (without starting) the home each one describes.
+    opened = build_home(local)
+    assert isinstance(opened, LocalDispatcher) and opened.env == {"PATH": "/usr/bin"}
+    supervisor = build_home(lane)
+    assert isinstance(supervisor, LaneSupervisor) and supervisor.workspace == os.path.realpath(workspace) and supervisor.session_id == "s1"
+    assert supervisor.options.cpus == 1 and supervisor.home == tmp_path / "home"
+    attached_home = build_home(attached)
+    assert isinstance(attached_home, AttachedLane) and attached_home.target == UnixTarget(path=socket)
+    assert (attached_home.token_file, attached_home.ready_timeout) == (token_file, 5)
 
 
 # --- the local dispatcher -------------------------------------------------------------------------
@@ -206,14 +242,14 @@ async def test_a_killed_lane_is_replaced_behind_the_same_client(lane: ToolServic
     client = lane.client
     await client.write_file("written.txt", "kept\n")
     await client.bash("echo lost > /tmp/lost.txt")
-    old_id = lane.lane.container_id
+    old_id = lane.lane.id
     container = docker_client().containers.get(old_id)
     container.kill()
     await asyncio.to_thread(container.wait)
     with pytest.raises(DispatcherError) as info:
         await client.read_file("a.txt")
     assert "the sandbox lane stopped" in info.value.recovery and "a new lane started" in info.value.recovery, info.value.recovery
-    assert lane.lane is not None and lane.lane.container_id != old_id
+    assert lane.lane is not None and lane.lane.id != old_id
     assert lane.client is client
     assert (await client.read_file("written.txt")).content.endswith("kept")  # the workspace is the same
     assert (await client.exec(["cat", "/tmp/lost.txt"])).exit_code != 0  # the lane's /tmp is not

@@ -313,9 +313,10 @@ def test_a_killed_brokers_lane_is_reaped_by_the_next_start(lanes: Brokers) -> No
 
 def test_sandbox_prune_reaps_a_killed_brokers_lane_and_spares_a_live_one(lanes: Brokers) -> None:
     require_docker()
-    help_text = subprocess.run([OSPREY, "--help"], env=lanes.env, capture_output=True, text=True, timeout=RUN_TIMEOUT).stdout
-    if "sandbox" not in help_text.split("Commands:", 1)[-1]:
-        pytest.skip("`osprey sandbox` does not exist yet")
+    help_run = subprocess.run([OSPREY, "--help"], env=lanes.env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert help_run.returncode == 0 and "Commands:" in help_run.stdout, help_run
+    # A regression that drops the command must fail here, not read as a skip.
+    assert "sandbox" in help_run.stdout.split("Commands:", 1)[1], f"`osprey sandbox` is missing from `osprey --help`:\n{help_run.stdout}"
     lanes.model_server.add(Reply.hold(1, then=Reply.text("still here")))
     live = lanes.start(prompt="Say still here.")
     try:

@@ -1,7 +1,9 @@
 """The ToolService comes up in the background while the session does its first model request: a
 tool call made before it answers waits for it, a failed start ends the session with its error
 (the model request in flight is cancelled), and closing a session whose service is still
-starting leaves nothing behind. The homes are real local dispatchers; a gate holds one back."""
+starting leaves nothing behind. The homes are real local dispatchers; a gate holds one back.
+A home passed to a session is borrowed: the session leaves it open, and its owner (the test)
+closes it."""
 
 from __future__ import annotations
 
@@ -62,6 +64,9 @@ async def test_a_turn_without_tools_never_waits_for_the_tool_service(harness: Ha
         assert home.proc is not None and home.proc.returncode is None
     finally:
         await session.close()
+    # Borrowed: left open by the session, still held back.
+    assert home.proc is not None and home.proc.returncode is None and not home.closed
+    await home.close()
     assert home.proc is None and home.dir is None  # the held start was cancelled, the process stopped
 
 
@@ -79,6 +84,7 @@ async def test_a_tool_call_made_before_the_service_answers_waits_for_it(harness:
         end = await asyncio.wait_for(task, 30)
     finally:
         await session.close()
+        await home.close()
     assert end.outcome == "Completed"
     [result] = [e for e in harness.events if isinstance(e, ToolResultEvent)]
     assert result.ok and "beta" in result.output
@@ -114,6 +120,8 @@ async def test_a_failed_start_cancels_the_model_request_and_ends_the_task_with_i
     finally:
         closed = await session.close()
     assert closed is not None and closed.outcome == "Error"
+    assert not home.closed  # borrowed
+    await home.close()
     assert home.proc is None and home.dir is None
     assert [e.outcome for e in harness.events if isinstance(e, TaskEnd)] == ["Error", "Error"]
 
@@ -129,6 +137,7 @@ async def test_a_failure_while_a_tool_call_waits_fails_that_call_and_the_task(ha
         end = await asyncio.wait_for(task, 30)
     finally:
         await session.close()
+        await home.close()
     assert (end.outcome, end.error) == ("Error", "the lane could not start: test")
     assert len(provider.requests) == 1  # the model was not asked again with the failed result
 

@@ -1,4 +1,6 @@
-"""`python -m osprey_sidecar --socket PATH --root DIR [--root DIR ...] [--token-file FILE]`."""
+"""`python -m osprey_sidecar --socket PATH --root DIR [--root DIR ...] [--token-file FILE]`, or on
+TCP with TLS: `--listen HOST:PORT --tls-cert FILE --tls-key FILE [--tls-client-ca FILE]
+--token-file FILE` (port 0 picks a free port; the line on stderr names the one used)."""
 
 from __future__ import annotations
 
@@ -12,12 +14,20 @@ import threading
 from concurrent import futures
 
 from . import __version__
-from .server import MAX_WORKERS, build_server
+from .server import MAX_WORKERS, ServerTls, build_server, build_tls_server
+
+# A certificate, chain or key file larger than this is not one.
+PEM_MAX_BYTES = 1024 * 1024
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="osprey_sidecar", description="Serve Osprey's ToolService on a unix socket.")
-    parser.add_argument("--socket", required=True, help="unix socket path to listen on")
+    parser = argparse.ArgumentParser(prog="osprey_sidecar", description="Serve Osprey's ToolService on a unix socket, or on a TCP port with TLS.")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--socket", help="unix socket path to listen on")
+    where.add_argument("--listen", metavar="HOST:PORT", help="TCP address to listen on with TLS (needs --tls-cert, --tls-key and --token-file)")
+    parser.add_argument("--tls-cert", metavar="FILE", help="with --listen: the server's certificate chain (PEM)")
+    parser.add_argument("--tls-key", metavar="FILE", help="with --listen: the server's private key (PEM)")
+    parser.add_argument("--tls-client-ca", metavar="FILE", help="with --listen: accept only clients whose certificate this CA (PEM) signed (mutual TLS)")
     parser.add_argument("--root", action="append", required=True, help="allowed root; the first is the working directory")
     parser.add_argument("--token-file", help="file holding the token every call must present")
     parser.add_argument("--create-token", action="store_true", help="with --token-file: write a random token there first if the file does not exist")
@@ -26,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, metavar="PID", help="exit (stopping every running command) when process PID, the broker that started this one, ends")
     parser.add_argument("--version", action="version", version=__version__)
     args = parser.parse_args(argv)
+    tls = _server_tls(parser, args)
     # Commands in a lane run as the sidecar's uid: without this they could read the token
     # out of /proc/<sidecar>/mem or attach a debugger to it.
     _prctl(PR_SET_DUMPABLE, 0)
@@ -47,7 +58,16 @@ def main(argv: list[str] | None = None) -> int:
         if not token:
             parser.error(f"token file {args.token_file} is empty")
     executor = futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="osprey-tool")
-    server = build_server(args.root, args.socket, token, reap_strays=args.reap_strays, executor=executor)
+    if tls is not None and token is not None:
+        try:
+            server, port = build_tls_server(args.root, args.listen, tls, token, reap_strays=args.reap_strays, executor=executor)
+        except OSError as exc:
+            print(f"osprey_sidecar: {exc}", file=sys.stderr, flush=True)
+            return 1
+        serving = f"{args.listen.rpartition(':')[0]}:{port} (TLS{', clients need a certificate' if tls.client_ca_pem else ''})"
+    else:
+        server = build_server(args.root, args.socket, token, reap_strays=args.reap_strays, executor=executor)
+        serving = args.socket
     for path in args.seal:
         # Without capabilities even root obeys mode bits, so this keeps the lane's commands from
         # writing there; chmod fails harmlessly where the lane's user does not own the path.
@@ -58,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
-    print(f"osprey_sidecar {__version__} serving on {args.socket}", file=sys.stderr, flush=True)
+    print(f"osprey_sidecar {__version__} serving on {serving}", file=sys.stderr, flush=True)
     stop.wait()
     # Stopping the server cancels the calls in flight, which kills their commands' process groups.
     server.stop(grace=1).wait()
@@ -68,6 +88,31 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _server_tls(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServerTls | None:
+    """The TLS of a --listen server from its files; None for a unix socket."""
+    tls_files = (args.tls_cert, args.tls_key, args.tls_client_ca)
+    if args.listen is None:
+        if any(tls_files):
+            parser.error("--tls-cert, --tls-key and --tls-client-ca go with --listen")
+        return None
+    if not (args.tls_cert and args.tls_key):
+        parser.error("--listen needs --tls-cert and --tls-key: the ToolService is served on TCP only with TLS")
+    if not args.token_file:
+        parser.error("--listen needs --token-file: on TCP, anyone who can reach the port could call without a token")
+    return ServerTls(_pem(parser, args.tls_cert), _pem(parser, args.tls_key), _pem(parser, args.tls_client_ca) if args.tls_client_ca else None)
+
+
+def _pem(parser: argparse.ArgumentParser, path: str) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(PEM_MAX_BYTES + 1)
+    except OSError as exc:
+        parser.error(f"cannot read {path}: {exc.strerror or exc}")
+    if len(data) > PEM_MAX_BYTES or b"-----BEGIN " not in data:
+        parser.error(f"{path} is not a PEM file (a certificate or key between -----BEGIN and -----END lines)")
+    return data
 
 
 # mallopt(3) parameters.

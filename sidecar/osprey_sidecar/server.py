@@ -1,4 +1,5 @@
-"""Serve the ToolService (and gRPC health) on a unix socket, optionally behind a token."""
+"""Serve the ToolService (and gRPC health) on a unix socket, optionally behind a token, or on a TCP
+port with TLS (optionally mutual) behind a token."""
 
 from __future__ import annotations
 
@@ -66,6 +67,43 @@ def socket_target(path: str) -> str:
     return f"unix:{path}"
 
 
+class ServerTls:
+    """The TLS a TCP listener serves with: its certificate chain and key (PEM), and, for mutual
+    TLS, the CA that must have signed each client's certificate. (A plain class: the sidecar
+    starts in every lane, and dataclasses would be one more import.)"""
+
+    __slots__ = ("cert_chain_pem", "key_pem", "client_ca_pem")
+
+    def __init__(self, cert_chain_pem: bytes, key_pem: bytes, client_ca_pem: bytes | None = None) -> None:
+        self.cert_chain_pem = cert_chain_pem
+        self.key_pem = key_pem
+        self.client_ca_pem = client_ca_pem
+
+    def __repr__(self) -> str:  # never the key
+        return f"ServerTls(mutual={self.client_ca_pem is not None})"
+
+
+def _serving(roots: Sequence[str], token: str | None, env: dict[str, str] | None, reap_strays: bool, search_budget_s: float,
+             executor: futures.ThreadPoolExecutor | None, options: Sequence[tuple[str, int]] = ()) -> tuple[grpc.Server, health.HealthServicer]:
+    """A server with the ToolService and gRPC health, not yet listening nor started."""
+    interceptors: list[grpc.ServerInterceptor] = [_TokenInterceptor(token)] if token else []
+    interceptors.append(_ParseWriteChunks())
+    server = grpc.server(
+        executor or futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="osprey-tool"),
+        interceptors=interceptors,
+        options=[*CHANNEL_OPTIONS, *options],
+    )
+    pb_grpc.add_ToolServiceServicer_to_server(ToolServicer(Roots(roots), env, reap_strays=reap_strays, search_budget_s=search_budget_s), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    return server, health_servicer
+
+
+def _report_serving(health_servicer: health.HealthServicer) -> None:
+    for name in ("", SERVICE_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+
 def build_server(roots: Sequence[str], socket_path: str, token: str | None = None, env: dict[str, str] | None = None, *, reap_strays: bool = False, search_budget_s: float = SEARCH_BUDGET_S,
                  executor: futures.ThreadPoolExecutor | None = None) -> grpc.Server:
     """A started server for `roots` listening on `socket_path` (made 0600).
@@ -73,16 +111,7 @@ def build_server(roots: Sequence[str], socket_path: str, token: str | None = Non
     `env` is the environment `bash` commands get (default: this process's); `reap_strays`
     (lanes only) kills what a command left running outside its process group; `search_budget_s`
     bounds each grep and find_files call; `executor` runs the calls (default: a pool of its own)."""
-    interceptors: list[grpc.ServerInterceptor] = [_TokenInterceptor(token)] if token else []
-    interceptors.append(_ParseWriteChunks())
-    server = grpc.server(
-        executor or futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="osprey-tool"),
-        interceptors=interceptors,
-        options=list(CHANNEL_OPTIONS),
-    )
-    pb_grpc.add_ToolServiceServicer_to_server(ToolServicer(Roots(roots), env, reap_strays=reap_strays, search_budget_s=search_budget_s), server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    server, health_servicer = _serving(roots, token, env, reap_strays, search_budget_s, executor)
     if os.path.exists(socket_path):
         os.unlink(socket_path)
     # No umask games: it is process-wide, and the local dispatcher shares its process with
@@ -90,6 +119,27 @@ def build_server(roots: Sequence[str], socket_path: str, token: str | None = Non
     server.add_insecure_port(socket_target(socket_path))
     server.start()
     os.chmod(socket_path, 0o600)
-    for name in ("", SERVICE_NAME):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    _report_serving(health_servicer)
     return server
+
+
+def build_tls_server(roots: Sequence[str], address: str, tls: ServerTls, token: str, env: dict[str, str] | None = None, *, reap_strays: bool = False,
+                     search_budget_s: float = SEARCH_BUDGET_S, executor: futures.ThreadPoolExecutor | None = None) -> tuple[grpc.Server, int]:
+    """A started server for `roots` listening on TCP `address` (`HOST:PORT`; port 0 picks a free
+    one) with TLS, and the port it listens on. A token is required: on TCP, anyone who can reach
+    the port could otherwise call. Raises OSError when the address cannot be bound."""
+    if not token:
+        raise ValueError("a ToolService on TCP needs a token")
+    # By default gRPC lets a later listener of the same user share the TCP port (SO_REUSEPORT),
+    # which would let another process take some of the calls, token and all: the port must be ours.
+    server, health_servicer = _serving(roots, token, env, reap_strays, search_budget_s, executor, options=(("grpc.so_reuseport", 0),))
+    credentials = grpc.ssl_server_credentials([(tls.key_pem, tls.cert_chain_pem)], root_certificates=tls.client_ca_pem, require_client_auth=tls.client_ca_pem is not None)
+    try:
+        port = server.add_secure_port(address, credentials)
+    except RuntimeError as exc:  # grpcio raises this where older versions returned 0
+        raise OSError(f"cannot listen on {address}: {exc}") from None
+    if port == 0:
+        raise OSError(f"cannot listen on {address} (in use, or not an address of this host)")
+    server.start()
+    _report_serving(health_servicer)
+    return server, port

@@ -1,4 +1,5 @@
-"""`osprey sandbox build|status|prune`: lane images and lanes. The work happens in toolservice/lanes.py."""
+"""`osprey sandbox build|status|prune`: lane images and lanes on the local Docker engine. The work
+happens in toolservice/ (images.py; lanes.py, whose `LocalDockerBackend` reaps)."""
 
 from __future__ import annotations
 
@@ -90,13 +91,15 @@ def _have_base(client, settings) -> bool:
 @click.option("--images", is_flag=True, help="Also remove lane images other than the current one.")
 def prune(images: bool) -> None:
     """Remove lanes whose owner process is gone (each start does this too)."""
+    import asyncio
+
     from ..errors import OspreyError
     from ..toolservice.images import docker_client, prune_images
-    from ..toolservice.lanes import reap_orphans
+    from ..toolservice.lanes import LocalDockerBackend
 
     try:
         client = docker_client()
-        removed = reap_orphans(client)
+        removed = asyncio.run(LocalDockerBackend(client).reap())
         dropped = prune_images(client, _settings().sandbox.base_image) if images else []
     except OspreyError as exc:
         _fail(exc)

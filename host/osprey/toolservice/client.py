@@ -1,7 +1,9 @@
 """ToolClient: the broker's one way to call the ToolService, wherever it is served.
 
 A client talks through a `Connection` (one gRPC channel to one service, with its token), which
-belongs to the home serving it (`homes.py`). Recovery works like a transport's retry policy,
+belongs to the home serving it (`homes.py`). A connection reaches its service at a target
+(`targets.py`): a unix socket on this machine, or a TCP port with TLS for a lane elsewhere; the
+token goes with every call either way. Recovery works like a transport's retry policy,
 in one place: when a call finds the service unreachable (`DispatcherError`) or stuck (its
 deadline passed: `ToolTimeout`), the client asks its home to `recover` once (a home may replace
 itself and point the client at a new connection) and re-raises the same error with `recovery`
@@ -24,6 +26,7 @@ from osprey_sidecar import wire
 
 from .. import lazy
 from ..errors import DispatcherError, OspreyError, ToolError, ToolTimeout
+from .targets import ServiceTarget, TlsTarget, UnixTarget
 
 # gRPC's C core logs connection teardown at INFO on stderr, which would mix into
 # a user's terminal; keep its errors only unless the user asked for more.
@@ -79,6 +82,28 @@ REPLACED_MEANWHILE = "the ToolService had just been replaced after another call 
 Recover = Callable[[], Awaitable["str | None"]]
 
 
+# What gRPC's TLS says when a handshake fails: what it means, and what to do about it.
+_TLS_REFUSALS = (
+    ("CERTIFICATE_VERIFY_FAILED", "its certificate is not signed by the CA Osprey was given",
+     "give Osprey the CA certificate that issued the service's certificate"),
+    ("Hostname Verification", "its certificate does not carry the name Osprey checked it against",
+     "give the name the certificate was issued for as the server name (or reach the service by that name)"),
+    ("WRONG_VERSION_NUMBER", "it does not speak TLS there",
+     "check that the address is the ToolService's TLS port"),
+    ("handshake failed", "the TLS handshake failed",
+     "check the CA, the client certificate and key, and that the address is the ToolService's TLS port"),
+)
+
+
+def tls_refusal(details: str, where: str) -> DispatcherError | None:
+    """The project error for a TLS connection that could not be made secure (retrying cannot
+    help), from a failed call's details; None for any other failure."""
+    for marker, why, what_to_do in _TLS_REFUSALS:
+        if marker.lower() in details.lower():
+            return DispatcherError(f"the ToolService at {where} could not be reached securely: {why}; {what_to_do} ({details[:300]})")
+    return None
+
+
 def _map_rpc_error(exc: grpc.aio.AioRpcError, where: str, deadline_s: float | None = None) -> Exception:
     category = ""
     for key, value in exc.trailing_metadata() or ():
@@ -91,6 +116,8 @@ def _map_rpc_error(exc: grpc.aio.AioRpcError, where: str, deadline_s: float | No
         return DispatcherError(f"the ToolService at {where} refused the call: {exc.details()}; the lane token does not match")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED and deadline_s is not None:
         return ToolTimeout(f"the ToolService did not answer within {deadline_s:g} s, so the call was cancelled")
+    if code == grpc.StatusCode.UNAVAILABLE and (refused := tls_refusal(exc.details() or "", where)) is not None:
+        return refused
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return DispatcherError(f"the ToolService at {where} is unreachable ({code.name}: {exc.details()}); the sandbox lane or dispatcher may have stopped")
     if code == grpc.StatusCode.CANCELLED:
@@ -114,16 +141,31 @@ def accepts_connections(socket_path: str) -> bool:
     return True
 
 
-class Connection:
-    """One gRPC channel to one ToolService on a unix socket, with the token its calls present."""
+def _channel(target: UnixTarget | TlsTarget) -> grpc.aio.Channel:
+    options: list[tuple[str, Any]] = list(wire.CHANNEL_OPTIONS)
+    if isinstance(target, UnixTarget):
+        return grpc.aio.insecure_channel(target.grpc_target, options=options)
+    key = target.client_key_pem.get_secret_value() if target.client_key_pem is not None else None
+    credentials = grpc.ssl_channel_credentials(root_certificates=target.ca_pem, private_key=key, certificate_chain=target.client_cert_pem)
+    if target.server_name:
+        options.append(("grpc.ssl_target_name_override", target.server_name))
+    return grpc.aio.secure_channel(target.grpc_target, credentials, options=options)
 
-    def __init__(self, socket_path: str, *, token: str | None = None) -> None:
-        self.where = socket_path
+
+class Connection:
+    """One gRPC channel to one ToolService, with the token its calls present. `target` is a
+    `UnixTarget` or a `TlsTarget`; a plain string is a unix socket's path."""
+
+    def __init__(self, target: ServiceTarget | str, *, token: str | None = None) -> None:
+        self.target: UnixTarget | TlsTarget = UnixTarget(path=target) if isinstance(target, str) else target
+        self.where = self.target.where
         self.token = token
-        self.channel = grpc.aio.insecure_channel(f"unix:{socket_path}", options=list(wire.CHANNEL_OPTIONS))
+        self.channel = _channel(self.target)
         self.stub = pb_grpc.ToolServiceStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)
         self.metadata = ((wire.TOKEN_KEY, token),) if token else None
+        # Why TLS cannot be made to work, once a health check found that (see `tls_refusal`).
+        self.refused: str | None = None
 
     async def close(self) -> None:
         await self.channel.close()
@@ -132,12 +174,18 @@ class Connection:
         """Whether the service answers its health check within `timeout` seconds."""
         try:
             reply = await self._health.Check(health_pb2.HealthCheckRequest(service=wire.SERVICE_NAME), metadata=self.metadata, timeout=timeout)
-        except (grpc.aio.AioRpcError, grpc.aio.UsageError):
+        except grpc.aio.AioRpcError as exc:
+            if isinstance(self.target, TlsTarget) and exc.code() == grpc.StatusCode.UNAVAILABLE:
+                refused = tls_refusal(exc.details() or "", self.where)
+                self.refused = str(refused) if refused is not None else None
+            return False
+        except grpc.aio.UsageError:
             return False
         return reply.status == health_pb2.HealthCheckResponse.SERVING
 
     async def wait_ready(self, deadline_s: float) -> None:
-        """Poll gRPC health until SERVING, or raise DispatcherError at the deadline."""
+        """Poll gRPC health until SERVING, or raise DispatcherError at the deadline (at once
+        when TLS refuses the connection: waiting cannot mend a certificate)."""
         end = time.monotonic() + deadline_s
         delay = 0.005
         while True:
@@ -146,6 +194,8 @@ class Connection:
                 raise DispatcherError(f"the ToolService at {self.where} did not become ready within {deadline_s:.1f} s")
             if await self.healthy(timeout=min(1.0, max(remaining, 0.05))):
                 return
+            if self.refused is not None:
+                raise DispatcherError(self.refused)
             await asyncio.sleep(min(delay, max(end - time.monotonic(), 0)))
             delay = min(delay * 2, 0.1)
 
@@ -166,6 +216,11 @@ class ToolClient:
     def for_socket(cls, socket_path: str, *, token: str | None = None) -> ToolClient:
         """A client of its own connection to the service on `socket_path`, with no home to recover."""
         return cls(Connection(socket_path, token=token))
+
+    @classmethod
+    def for_target(cls, target: ServiceTarget, *, token: str | None = None) -> ToolClient:
+        """A client of its own connection to the service at `target`, with no home to recover."""
+        return cls(Connection(target, token=token))
 
     @property
     def connection(self) -> Connection | None:

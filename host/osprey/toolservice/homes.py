@@ -1,16 +1,22 @@
-"""Where the ToolService runs for a session: three homes behind one interface, chosen in one
-place (`make_home`).
+"""Where the ToolService runs for a session: three homes behind one interface.
 
 - `LocalDispatcher` ("local"): the sidecar's servicer in a child process of the broker, on a
   private unix socket;
-- `LaneSupervisor` ("lane"): the sidecar in a Docker container provisioned for the session
-  (`lanes.py`);
-- `AttachedLane` ("attached"): a sidecar someone else started (compose, a test fixture), by
-  socket path.
+- `LaneSupervisor` ("lane"): the sidecar in a lane provisioned for the session by a
+  `LaneBackend` (`backend.py`; the local Docker engine's is `lanes.LocalDockerBackend`), replaced
+  when it dies; the supervisor speaks to the backend through that interface only;
+- `AttachedLane` ("attached"): a sidecar someone else started (compose, a test fixture), on a
+  unix socket or on TCP with TLS (`targets.py`).
+
+Which one a session gets is typed configuration (`home_config.py`): `home_config` builds it from
+the sandbox settings and `build_home` opens the home it describes; `make_home` does both.
 
 Each home has one `client` for its whole life. Recovery lives in the home's `recover`, and the
 client calls it by itself after a call finds the service unreachable or stuck (see
 `client.py`); after a replacement the same client talks to the new service.
+
+The rest of the package: `client.py` (ToolClient, Connection), `targets.py` (where a service
+listens), `wire.py` (results as pydantic views of the proto messages), `images.py` (lane images).
 """
 
 from __future__ import annotations
@@ -31,11 +37,13 @@ from typing import TYPE_CHECKING, Literal, Self
 
 from ..errors import DispatcherError, SandboxError
 from ..owners import owner_gone, owner_record
+from .backend import Lane, LaneBackend, LaneRequest
 from .client import Connection, ToolClient, accepts_connections
+from .home_config import AttachedHomeConfig, HomeConfig, LaneHomeConfig, LocalHomeConfig, home_config
+from .targets import ServiceTarget, TlsTarget, UnixTarget
 
 if TYPE_CHECKING:
     from ..config import SandboxSettings
-    from .lanes import Lane
 
 READY_DEADLINE_S = 10.0
 HEALTH_PROBE_S = 2.0
@@ -325,101 +333,123 @@ def reap_stale_dispatcher_dirs() -> list[str]:
 
 
 class LaneSupervisor(ToolServiceHome):
-    """Owns the session's lane: provisions it, replaces it when it dies, always removes it."""
+    """Owns the session's lane: provisions it, replaces it when it dies, always removes it, all
+    through its `LaneBackend` (by default the local Docker engine's)."""
 
     kind: HomeKind = "lane"
 
-    def __init__(self, workspace: str, session_id: str, options: SandboxSettings, progress: Callable[[str], None] = lambda _: None, home: Path | None = None) -> None:
+    def __init__(self, workspace: str, session_id: str, options: SandboxSettings, progress: Callable[[str], None] = lambda _: None, home: Path | None = None,
+                 *, backend: LaneBackend | None = None) -> None:
         super().__init__([workspace])
         self.workspace = self.roots[0]
         self.session_id = session_id
         self.options = options
         self.progress = progress
         self.home = home
+        self.request = LaneRequest(workspace=self.workspace, session_id=session_id, options=options, home=home)
+        self._backend = backend
         self.lane: Lane | None = None
         self.generation = 0
-        self.protected_at_start: dict[str, str | None] = {}
+        self.protected_at_start: Mapping[str, str | None] = {}
+
+    @property
+    def backend(self) -> LaneBackend:
+        """The backend that makes this home's lanes (the local Docker engine's unless one was given)."""
+        if self._backend is None:
+            self._backend = local_docker_backend()
+        return self._backend
 
     async def start(self) -> None:
-        from .lanes import provision_lane
-
-        self.lane = await provision_lane(self.workspace, self.session_id, self.options, progress=self.progress, home=self.home)
+        self.lane = await self.backend.provision(self.request, progress=self.progress)
         self.protected_at_start = self.lane.protected  # a replacement lane must not hide a change
         self._client.use(self.lane.connection)
 
     async def recover(self) -> str | None:
         """If the lane has stopped, start a new one and describe what happened; else None."""
-        from .lanes import destroy_lane, lane_state, provision_lane
-
+        backend = self.backend
         async with self._lock:
             if self.closed:
                 return None
             if self.lane is not None:
-                state = await lane_state(self.lane)
-                if state.get("Running") and not state.get("Paused") and await self.lane.connection.healthy(timeout=HEALTH_PROBE_S):
+                state = await backend.state(self.lane)
+                if state.running and not state.paused and await self.lane.connection.healthy(timeout=HEALTH_PROBE_S):
                     return None
-                if state.get("Running"):
+                if state.running:
                     why = "the sandbox lane stopped answering (a runaway command, or its process limit was reached)"
-                elif state.get("OOMKilled"):
+                elif state.oom_killed:
                     why = f"the sandbox lane ran out of memory ({self.options.memory_limit}) and was killed"
-                elif state.get("Gone"):
+                elif state.gone:
                     why = "the sandbox lane's container disappeared"
                 else:
-                    why = f"the sandbox lane stopped (exit code {state.get('ExitCode')})"
+                    why = f"the sandbox lane stopped (exit code {state.exit_code})"
+                    logs = await backend.logs(self.lane)
+                    if logs:
+                        self.progress(f"{why}; its last log lines:\n{logs}")
                 self._client.use(None)
                 lane, self.lane = self.lane, None
-                await destroy_lane(lane)
+                await backend.destroy(lane)
             else:
                 why = "there was no sandbox lane (starting one failed before)"
             self.generation += 1
-            self.lane = await provision_lane(self.workspace, f"{self.session_id}-{self.generation}", self.options, progress=self.progress, home=self.home)
+            replacement = self.request.model_copy(update={"session_id": f"{self.session_id}-{self.generation}"})
+            self.lane = await backend.provision(replacement, progress=self.progress)
             self._client.use(self.lane.connection)
         return f"{why}; it was removed and a new lane started with the same workspace, so the call can be retried (files written before are kept, processes and /tmp are not)"
 
     async def _close(self) -> None:
-        from .lanes import changed_paths, destroy_lane
-
         self._client.use(None)
         if self.lane is not None:
             lane, self.lane = self.lane, None
-            await destroy_lane(lane)
-            for path in changed_paths(self.workspace, self.options, self.protected_at_start):
+            await self.backend.destroy(lane)
+            for path in self.backend.protected_changes(self.request, self.protected_at_start):
                 self.progress(f"warning: the sandbox lane created or replaced {path}; git (or Osprey) run there would use what the lane wrote: look at it before you do, or remove it")
 
 
+def local_docker_backend() -> LaneBackend:
+    """The backend of lanes on this machine's Docker engine (imports the docker side only now)."""
+    from .lanes import LocalDockerBackend
+
+    return LocalDockerBackend()
+
+
 class AttachedLane(ToolServiceHome):
-    """A lane someone else started and owns (compose, a test fixture), reached by its socket.
-    Osprey cannot replace it: `recover` only probes it and says so."""
+    """A lane someone else started and owns (compose, a test fixture), reached at its target (a
+    unix socket, or TCP with TLS). Osprey cannot replace it: `recover` only probes it and says so."""
 
     kind: HomeKind = "attached"
 
-    def __init__(self, roots: Sequence[str], options: SandboxSettings) -> None:
+    def __init__(self, roots: Sequence[str], target: ServiceTarget | str, *, token_file: str | None = None, ready_timeout: float = 30.0) -> None:
         super().__init__(roots)
-        assert options.socket is not None
-        self.options = options
-        self.socket = options.socket
+        self.target: UnixTarget | TlsTarget = UnixTarget(path=target) if isinstance(target, str) else target
+        self.where = self.target.where
+        self.token_file = token_file
+        self.ready_timeout = ready_timeout
         self.connection: Connection | None = None
 
     async def start(self) -> None:
-        if not os.path.exists(self.socket):
-            raise SandboxError(f"there is no lane socket at {self.socket}; start the lane first (or check the path)")
+        if isinstance(self.target, UnixTarget) and not os.path.exists(self.target.path):
+            raise SandboxError(f"there is no lane socket at {self.target.path}; start the lane first (or check the path)")
         token = None
-        if self.options.token_file:
+        if self.token_file:
             try:
-                token = Path(self.options.token_file).read_text().strip()
+                token = Path(self.token_file).read_text().strip()
             except OSError as exc:
-                raise SandboxError(f"the lane token file {self.options.token_file} cannot be read: {exc.strerror}") from None
-        self.connection = Connection(self.socket, token=token)
+                raise SandboxError(f"the lane token file {self.token_file} cannot be read: {exc.strerror}") from None
+        self.connection = Connection(self.target, token=token)
         try:
-            await self.connection.wait_ready(self.options.ready_timeout)
+            await self.connection.wait_ready(self.ready_timeout)
         except DispatcherError:
-            raise SandboxError(f"no lane answers on {self.socket} within {self.options.ready_timeout:g} s (is the lane running, and is the token right?)") from None
+            if self.connection.refused is not None:
+                raise SandboxError(self.connection.refused) from None
+            checks = "is the lane running, and is the token right?" if isinstance(self.target, UnixTarget) else \
+                "is the lane running, is the token right, and does it need a client certificate?"
+            raise SandboxError(f"no lane answers on {self.where} within {self.ready_timeout:g} s ({checks})") from None
         self._client.use(self.connection)
 
     async def recover(self) -> str | None:
         if self.closed or (self.connection is not None and await self.connection.healthy(timeout=HEALTH_PROBE_S)):
             return None
-        return (f"the lane at {self.socket} does not answer, and Osprey cannot restart a lane it did not start; "
+        return (f"the lane at {self.where} does not answer, and Osprey cannot restart a lane it did not start; "
                 "whoever started it (compose, a test fixture) must restart it before the call can be retried")
 
     async def _close(self) -> None:
@@ -427,6 +457,17 @@ class AttachedLane(ToolServiceHome):
         if self.connection is not None:
             connection, self.connection = self.connection, None
             await connection.close()
+
+
+def build_home(config: HomeConfig, *, progress: Callable[[str], None] = lambda _: None, backend: LaneBackend | None = None) -> ToolServiceHome:
+    """The home `config` describes, not yet started. `progress` shows a lane's start-up and
+    warnings; `backend` makes a lane home's lanes (default: the local Docker engine)."""
+    if isinstance(config, AttachedHomeConfig):
+        return AttachedLane(config.roots, config.target, token_file=config.token_file, ready_timeout=config.ready_timeout)
+    if isinstance(config, LaneHomeConfig):
+        return LaneSupervisor(config.workspace, config.session_id, config.sandbox, progress, config.home, backend=backend)
+    assert isinstance(config, LocalHomeConfig)
+    return LocalDispatcher(config.roots, config.env)
 
 
 def make_home(
@@ -438,16 +479,13 @@ def make_home(
     home: Path | None = None,
     env: Mapping[str, str] | None = None,
 ) -> ToolServiceHome:
-    """The home a session's settings ask for, not yet started: an attached lane when a socket
-    is given, a new lane with the sandbox on, else the local dispatcher.
+    """The home a session's settings ask for, not yet started (`home_config`, then `build_home`):
+    an attached lane when a socket is given, a new lane with the sandbox on, else the local
+    dispatcher.
 
     `env` is the environment of commands run on the host (default: this one without credentials);
     `home` is Osprey's home directory (a lane refuses a workspace that holds it)."""
-    if sandbox is not None and sandbox.enabled and sandbox.socket:
-        return AttachedLane(roots, sandbox)
-    if sandbox is not None and sandbox.enabled:
-        return LaneSupervisor(os.path.realpath(roots[0]), session_id, sandbox, progress, home)
-    return LocalDispatcher(roots, env)
+    return build_home(home_config(roots, sandbox=sandbox, session_id=session_id, home=home, env=env), progress=progress)
 
 
 @asynccontextmanager

@@ -1,4 +1,5 @@
-"""Sandbox lanes: the sidecar in a locked-down Docker container that sees only the workspace.
+"""Sandbox lanes on this machine's Docker engine: `LocalDockerBackend`, the first `LaneBackend`
+(`backend.py`), runs the sidecar in a locked-down container that sees only the workspace.
 
 A lane is a container labelled with its owner (pid and boot id), session and workspace. The
 workspace is bind-mounted at the same absolute path and the container runs as the uid:gid
@@ -7,6 +8,10 @@ limits on pids, memory and CPU, and no network unless asked. The sidecar listens
 socket in a private host directory bind-mounted into the container, and refuses every call
 without the lane's random token, which it reads from a file there (never from its command
 line or environment, which `docker inspect` shows).
+
+What only a local engine allows lives here and nowhere else: the same-path bind mounts of the
+workspace and of the socket dir, finding the sidecar's pid through the socket (SO_PEERCRED), and
+taking the lane's `/dev` out of its hands through `/proc/PID/root/dev`.
 
 This module is imported only where a lane is made or reaped, so plain host runs never load
 the docker SDK.
@@ -24,15 +29,17 @@ import struct
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config import SandboxSettings, read_no_follow, size_bytes
 from ..errors import SandboxError
 from ..owners import boot_id, pid_alive, pid_namespace
+from .backend import Lane, LaneBackend, LaneRequest, LaneState, Progress, quiet
 from .client import Connection, accepts_connections
-from .images import Progress, _quiet, _short, docker_client, ensure_image
+from .images import _short, docker_client, ensure_image
 
 LABEL = "osprey.lane"
 SOCKET_IN_LANE = "/run/osprey"
@@ -109,16 +116,16 @@ def runtime_dir() -> Path:
     return base
 
 
-@dataclass
-class Lane:
-    container_id: str
-    name: str
+@dataclass(kw_only=True)
+class LocalDockerLane(Lane):
+    """A lane on the local engine: `id` is its container's id; its socket and token are in `socket_dir`."""
+
     socket_dir: Path
     token: str
-    workspace: str
-    image: str
-    connection: Connection  # the lane's ToolService; its home's client talks through it
-    protected: dict[str, str | None] = field(default_factory=dict)  # `protected_state` at the start
+
+    @property
+    def container_id(self) -> str:
+        return self.id
 
     @property
     def socket_path(self) -> str:
@@ -132,13 +139,6 @@ def workspace_owner(workspace: str) -> tuple[int, int]:
         # Only root can hand the socket dir to another user; run as ourselves instead.
         uid, gid = os.geteuid(), os.getegid()
     return uid, gid
-
-
-def lane_logs(container: Any, lines: int = LOG_LINES) -> str:
-    try:
-        return container.logs(tail=lines).decode("utf-8", "replace").strip()
-    except Exception:  # noqa: BLE001 - the container may already be gone
-        return ""
 
 
 def _logs_of(client: Any, container_id: str, lines: int = LOG_LINES) -> str:
@@ -261,7 +261,7 @@ def protected_state(workspace: str) -> dict[str, str | None]:
     return state
 
 
-def changed_paths(workspace: str, options: SandboxSettings, before: dict[str, str | None]) -> list[str]:
+def changed_paths(workspace: str, options: SandboxSettings, before: Mapping[str, str | None]) -> list[str]:
     """Protected names a lane made or relinked (the mounts cover only what existed at its start)."""
     if not options.protect_git:
         return []
@@ -434,57 +434,6 @@ class _ImageGone(Exception):
     """The cached lane image is no longer on the engine."""
 
 
-async def provision_lane(workspace: str, session_id: str, options: SandboxSettings, *, progress: Progress = _quiet, home: Path | None = None) -> Lane:
-    """A fresh lane for `workspace`, ready to answer; everything is removed again on failure.
-
-    Orphaned lanes are reaped while this one starts; the engine client and the checked image
-    are reused across starts (see `lane_client`)."""
-    workspace = os.path.realpath(workspace)
-    client = await asyncio.to_thread(lane_client)
-    reaping = asyncio.ensure_future(asyncio.to_thread(reap_orphans, client))
-    socket_dir: Path | None = None
-    container_id: str | None = None
-    connection = None
-    try:
-        image = await _lane_image(client, options, progress, home)
-        check_home_outside(workspace, options, home)
-        socket_dir, token = make_socket_dir(workspace)
-        protected = protected_state(workspace)
-        name = f"osprey-lane-{session_id}"
-        for attempt in range(2):
-            try:
-                container_id = await _create_and_start_shielded(client, image, workspace, session_id, options, socket_dir)
-                break
-            except _NameTaken:
-                if attempt:
-                    raise SandboxError(f"the lane container could not be created: the name {name} is taken by another container") from None
-                await _quietly(reaping)  # an orphan of the same name is being removed
-            except _ImageGone:
-                if attempt:
-                    raise SandboxError(f"the lane image {image} disappeared during start-up") from None
-                _remember_image(options.base_image, None)
-                image = await _lane_image(client, options, progress, home)
-        assert container_id is not None
-        socket_path = str(socket_dir / SOCKET_NAME)
-        connection = Connection(socket_path, token=token)
-        pid = await wait_lane_ready(client, container_id, connection, socket_path, options.ready_timeout)
-        if pid is not None:
-            lock_down(None, socket_dir, pid)  # no engine call: only the file system
-        else:
-            await asyncio.to_thread(lock_down, client.containers.prepare_model({"Id": container_id}), socket_dir, pid)
-        await _quietly(reaping)
-        return Lane(container_id, name, socket_dir, token, workspace, image, connection, protected)
-    except BaseException:
-        if connection is not None:
-            await connection.close()
-        if container_id is not None:
-            await asyncio.to_thread(_force_remove, client, container_id)
-        if socket_dir is not None:
-            remove_socket_dir(socket_dir)
-        await _quietly(reaping)
-        raise
-
-
 async def _quietly(task: asyncio.Future[Any]) -> None:
     """Wait for a housekeeping task whose failure must not fail a lane start."""
     try:
@@ -568,25 +517,107 @@ def _force_remove(client: Any, container_id: str) -> None:
         pass
 
 
-async def destroy_lane(lane: Lane) -> None:
-    """Remove the lane's container and socket dir; safe to call twice."""
-    await lane.connection.close()
-    try:
-        client = await asyncio.to_thread(lane_client)
-        await asyncio.to_thread(_force_remove, client, lane.container_id)
-    finally:
-        remove_socket_dir(lane.socket_dir)
+class LocalDockerBackend(LaneBackend):
+    """Lanes as containers of the Docker engine on this machine (DOCKER_HOST and its TLS
+    variables pick which; the engine must see this machine's file system, since the workspace
+    and the socket dir are bind-mounted at the same paths).
 
+    `client` is a docker SDK client to use; by default this process's shared one (`lane_client`)."""
 
-async def lane_state(lane: Lane) -> dict[str, Any]:
-    """The container's state (Running, OOMKilled, ExitCode, ...) and its last log lines."""
-    import docker
+    def __init__(self, client: Any | None = None) -> None:
+        self._client = client
 
-    try:
-        client = await asyncio.to_thread(lane_client)
-        attrs = await asyncio.to_thread(client.api.inspect_container, lane.container_id)
-    except (docker.errors.NotFound, SandboxError):
-        return {"Running": False, "Gone": True, "logs": ""}
-    state = dict(attrs.get("State", {}))
-    state["logs"] = await asyncio.to_thread(_logs_of, client, lane.container_id)
-    return state
+    async def _engine(self) -> Any:
+        if self._client is not None:
+            return self._client
+        return await asyncio.to_thread(lane_client)
+
+    async def provision(self, request: LaneRequest, *, progress: Progress = quiet) -> LocalDockerLane:
+        """A fresh lane, ready to answer; everything is removed again on failure.
+
+        Orphaned lanes are reaped (`reap`) while this one starts; the engine client and the
+        checked image are reused across starts (see `lane_client`)."""
+        workspace = os.path.realpath(request.workspace)
+        options, home, session_id = request.options, request.home, request.session_id
+        client = await self._engine()
+        reaping = asyncio.ensure_future(self.reap())
+        socket_dir: Path | None = None
+        container_id: str | None = None
+        connection = None
+        try:
+            image = await _lane_image(client, options, progress, home)
+            check_home_outside(workspace, options, home)
+            socket_dir, token = make_socket_dir(workspace)
+            protected = protected_state(workspace)
+            name = f"osprey-lane-{session_id}"
+            for attempt in range(2):
+                try:
+                    container_id = await _create_and_start_shielded(client, image, workspace, session_id, options, socket_dir)
+                    break
+                except _NameTaken:
+                    if attempt:
+                        raise SandboxError(f"the lane container could not be created: the name {name} is taken by another container") from None
+                    await _quietly(reaping)  # an orphan of the same name is being removed
+                except _ImageGone:
+                    if attempt:
+                        raise SandboxError(f"the lane image {image} disappeared during start-up") from None
+                    _remember_image(options.base_image, None)
+                    image = await _lane_image(client, options, progress, home)
+            assert container_id is not None
+            socket_path = str(socket_dir / SOCKET_NAME)
+            connection = Connection(socket_path, token=token)
+            pid = await wait_lane_ready(client, container_id, connection, socket_path, options.ready_timeout)
+            if pid is not None:
+                lock_down(None, socket_dir, pid)  # no engine call: only the file system
+            else:
+                await asyncio.to_thread(lock_down, client.containers.prepare_model({"Id": container_id}), socket_dir, pid)
+            await _quietly(reaping)
+            return LocalDockerLane(id=container_id, name=name, workspace=workspace, image=image, connection=connection,
+                                   protected=protected, socket_dir=socket_dir, token=token)
+        except BaseException:
+            if connection is not None:
+                await connection.close()
+            if container_id is not None:
+                await asyncio.to_thread(_force_remove, client, container_id)
+            if socket_dir is not None:
+                remove_socket_dir(socket_dir)
+            await _quietly(reaping)
+            raise
+
+    async def state(self, lane: Lane) -> LaneState:
+        import docker
+
+        try:
+            client = await self._engine()
+            attrs = await asyncio.to_thread(client.api.inspect_container, lane.id)
+        except (docker.errors.NotFound, SandboxError):
+            return LaneState(running=False, gone=True)
+        state = attrs.get("State") or {}
+        exit_code = state.get("ExitCode")
+        return LaneState(running=bool(state.get("Running")), paused=bool(state.get("Paused")), oom_killed=bool(state.get("OOMKilled")),
+                         exit_code=exit_code if isinstance(exit_code, int) else None)
+
+    async def logs(self, lane: Lane, lines: int = LOG_LINES) -> str:
+        try:
+            client = await self._engine()
+        except SandboxError:
+            return ""
+        return await asyncio.to_thread(_logs_of, client, lane.id, lines)
+
+    async def destroy(self, lane: Lane) -> None:
+        """Remove the lane's container and socket dir; safe to call twice."""
+        await lane.connection.close()
+        try:
+            client = await self._engine()
+            await asyncio.to_thread(_force_remove, client, lane.id)
+        finally:
+            if isinstance(lane, LocalDockerLane):
+                remove_socket_dir(lane.socket_dir)
+
+    async def reap(self) -> list[str]:
+        """Remove lanes whose owner process is gone (or from an earlier boot), with their socket dirs."""
+        client = await self._engine()
+        return await asyncio.to_thread(reap_orphans, client)
+
+    def protected_changes(self, request: LaneRequest, before: Mapping[str, str | None]) -> list[str]:
+        return changed_paths(request.workspace, request.options, before)

@@ -1,0 +1,100 @@
+"""What makes and removes lanes: the `LaneBackend` interface that `LaneSupervisor` (`homes.py`)
+drives, and the typed things that cross it.
+
+A backend provisions a lane for a `LaneRequest` and hands back a `Lane`: its name and id on the
+backend, and a `Connection` to its ToolService (a unix socket or TCP with TLS, see
+`targets.py`). The supervisor then asks the backend only for the lane's `state`, its `logs`, to
+`destroy` it, and which protected workspace paths changed; `reap` removes lanes whose broker died
+(each provisioning does it too, and `osprey sandbox prune`). How a lane is run (an engine's API,
+bind mounts, sockets, certificates) stays inside its backend: the local Docker engine's is
+`lanes.LocalDockerBackend`.
+
+This module is light (no engine SDK): `homes.py` imports it in every session.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..config import SandboxSettings
+from .client import Connection
+
+Progress = Callable[[str], None]
+
+
+def quiet(_: str) -> None:
+    """A progress callback that shows nothing."""
+
+
+class LaneRequest(BaseModel):
+    """What a lane is asked for: the workspace it serves, the session it belongs to, its settings."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    workspace: str = Field(description="the workspace's real path; the lane's working directory and only root")
+    session_id: str = Field(min_length=1)
+    options: SandboxSettings
+    home: Path | None = Field(None, description="Osprey's home directory, which a lane must not be able to write")
+
+
+class LaneState(BaseModel):
+    """A lane's state as its backend reports it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    running: bool
+    paused: bool = False
+    oom_killed: bool = Field(False, description="killed for using more memory than its limit")
+    gone: bool = Field(False, description="the backend no longer knows the lane (removed by someone else)")
+    exit_code: int | None = None
+
+
+@dataclass(kw_only=True)
+class Lane:
+    """A lane a backend provisioned. Backends subclass it with what they need to find it again."""
+
+    id: str  # the backend's id for it (a container's id)
+    name: str
+    workspace: str
+    image: str
+    connection: Connection  # the lane's ToolService; its home's client talks through it
+    # What the backend recorded at the start about the paths kept from the lane, for `protected_changes`.
+    protected: Mapping[str, str | None] = field(default_factory=dict)
+
+
+class LaneBackend(abc.ABC):
+    """Makes, watches and removes lanes somewhere (an engine, a cluster).
+
+    Every method may be called from the event loop: a backend does its blocking work in threads.
+    Its errors are the project's own (`SandboxError`) with a message that says what to do."""
+
+    @abc.abstractmethod
+    async def provision(self, request: LaneRequest, *, progress: Progress = quiet) -> Lane:
+        """A new lane for `request` whose ToolService answers; everything made is removed again
+        when this fails or is cancelled. Lanes whose owner died are reaped meanwhile."""
+
+    @abc.abstractmethod
+    async def state(self, lane: Lane) -> LaneState:
+        """Whether the lane runs, and how it stopped if not (`gone` once it no longer exists)."""
+
+    @abc.abstractmethod
+    async def logs(self, lane: Lane, lines: int = 20) -> str:
+        """The lane's last output lines ("" when there are none, or the lane is gone)."""
+
+    @abc.abstractmethod
+    async def destroy(self, lane: Lane) -> None:
+        """Remove the lane with everything it runs, and close its connection; safe to call twice."""
+
+    @abc.abstractmethod
+    async def reap(self) -> list[str]:
+        """Remove this backend's lanes whose owner (a broker) is gone; the names of those removed."""
+
+    @abc.abstractmethod
+    def protected_changes(self, request: LaneRequest, before: Mapping[str, str | None]) -> list[str]:
+        """Workspace paths kept from lanes (git's, Osprey's) that lanes created or replaced since
+        `before` (the first lane's `protected`), for a warning when the session ends."""

@@ -1,0 +1,74 @@
+"""Which home a session's ToolService runs in, as typed configuration.
+
+`HomeConfig` is one of three (a pydantic union on `kind`): `LocalHomeConfig` (the local
+dispatcher), `LaneHomeConfig` (a lane Osprey provisions) and `AttachedHomeConfig` (a lane someone
+else runs, on a unix socket or on TCP with TLS). `home_config` builds it from the sandbox
+settings, in this one place; `homes.build_home` opens the home a config describes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..config import SandboxSettings
+from .targets import ServiceTarget, UnixTarget
+
+
+class _HomeConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LocalHomeConfig(_HomeConfig):
+    """The local dispatcher: the servicer in a child process of the broker."""
+
+    kind: Literal["local"] = "local"
+    roots: list[str] = Field(min_length=1, description="allowed roots; the first is the working directory")
+    env: dict[str, str] | None = Field(None, repr=False, description="host commands' environment (default: the broker's, without credentials)")
+
+
+class LaneHomeConfig(_HomeConfig):
+    """A lane provisioned for the session (and replaced when it dies)."""
+
+    kind: Literal["lane"] = "lane"
+    workspace: str = Field(description="the workspace's real path, the lane's only root")
+    session_id: str = Field(min_length=1)
+    sandbox: SandboxSettings
+    home: Path | None = Field(None, description="Osprey's home directory, which a lane must not be able to write")
+
+
+class AttachedHomeConfig(_HomeConfig):
+    """A lane someone else started and owns, reached at `target`."""
+
+    kind: Literal["attached"] = "attached"
+    roots: list[str] = Field(min_length=1)
+    target: ServiceTarget
+    token_file: str | None = Field(None, description="the file holding the lane's token")
+    ready_timeout: float = Field(30.0, gt=0, le=600)
+
+
+HomeConfig = Annotated[LocalHomeConfig | LaneHomeConfig | AttachedHomeConfig, Field(discriminator="kind")]
+
+
+def home_config(
+    roots: Sequence[str],
+    *,
+    sandbox: SandboxSettings | None = None,
+    session_id: str = "session",
+    home: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> HomeConfig:
+    """The home a session's settings ask for: an attached lane when a socket is given, a new lane
+    with the sandbox on, else the local dispatcher.
+
+    `env` is the environment of commands run on the host (default: this one without credentials);
+    `home` is Osprey's home directory (a lane refuses a workspace that holds it)."""
+    if sandbox is not None and sandbox.enabled and sandbox.socket:
+        return AttachedHomeConfig(roots=list(roots), target=UnixTarget(path=sandbox.socket), token_file=sandbox.token_file, ready_timeout=sandbox.ready_timeout)
+    if sandbox is not None and sandbox.enabled:
+        return LaneHomeConfig(workspace=os.path.realpath(roots[0]), session_id=session_id, sandbox=sandbox, home=home)
+    return LocalHomeConfig(roots=list(roots), env=dict(env) if env is not None else None)
