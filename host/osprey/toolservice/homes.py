@@ -307,7 +307,7 @@ def _retrieve(start: asyncio.Future[None]) -> None:
 
 def reap_stale_dispatcher_dirs() -> list[str]:
     """Remove socket dirs of local dispatchers whose broker is gone (killed without teardown)."""
-    from ..config import read_no_follow
+    from ..files import read_no_follow
 
     removed: list[str] = []
     base = tempfile.gettempdir()

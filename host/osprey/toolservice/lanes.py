@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import SandboxSettings, read_no_follow, size_bytes
+from ..config import SandboxSettings, size_bytes
 from ..errors import SandboxError
+from ..files import read_no_follow
 from ..owners import boot_id, pid_alive, pid_namespace
 from .backend import Lane, LaneBackend, LaneRequest, LaneState, Progress, quiet
 from .client import Connection, accepts_connections

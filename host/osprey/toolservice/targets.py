@@ -2,7 +2,7 @@
 TCP port with TLS (a lane on another machine).
 
     UnixTarget(path="/run/osprey/tools.sock")
-    TlsTarget(host="10.0.0.7", port=7443, ca_pem=ca, client_cert_pem=cert, client_key_pem=key)
+    TlsTarget(host="lane-7.build.example", port=7443, ca_pem=ca, client_cert_pem=cert, client_key_pem=key)
     TlsTarget.from_files("lanes.example", 7443, ca_file="ca.pem")
 
 A TLS target always verifies the service's certificate against the CA it is given (never the
@@ -123,13 +123,18 @@ class TlsTarget(_Target):
 
 
 def _read(path: str | Path, what: str) -> bytes:
+    from ..files import FileRefused, read_file
+
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(PEM_MAX_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"the TLS {what} file {path} cannot be read ({exc.strerror or exc}); check the path and its permissions") from None
-    if len(data) > PEM_MAX_BYTES:
-        raise ConfigError(f"the TLS {what} file {path} is over {PEM_MAX_BYTES} bytes, so it is not a PEM file; check the path")
+        data = read_file(path, PEM_MAX_BYTES, follow_symlinks=True)
+    except FileRefused as exc:
+        if exc.reason == "too_large":
+            raise ConfigError(f"the TLS {what} file {path} is over {PEM_MAX_BYTES} bytes, so it is not a PEM file; check the path") from None
+        if exc.reason == "not_regular":
+            raise ConfigError(f"the TLS {what} file {path} is not a regular file; check the path") from None
+        raise ConfigError(f"the TLS {what} file {path} cannot be read ({exc.strerror}); check the path and its permissions") from None
+    if data is None:
+        raise ConfigError(f"the TLS {what} file {path} cannot be read (no such file); check the path and its permissions")
     return data
 
 
