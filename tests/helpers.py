@@ -55,6 +55,23 @@ def write(path: Path, content: str | bytes) -> Path:
     return path
 
 
+def host_process_state(pid: int) -> str:
+    """The state letter of a process on this machine; "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+async def wait_host_gone(pid: int, within: float = GONE_WITHIN_S) -> None:
+    """Wait until a process on this machine is gone (a zombie is dead, only not yet reaped)."""
+    deadline = time.monotonic() + within
+    while host_process_state(pid) not in ("", "Z", "X"):
+        if time.monotonic() > deadline:
+            pytest.fail(f"process {pid} is still running (state {host_process_state(pid)})")
+        await asyncio.sleep(0.05)
+
+
 async def process_state(tools: ToolClient, pid: int) -> str:
     """The process's state letter as the home sees it; "" once it is gone."""
     r = await tools.bash(

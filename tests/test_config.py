@@ -407,3 +407,13 @@ def test_max_turns_defaults_to_150_headless_and_unbounded_in_the_terminal_ui(tmp
     assert load_settings(tmp_path, {}, env).max_turns == 150
     assert load_settings(tmp_path, {}, env, interactive=True).max_turns == 4_294_967_295
     assert load_settings(tmp_path, {"max_turns": 7}, env, interactive=True).max_turns == 7
+
+
+def test_the_shared_choices_match_the_settings_types() -> None:
+    import typing
+
+    from osprey.choices import EFFORTS, MODEL_PROVIDERS, REPLAY_PROVIDER
+    from osprey.config import Effort, ProviderName
+
+    assert typing.get_args(Effort) == EFFORTS
+    assert typing.get_args(ProviderName) == (*MODEL_PROVIDERS, REPLAY_PROVIDER)

@@ -7,13 +7,12 @@ import asyncio
 import json
 import os
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import CALL_BOUND_S, GONE_WITHIN_S, read_pid, require_docker, wait_for_file, write
+from helpers import CALL_BOUND_S, read_pid, require_docker, wait_for_file, wait_host_gone, write
 from homes import lane_home
 
 from osprey.extensions.custom_tools import (
@@ -90,22 +89,6 @@ async def call(tool: Tool, arguments: Mapping[str, Any], ctx: ToolContext | None
     result = await asyncio.wait_for(tool.run(Invocation("call-1", tool.name, value), ctx or context()), CALL_BOUND_S)
     assert isinstance(result, ToolOutcome)
     return result
-
-
-def process_state(pid: int) -> str:
-    """The state letter of a host process; "" once it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
-
-
-async def wait_gone(pid: int) -> None:
-    deadline = time.monotonic() + GONE_WITHIN_S
-    while process_state(pid) not in ("", "Z", "X"):
-        if time.monotonic() > deadline:
-            pytest.fail(f"process {pid} is still running (state {process_state(pid)})")
-        await asyncio.sleep(0.05)
 
 
 # --- manifests ----------------------------------------------------------------------------------
@@ -384,7 +367,7 @@ async def test_a_timeout_kills_the_process_group(tmp_path: Path) -> None:
     m = manifest(command=["./slow.sh"], timeout_secs=1)
     outcome = await call(custom_tool(m, tmp_path), {})
     assert outcome == ToolOutcome("started\n[t timed out after 1 s; its process group was terminated]", True, "timeout")
-    await wait_gone(read_pid(tmp_path / "grandchild.pid"))
+    await wait_host_gone(read_pid(tmp_path / "grandchild.pid"))
 
 
 async def test_a_cancel_kills_the_process_group_and_propagates(tmp_path: Path) -> None:
@@ -396,15 +379,15 @@ async def test_a_cancel_kills_the_process_group_and_propagates(tmp_path: Path) -
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, CALL_BOUND_S)
-    await wait_gone(grandchild)
-    await wait_gone(child)
+    await wait_host_gone(grandchild)
+    await wait_host_gone(child)
 
 
 async def test_what_a_program_leaves_running_is_stopped(tmp_path: Path) -> None:
     script(tmp_path / "bg.sh", f"sleep 300 >/dev/null 2>&1 & echo $! > {tmp_path}/bg.pid\necho done\n")
     outcome = await call(custom_tool(manifest(command=["./bg.sh"]), tmp_path), {})
     assert outcome == ToolOutcome("done\n[processes t left running were stopped]")
-    await wait_gone(read_pid(tmp_path / "bg.pid"))
+    await wait_host_gone(read_pid(tmp_path / "bg.pid"))
 
 
 async def test_a_program_that_cannot_start_is_a_tool_failure(tmp_path: Path) -> None:

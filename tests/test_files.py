@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-import osprey.config
 from osprey import files
 from osprey.errors import ConfigError
 from osprey.files import FileRefused, read_bounded, read_file, read_no_follow
@@ -185,9 +184,3 @@ def test_read_bounded_follows_links_and_says_what_is_wrong(tmp_path: Path) -> No
     loop.symlink_to(loop)
     with pytest.raises(ConfigError, match=r"loop\.toml: cannot be read: "):
         read_bounded(loop, "a config file")
-
-
-def test_config_keeps_the_readers_it_always_offered() -> None:
-    assert osprey.config.read_no_follow is files.read_no_follow
-    assert osprey.config.read_bounded is files.read_bounded
-    assert osprey.config.MAX_FILE_BYTES == files.MAX_FILE_BYTES == 1024 * 1024

@@ -11,27 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import CALL_BOUND_S, GONE_WITHIN_S, read_pid, wait_for_file
+from helpers import CALL_BOUND_S, GONE_WITHIN_S, host_process_state, read_pid, wait_for_file, wait_host_gone
 
 from osprey.hostrun import HostRun, Output, StartFailed, run_program
 
 ENV = {"PATH": os.environ.get("PATH", os.defpath)}
-
-
-def process_state(pid: int) -> str:
-    """The state letter of a host process; "" once it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
-
-
-async def wait_gone(pid: int) -> None:
-    deadline = time.monotonic() + GONE_WITHIN_S
-    while process_state(pid) not in ("", "Z", "X"):  # a zombie is dead, only not yet reaped
-        if time.monotonic() > deadline:
-            pytest.fail(f"process {pid} is still running (state {process_state(pid)})")
-        await asyncio.sleep(0.05)
 
 
 async def sh(script: str, cwd: Path, *, env: dict[str, str] = ENV, stdin: bytes = b"", timeout: float = CALL_BOUND_S,
@@ -100,7 +84,7 @@ async def test_a_timeout_kills_the_whole_group_even_what_ignores_sigterm(tmp_pat
     run = await sh(script, tmp_path, timeout=1, grace=0.5)
     assert run.timed_out and run.stdout.head == b"started\n"
     assert time.monotonic() - start < 1 + 0.5 + GONE_WITHIN_S
-    await wait_gone(read_pid(pids))
+    await wait_host_gone(read_pid(pids))
 
 
 async def test_a_cancel_kills_the_whole_group_and_propagates(tmp_path: Path) -> None:
@@ -112,28 +96,28 @@ async def test_a_cancel_kills_the_whole_group_and_propagates(tmp_path: Path) -> 
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, CALL_BOUND_S)
-    await wait_gone(grandchild)
-    await wait_gone(child)
+    await wait_host_gone(grandchild)
+    await wait_host_gone(child)
 
 
 async def test_with_a_linger_what_the_program_left_running_is_killed(tmp_path: Path) -> None:
     script = f"sleep 300 >/dev/null 2>&1 & echo $! > {tmp_path}/bg; echo done"
     run = await sh(script, tmp_path, linger=0.2)
     assert (run.returncode, run.stdout.head, run.timed_out, run.left_running) == (0, b"done\n", False, True)
-    await wait_gone(read_pid(tmp_path / "bg"))
+    await wait_host_gone(read_pid(tmp_path / "bg"))
     # A child that keeps the output open does not hold the run up past the linger.
     start = time.monotonic()
     run = await sh(f"sleep 300 & echo $! > {tmp_path}/holder; echo out", tmp_path, linger=0.2)
     assert (run.returncode, run.stdout.head, run.left_running) == (0, b"out\n", True)
     assert time.monotonic() - start < CALL_BOUND_S / 2
-    await wait_gone(read_pid(tmp_path / "holder"))
+    await wait_host_gone(read_pid(tmp_path / "holder"))
 
 
 async def test_without_a_linger_output_must_close_within_the_timeout(tmp_path: Path) -> None:
     # The shell exits at once, but its child holds standard output: that is a timeout.
     run = await sh(f"sleep 300 & echo $! > {tmp_path}/holder; echo out", tmp_path, timeout=1, grace=0.5)
     assert run.timed_out and run.stdout.head == b"out\n"
-    await wait_gone(read_pid(tmp_path / "holder"))
+    await wait_host_gone(read_pid(tmp_path / "holder"))
 
 
 async def test_without_a_linger_a_detached_child_with_its_output_closed_is_left_alone(tmp_path: Path) -> None:
@@ -141,10 +125,10 @@ async def test_without_a_linger_a_detached_child_with_its_output_closed_is_left_
     pid = read_pid(tmp_path / "daemon")
     try:
         assert (run.returncode, run.timed_out, run.left_running) == (0, False, False)
-        assert process_state(pid) not in ("", "Z", "X")
+        assert host_process_state(pid) not in ("", "Z", "X")
     finally:
         os.kill(pid, signal.SIGKILL)
-    await wait_gone(pid)
+    await wait_host_gone(pid)
 
 
 async def test_a_process_that_left_the_group_and_holds_the_output_does_not_hold_up_the_run(tmp_path: Path) -> None:
@@ -158,4 +142,4 @@ async def test_a_process_that_left_the_group_and_holds_the_output_does_not_hold_
             assert time.monotonic() - start < 1 + 3 * 0.5 + 1
         finally:
             os.kill(pid, signal.SIGKILL)
-        await wait_gone(pid)
+        await wait_host_gone(pid)

@@ -33,7 +33,7 @@ def harness(tmp_path: Path) -> Harness:
 
 
 class Source(ToolSource):
-    """A tool source that records its start and close, and may fail to start."""
+    """A tool source that records its start and close, and may fail when asked for its tools."""
 
     def __init__(self, name: str, tools: Sequence[Tool] = (), fail: bool = False) -> None:
         self.name = name
@@ -44,10 +44,10 @@ class Source(ToolSource):
 
     async def start(self) -> None:
         self.started += 1
-        if self.fail:
-            raise RuntimeError(f"{self.name} could not start")
 
     def tools(self) -> Sequence[Tool]:
+        if self.fail:
+            raise RuntimeError(f"{self.name} has no tools to give")
         return self._tools
 
     async def close(self) -> None:
@@ -74,7 +74,7 @@ async def test_borrowed_parts_are_used_and_left_open(harness: Harness) -> None:
             async with session:
                 end = await session.submit("Use the tools.")
             assert end.outcome == "Completed"
-            assert source.started == 1 and source.closed == 0
+            assert source.started == 0 and source.closed == 0  # its lender starts and closes it
             assert not http.is_closed
             assert "alpha" in (await home.client.read_file("notes.txt")).content  # the home still serves
             assert session.owned_parts == ["processes", "tools:builtin", "tools:web", "tools:control", "tools:extensions"]
@@ -118,7 +118,8 @@ def _alive(home: Any) -> bool:
 async def test_a_failure_at_each_step_of_start_up_closes_what_was_made(harness: Harness, step: int) -> None:
     """The trace names each owned part as it is made (the HTTP client, the home, the process
     manager, the built-in, web, control and extensions tool sources); failing there is a failure
-    at that step. At the last step a lent source fails to start, before the extensions are found."""
+    at that step. At the last step a lent source fails to give its tools, before the extensions are
+    found."""
     lent = Source("lent")
     failing = step == 7
     made: list[str] = []
@@ -364,3 +365,47 @@ async def test_children_in_the_parents_lane_are_cancelled_and_no_lane_remains(ha
     finally:
         client.close()
     assert left == []
+
+
+async def test_a_child_never_gets_more_tools_or_fewer_rules_than_its_parent(harness: Harness) -> None:
+    agents: list[ChildAgent] = []
+    provider = FakeProvider([calls(("spawn_children", {})), text("child done"), text("parent done")])
+    options = harness.options("deny-untrusted", None, FAST_RETRY, ("bash(git status)", "spawn_children")).model_copy(
+        update={"tools": ["read_file", "spawn_children"]})
+    session = Session(options, emit=harness.events.append, provider=provider,
+                      tool_sources=[Source("spawner", [spawner(1, "Look.", agents, tools=["read_file", "bash", "write_file"])])])
+    async with session:
+        await session.submit("Go.")
+        [child] = session.children
+        assert child.session.tool_names() == ["read_file"]
+        assert child.session.options.allow == ["bash(git status)", "spawn_children"]
+        assert child.session.journal is session.journal
+        await child.close()
+        assert session.children == []  # a closed child is forgotten
+
+
+async def test_the_persons_own_call_finds_a_built_in_tool_the_model_is_not_offered(harness: Harness) -> None:
+    options = harness.options("never", None, FAST_RETRY, ()).model_copy(update={"tools": ["read_file"]})
+    session = Session(options, emit=harness.events.append, provider=FakeProvider([]))
+    async with session:
+        assert session.tool_names() == ["read_file"]
+        result = await session.run_tool("bash", {"command": "echo from-the-person"})
+    assert result.ok and "from-the-person" in result.text
+    [call] = [e for e in harness.events if isinstance(e, ToolCallEvent)]
+    assert call.requested_by == "user"
+
+
+def test_a_terminal_shows_a_childs_calls_and_ending_marked_with_its_id() -> None:
+    import io
+
+    from osprey.messages import Usage
+    from osprey.render import TerminalRenderer
+
+    out = io.StringIO()
+    render = TerminalRenderer(out=out, err=out, color=False)
+    ids = {"agent_id": "c1", "parent_id": "p0"}
+    render(SessionStart(session_id="c1", provider="openai", model="m", cwd="/w", tool_service="local", tools=[],
+                        approval_policy="never", max_turns=1, **ids))
+    render(ToolCallEvent(turn=1, id="x", name="grep", arguments={"pattern": "a"}, **ids))
+    render(TaskEnd(session_id="c1", outcome="Cancelled", exit_status=130, turns=1, usage=Usage(), **ids))
+    assert out.getvalue().splitlines() == ["[c1] ▸ grep", "[c1] Cancelled · 1 turns"]

@@ -16,9 +16,10 @@ from osprey.events import Event, TaskEnd, ToolResultEvent
 from osprey.messages import ModelRequest, ModelTurn
 from osprey.session.core import Session, SessionOptions
 from osprey.tui import commands
-from osprey.tui.app import Hooks, OspreyApp
+from osprey.tui.app import OspreyApp
 from osprey.tui.approval_screen import ApprovalScreen
 from osprey.tui.completion import CompletionMenu
+from osprey.tui.driver import Hooks
 from osprey.tui.widgets import AnswerRow, NoticeRow, PromptArea, ToolRow, UserRow
 
 SIZE = (100, 30)

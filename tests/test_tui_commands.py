@@ -25,7 +25,8 @@ from osprey.session.core import Session, SessionOptions
 from osprey.sessions.journal import Journal, journal_path, list_sessions, read_events
 from osprey.sessions.resume import resume_point
 from osprey.tui import commands
-from osprey.tui.app import Hooks, OspreyApp, Resume
+from osprey.tui.app import OspreyApp
+from osprey.tui.driver import Hooks, Resume
 from osprey.tui.presenter import DIFF_COMMAND
 from osprey.tui.question_screen import QuestionScreen
 from osprey.tui.screens import ModelPicker, SessionsScreen

@@ -270,7 +270,7 @@ async def test_a_resumed_session_shows_its_questions_declarations_and_task_list(
     from test_tui_commands import JournaledRig
 
     from osprey.sessions.journal import journal_path, list_sessions, read_events
-    from osprey.tui.app import Resume
+    from osprey.tui.driver import Resume
 
     (tmp_path / "ws").mkdir()
     (tmp_path / "home").mkdir()

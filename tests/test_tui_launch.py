@@ -77,7 +77,7 @@ def _exchange(seen: Seen, *, answer: str = "hi there") -> Any:
             seen.hook_during = sys.excepthook
             seen.session_id = app.session.session_id
             await type_prompt(pilot, app, "say hi")
-            await until(pilot, lambda: answer in app.transcript.to_markdown() and not app._working)
+            await until(pilot, lambda: answer in app.transcript.to_markdown() and not app.driver.working)
             await type_prompt(pilot, app, "/quit")
             await until(pilot, lambda: not app.is_running)
         # The app has ended (in a terminal: the screen is restored) and the session is still open.
@@ -146,7 +146,7 @@ async def test_a_dispatcher_that_fails_to_come_up_in_the_background_stops_the_tu
     async def run(app: OspreyApp) -> int | None:
         async with app.run_test(size=SIZE) as pilot:
             await started(pilot, app)
-            states.append(app._state)
+            states.append(app.driver.state)
             gate.set()
             await until(pilot, lambda: not app.is_running)
         return app.return_value
@@ -291,7 +291,7 @@ async def test_sandbox_lane_starts_before_the_terminal_comes_up_behind_it_and_is
             await until(pilot, lambda: app.session is not None and app.session.tools_starting is not None and app.session.tools_starting.done())
             seen.lanes_during = _lanes(seen.session_id)
             await type_prompt(pilot, app, "say hi")
-            await until(pilot, lambda: "hi there" in app.transcript.to_markdown() and not app._working)
+            await until(pilot, lambda: "hi there" in app.transcript.to_markdown() and not app.driver.working)
             await type_prompt(pilot, app, "/new")
             await until(pilot, lambda: app.session is not None and app.session.session_id != seen.session_id and app.session.started)
             assert app.session is not None

@@ -7,7 +7,7 @@ import re
 import sys
 from typing import TextIO
 
-from .events import AssistantText, Compaction, Event, Notice, SessionEnd, SessionStart, ToolCallEvent, ToolResultEvent
+from .events import AssistantText, Compaction, Event, Notice, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent
 from .messages import scrub
 
 PREVIEW_LINES = 8
@@ -77,7 +77,9 @@ class TerminalRenderer:
             self._streaming = False
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, SessionStart):
+        if event.agent_id is not None:
+            self._child(event)
+        elif isinstance(event, SessionStart):
             self._write(self.out, self._style(f"osprey · {event.provider}/{event.model} · tools on {event.tool_service} · {event.cwd}", "2") + "\n")
         elif isinstance(event, AssistantText):
             if self._streaming:
@@ -109,6 +111,21 @@ class TerminalRenderer:
                 self._write(self.out, self._style(f"✘ {summary}: {_clean(event.error)}", "31") + "\n")
             else:
                 self._write(self.out, self._style(f"{'✔' if event.exit_status == 0 else '✘'} {summary}", "32" if event.exit_status == 0 else "31") + "\n")
+
+
+    def _child(self, event: Event) -> None:
+        """A child session's event: its calls and how it ended, marked with its id (its text, the
+        parent reports)."""
+        who = self._style(f"[{_clean(event.agent_id or '')}]", "35")
+        if isinstance(event, ToolCallEvent):
+            self._end_stream()
+            self._write(self.out, f"{who} " + self._style(f"▸ {_clean(event.name)}", "36") + "\n")
+        elif isinstance(event, TaskEnd):
+            self._end_stream()
+            self._write(self.out, f"{who} " + self._style(f"{event.outcome} · {event.turns} turns", "2") + "\n")
+        elif isinstance(event, Notice) and event.level == "warning":
+            self._end_stream()
+            self._write(self.err, f"{who} " + self._style(f"osprey: {_clean(event.message)}", "33") + "\n")
 
 
 def _clean_lines(text: str) -> list[str]:

@@ -12,13 +12,13 @@ from typing import Any, TypeVar
 
 import click
 
+from ..choices import EFFORTS, MODEL_PROVIDERS, REPLAY_PROVIDER
 from ..policy import POLICIES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-PROVIDERS = ["openai", "anthropic"]
-HEADLESS_PROVIDERS = [*PROVIDERS, "replay"]  # replay plays a recording back (--replay)
-EFFORTS = ["minimal", "low", "medium", "high"]
+PROVIDERS = list(MODEL_PROVIDERS)
+HEADLESS_PROVIDERS = [*PROVIDERS, REPLAY_PROVIDER]  # replay plays a recording back (--replay)
 # The options of `osprey agent` that a terminal UI has no use for.
 HEADLESS_ONLY = ("--replay", "--record", "--events-jsonl", "--no-journal", "--output-schema", "--budget")
 

@@ -32,7 +32,7 @@ def resolve_options(options: Mapping[str, Any]) -> Resolution:
 def plan_for(resolution: Resolution, trace: LaunchTrace | None = None) -> Launch:
     """The TUI's launch plan for what its options resolved to."""
     from ..sessions.journal import journal_path
-    from ..tui.app import Resume
+    from ..tui.driver import Resume
     from ..tui.launch import Launch, LaunchTrace
 
     settings = resolution.settings

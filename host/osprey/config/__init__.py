@@ -16,10 +16,9 @@ ignored with a warning in `Settings.warnings`.
 
 The package is split by concern: `schema` (the settings models and their defaults), `layers` (the
 layers, trust gating, `load_settings`, `inspect_project`) and `environment` (the environment of
-host commands). Files are read through `osprey.files`. Every public name is importable from here.
+host commands). Files are read through `osprey.files`. Every public name of the package is importable from here.
 """
 
-from ..files import MAX_FILE_BYTES, read_bounded, read_no_follow
 from .environment import (
     CORE_VARIABLES,
     INHERIT_STRICTNESS,
@@ -56,6 +55,7 @@ from .schema import (
     HEADLESS_MAX_TURNS,
     INTERACTIVE_APPROVAL_POLICY,
     INTERACTIVE_MAX_TURNS,
+    AgentSettings,
     ApprovalPolicy,
     Effort,
     FileConfig,
@@ -73,10 +73,10 @@ from .schema import (
 __all__ = [
     "API_KEY_VARS", "APPROVAL_STRICTNESS", "CORE_VARIABLES", "DEFAULT_APPROVAL_POLICY", "DEFAULT_BASE_URLS",
     "DEFAULT_MODELS", "ENV_KEYS", "HEADLESS_MAX_TURNS", "INHERIT_STRICTNESS", "INTERACTIVE_APPROVAL_POLICY",
-    "INTERACTIVE_MAX_TURNS", "LOOSEN_SHELL", "MAX_FILE_BYTES", "REDIRECT", "ApprovalPolicy", "Effort", "FileConfig",
+    "INTERACTIVE_MAX_TURNS", "LOOSEN_SHELL", "REDIRECT", "AgentSettings", "ApprovalPolicy", "Effort", "FileConfig",
     "Guarded", "Inherit", "Layer", "ProjectFile", "ProjectReport", "ProviderName", "ProviderOverrides",
     "ResolvedWebSearch", "RetrySettings", "SandboxSettings", "Settings", "ShellEnvironmentPolicy", "ToolResultLimits",
     "WebSearchSettings", "find_project_configs", "inspect_project", "is_secret_name", "is_secret_value", "load_home",
-    "load_settings", "loosening", "parse_dotenv", "read_bounded", "read_no_follow", "resolve_web_search",
+    "load_settings", "loosening", "parse_dotenv", "resolve_web_search",
     "settings_tool_environment", "size_bytes", "tool_environment", "workspace_root",
 ]

@@ -245,6 +245,10 @@ def loosening(layer: Mapping[str, Any], below: FileConfig, default_policy: Appro
         theirs = below.providers.get(name) or ProviderOverrides()
         for key in ("base_url", "api_key_env"):
             check(("providers", name, key), lambda v, theirs=theirs, key=key: v != getattr(theirs, key), REDIRECT)
+    agent = below.agent
+    check(("agent", "requests_per_minute"), lambda v: agent.requests_per_minute is not None and (v is None or v > agent.requests_per_minute),
+          "raise the limit on model requests")
+    check(("agent", "child_lanes"), lambda v: agent.child_lanes == "own" and v != "own", "let child sessions share a lane")
     sb = below.sandbox
     check(("sandbox", "enabled"), lambda v: sb.enabled and not v, "turn the sandbox off")
     check(("sandbox", "network"), lambda v: bool(v) and not sb.network, "give the sandbox network access")
@@ -491,6 +495,7 @@ def load_settings(
         sandbox=fc.sandbox,
         shell_environment=fc.shell_environment,
         web_search=resolve_web_search(fc.web_search, env),
+        agent=fc.agent,
         # Only the real environment names these files: a project's .env must not swap the prompt.
         system_prompt_file=_env_path(real_env, "OSPREY_SYSTEM_PROMPT_FILE", cwd),
         tool_descriptions_file=_env_path(real_env, "OSPREY_TOOL_DESCRIPTIONS_FILE", cwd),

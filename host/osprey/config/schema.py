@@ -65,6 +65,15 @@ class SandboxSettings(_Strict):
     protect_git: bool = Field(True, description="mount the workspace's .git and .osprey read-only in lanes; false lets a lane write them")
 
 
+class AgentSettings(_Strict):
+    """`[agent]`: how a session's child sessions (subagents, workflows' agents) run."""
+
+    # At most this many model requests a minute across a lead session and its children (none: no limit).
+    requests_per_minute: int | None = Field(None, ge=1, le=100_000)
+    # Children run their tools in their parent's home ("shared") or each in one of its own ("own").
+    child_lanes: Literal["shared", "own"] = "shared"
+
+
 class WebSearchSettings(_Strict):
     """`web_search`: which search service answers it. The tool exists only when one is configured:
     Exa or Brave by an API key in the environment, SearXNG by its URL."""
@@ -108,6 +117,7 @@ class FileConfig(_Strict):
     shell_environment: ShellEnvironmentPolicy = Field(default_factory=ShellEnvironmentPolicy)
     providers: dict[ProviderName, ProviderOverrides] = Field(default_factory=dict)
     web_search: WebSearchSettings = Field(default_factory=WebSearchSettings)
+    agent: AgentSettings = Field(default_factory=AgentSettings)
 
 
 class Settings(_Strict):
@@ -130,6 +140,7 @@ class Settings(_Strict):
     sandbox: SandboxSettings
     shell_environment: ShellEnvironmentPolicy = Field(default_factory=ShellEnvironmentPolicy)
     web_search: ResolvedWebSearch | None = Field(None, description="the configured search service of web_search, if any")
+    agent: AgentSettings = Field(default_factory=AgentSettings)
     system_prompt_file: Path | None = Field(None, description="OSPREY_SYSTEM_PROMPT_FILE (the real environment only): replaces the base system prompt")
     tool_descriptions_file: Path | None = Field(None, description="OSPREY_TOOL_DESCRIPTIONS_FILE (the real environment only): overrides tool descriptions")
     secret_env_names: list[str] = Field(default_factory=list, description="variables holding provider keys; host commands never see them")

@@ -56,14 +56,16 @@ class CallPath:
             return in_order([self.floor, *(i for i in self.interceptors if not i.model_only)])
         return in_order([self.floor, *self.interceptors, self.policy])
 
-    async def run_for_user(self, turn: int, call: ToolCall) -> CallResult:
+    async def run_for_user(self, turn: int, call: ToolCall, tools: ToolRegistry | None = None) -> CallResult:
         """Run one call the person asked for from a front end (`/diff`): the floor and the
         interceptors judge it as any call (the approval policy and the interceptors that judge the
         model's conduct do not: the person asked), its
-        call and result are recorded with requested_by "user", and it is not part of the conversation."""
+        call and result are recorded with requested_by "user", and it is not part of the conversation.
+        `tools`: where the tool is found (the session's built-in tools, whatever the model's
+        catalogue offers); default the model's catalogue."""
         self.emit(ToolCallEvent(turn=turn, id=call.id, name=call.name, arguments=call.arguments, requested_by="user"))
         try:
-            result = await self._one(turn, call, approved=True)
+            result = await self._one(turn, call, approved=True, tools=tools)
         except asyncio.CancelledError:
             result = CallResult(False, "cancelled", CANCELLED_TEXT)
             self._report(turn, call, result, requested_by="user")
@@ -137,20 +139,20 @@ class CallPath:
         ))
         return ToolResultMessage(tool_call_id=call.id, name=call.name, content=result.text, is_error=not result.ok)
 
-    async def _one(self, turn: int, call: ToolCall, *, approved: bool = False) -> CallResult:
+    async def _one(self, turn: int, call: ToolCall, *, approved: bool = False, tools: ToolRegistry | None = None) -> CallResult:
         started = time.monotonic()
-        result = await self._decide_and_run(turn, call, approved)
+        result = await self._decide_and_run(turn, call, approved, tools or self.registry)
         result.duration_ms = int((time.monotonic() - started) * 1000)
         return result
 
-    async def _decide_and_run(self, turn: int, call: ToolCall, approved: bool = False) -> CallResult:
+    async def _decide_and_run(self, turn: int, call: ToolCall, approved: bool, registry: ToolRegistry) -> CallResult:
         if call.arguments_error:
             if call.name:
                 text = f"Error: the call to {call.name} could not be run: {call.arguments_error}. Send the arguments as a JSON object."
             else:
-                text = f"Error: {call.arguments_error}; call one of the tools by its name: {', '.join(self.registry.names())}."
+                text = f"Error: {call.arguments_error}; call one of the tools by its name: {', '.join(registry.names())}."
             return CallResult(False, "invalid_arguments", text)
-        tool = self.registry.get(call.name)
+        tool = registry.get(call.name)
         pending = PendingCall(id=call.id, name=call.name, arguments=dict(call.arguments), tool=tool, turn=turn, cwd=self.context.cwd, workspace=self.workspace or self.context.cwd)
         if tool is not None:
             try:
@@ -161,7 +163,7 @@ class CallPath:
                 category = verdict.category or "denied"
                 return CallResult(False, category, with_context(f"Error ({category}): {verdict.reason}", pending.context))
         sink = self.on_output
-        outcome = await self.registry.call(
+        outcome = await registry.call(
             pending.name, pending.arguments, self.context, call_id=call.id,
             on_output=(lambda chunk: sink(call.id, chunk)) if sink else None,
         )

@@ -2,9 +2,11 @@
 
 A child borrows its parent's parts: the ToolService home (unless it asks for one of its own, or
 the parent's options say children get their own), the HTTP client, the requests-per-minute
-limiter and the approver. It is journaled beside its parent with the parent's id, its events carry
-`agent_id` and `parent_id` and reach the parent's front end, and it lives until it is closed: a
-parent cancels its children when it is cancelled, and closes them before it closes itself.
+limiter, the approver and the journal. It never has more than its parent: its tools are a subset
+of the parent's, and it gets the parent's `--allow` rules and approval policy. It is journaled
+with the parent's id, its events carry `agent_id` and `parent_id` and reach the parent's front
+end, and it lives until it is closed: a parent cancels its children when its task is stopped, and
+closes them before it closes itself.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ if TYPE_CHECKING:
 class Child:
     """A running child session, as the tool that started it sees it (`tools.base.ChildAgent`)."""
 
-    def __init__(self, session: Session, *, name: str, parent_id: str) -> None:
+    def __init__(self, session: Session, *, name: str, parent: Session) -> None:
         self.session = session
+        self._parent = parent
         self.agent_id = session.session_id
-        self.parent_id = parent_id
+        self.parent_id = parent.session_id
         self.name = name
         self._task: asyncio.Task[TaskEnd] | None = None
         self._closing: asyncio.Task[None] | None = None
@@ -57,19 +60,24 @@ class Child:
         return self.session.cancel(outside=True)
 
     async def close(self) -> None:
-        """Cancel the child's task, then close its session (its own children first). Idempotent."""
+        """Cancel the child's task, then close its session (its own children first) and let its
+        parent forget it. Idempotent."""
         if self._closing is None:
             self._closing = asyncio.ensure_future(self._close())
         await asyncio.shield(self._closing)
 
     async def _close(self) -> None:
         self.cancel()
-        if self._task is not None:
-            try:
-                await asyncio.shield(self._task)
-            except BaseException:  # noqa: BLE001 - its end is in its record; closing goes on
-                pass
-        await self.session.close()
+        try:
+            if self._task is not None:
+                try:
+                    await asyncio.shield(self._task)
+                except Exception:  # noqa: BLE001 - its end is in its record; closing goes on
+                    pass
+            await self.session.close()
+        finally:
+            if self in self._parent.children:
+                self._parent.children.remove(self)
 
 
 async def start_child(parent: Session, request: ChildRequest) -> Child:
@@ -81,26 +89,25 @@ async def start_child(parent: Session, request: ChildRequest) -> Child:
         if parent._http is None:
             raise ConfigError("this session's provider was given to it, so a child cannot talk to another model")
         settings = settings.model_copy(update={"model": request.model})
-    own_home = request.own_home if request.own_home is not None else parent.options.child_homes == "own"
+    own_home = request.own_home if request.own_home is not None else parent.child_homes == "own"
+    # Never more tools than the parent has.
+    offered = parent.tool_names()
+    tools = offered if request.tools is None else [name for name in request.tools if name in offered]
     options = SessionOptions(
         settings=settings, parent_id=parent.session_id, agent_name=request.name or request.persona or "",
-        interactive=False, extensions=parent.options.extensions, toolset=parent.options.toolset,
-        judgement=parent.options.judgement, tools=request.tools, child_homes=parent.options.child_homes,
+        allow=list(parent.options.allow), interactive=False, extensions=parent.options.extensions,
+        toolset=parent.options.toolset, judgement=parent.options.judgement, tools=tools,
+        child_homes=parent.child_homes,
     )
-    journal = None
-    if parent.journal is not None:
-        from ..sessions.journal import Journal
-
-        journal = Journal(parent.journal.path, warn=parent.warn)
     # The parent's provider object only when no client of its own can make another (a provider
     # passed in); otherwise a provider of the child's own on the parent's client.
     provider = parent.provider if parent._http is None else None
     session = Session(
         options, emit=parent._emit_out, approver=parent.approver, warn=parent.warn, progress=parent.progress,
-        provider=provider, http=parent._http, limiter=parent.limiter, journal=journal,
+        provider=provider, http=parent._http, limiter=parent.limiter, journal=parent.journal, close_journal=False,
         home=None if own_home else parent.home,
     )
-    child = Child(session, name=options.agent_name, parent_id=parent.session_id)
+    child = Child(session, name=options.agent_name, parent=parent)
     parent.children.append(child)
     try:
         await session.start()

@@ -84,10 +84,11 @@ class SessionOptions(BaseModel):
     agent_name: str = ""
     # Only these of the catalogue's tools (a child's subset); None: all of them.
     tools: list[str] | None = None
-    # Where children run their tools: in this session's home ("shared") or each in one of its own.
-    child_homes: Literal["shared", "own"] = "shared"
+    # Where children run their tools: in this session's home ("shared") or each in one of its own;
+    # None: as `[agent] child_lanes` says.
+    child_homes: Literal["shared", "own"] | None = None
     # At most this many model requests a minute across this session and its children (a limiter
-    # passed in is used instead).
+    # passed in is used instead); None: as `[agent] requests_per_minute` says.
     requests_per_minute: int | None = Field(None, ge=1)
 
 
@@ -127,7 +128,8 @@ class Session:
     HTTP client and limiter, is journaled beside it, and is cancelled and closed with it.
 
     Use as an async context manager, or call `start()` and `close()`. A `journal` records every
-    event the session emits and is closed (drained and checkpointed) with the session;
+    event the session emits and is closed (drained and checkpointed) with the session, unless
+    `close_journal` is False (a child records into its parent's);
     `options.resume` starts from a journaled conversation."""
 
     def __init__(
@@ -149,12 +151,14 @@ class Session:
         ask: Callable[[str], Awaitable[str | None]] | None = None,
         limiter: RequestLimiter | None = None,
         tool_sources: Sequence[ToolSource] = (),
+        close_journal: bool = True,
     ) -> None:
         self.options = options
         self.settings = options.settings
         self.session_id = options.session_id
         # Every event is journaled (queued, never waiting on the disk) before a front end sees it.
         self.journal = journal
+        self._close_journal = close_journal  # False: the journal is lent (a child records into its parent's)
         self._emit_out = emit  # the front end's sink (a child's: its parent's)
         self.emit = self._stamped(emit if journal is None else self._journaled(journal, emit))
         self.approver = approver or HeadlessApprover()
@@ -190,6 +194,7 @@ class Session:
 
             self.output_schema = OutputSchema.load(options.output_schema)
         self.registry: ToolRegistry | None = None
+        self._person_tools: ToolRegistry | None = None
         self.policy: ApprovalPolicy | None = None
         self.loop: AgentLoop | None = None
         self._task: asyncio.Task[Any] | None = None
@@ -263,7 +268,7 @@ class Session:
             try:
                 await self._stack.aclose()
             finally:
-                if self.journal is not None:
+                if self.journal is not None and self._close_journal:
                     await asyncio.shield(asyncio.to_thread(self.journal.close))
             raise
         assert self.loop is not None and self.policy is not None
@@ -295,10 +300,11 @@ class Session:
         from .loop import AgentLoop
 
         settings = self.settings
-        if self.limiter is None and self.options.requests_per_minute is not None:
+        per_minute = self.options.requests_per_minute or settings.agent.requests_per_minute
+        if self.limiter is None and per_minute is not None:
             from ..providers.limiter import RequestLimiter
 
-            self.limiter = RequestLimiter(self.options.requests_per_minute)
+            self.limiter = RequestLimiter(per_minute)
         if self.provider is None:
             self.provider = await self._make_provider()
         if settings.approval_policy == "never" and not settings.sandbox.enabled and self.options.parent_id is None:
@@ -326,13 +332,16 @@ class Session:
         from ..web import web_tools
 
         # web_fetch always, web_search when a search service is configured; they run on the host.
-        made: list[ToolSource] = [StaticTools("builtin", base_tools(host_processes=processes is not None)),
-                                  StaticTools("web", web_tools(settings)), self._judgement()]
+        base = StaticTools("builtin", base_tools(host_processes=processes is not None))
+        # The person's own calls (`run_tool`) find the built-in tools whatever the model is offered.
+        self._person_tools = ToolRegistry(max_result_chars=settings.tool_results.max_chars)
+        for tool in base.tools():
+            self._person_tools.add(tool)
+        made: list[ToolSource] = [base, StaticTools("web", web_tools(settings)), self._judgement()]
         for source in made:
             await source.start()
             self._own(f"tools:{source.name}", source.close)
-        for source in self._borrowed_sources:
-            await source.start()
+        # A lent source was started by its owner, who also closes it.
         self.sources = [*made, *self._borrowed_sources]
         builtin = [tool for source in self.sources for tool in source.tools()]
         if self.options.extensions:
@@ -454,14 +463,19 @@ class Session:
                 self.trace("tool service ready")
                 return
             self._tools_failed = failure
-            if self._task is not None and not self._task.done():
-                self._task.cancel()
+            self._stop_task()
 
         starting.add_done_callback(done)
 
     def _budget_expired(self) -> None:
         """The session's time budget ran out: the running task stops (BudgetExpired)."""
         self._budget_out = True
+        self._stop_task()
+
+    def _stop_task(self) -> None:
+        """Stop the running task and every child's (theirs end Cancelled: it came from outside them)."""
+        for child in self.children:
+            child.cancel()
         if self._task is not None and not self._task.done():
             self._task.cancel()
 
@@ -574,6 +588,11 @@ class Session:
     @property
     def messages(self) -> list[Message]:
         return self.loop.messages if self.loop is not None else []
+
+    @property
+    def child_homes(self) -> Literal["shared", "own"]:
+        """Where this session's children run their tools."""
+        return self.options.child_homes or self.settings.agent.child_lanes
 
     @property
     def turns(self) -> int:
@@ -703,9 +722,10 @@ class Session:
         return await self.loop.compact("manual", instructions)
 
     async def run_tool(self, name: str, arguments: dict[str, Any]) -> CallResult:
-        """Run one tool call the person asked for from a front end (`/diff` runs `bash`). The
-        hardline floor and the interceptors (hooks) judge it as they judge the model's calls; the
-        approval policy does not, since the person asked. Its call and result are journaled with
+        """Run one tool call the person asked for from a front end (`/diff` runs `bash`). A
+        built-in tool is found even when the model is not offered it (a toolset). The hardline
+        floor and the interceptors (hooks) judge it as they judge the model's calls; the approval
+        policy and the stall detectors do not, since the person asked. Its call and result are journaled with
         requested_by "user" and stay out of the conversation."""
         if not self._announced or self._closed:
             raise RuntimeError("the session is not running: start() it first")
@@ -713,7 +733,8 @@ class Session:
         from ..messages import ToolCall
 
         call = ToolCall(id=f"user-{uuid.uuid4().hex[:12]}", name=name, arguments=arguments)
-        return await self.loop.calls.run_for_user(self.loop.turns, call)
+        tools = self._person_tools if self._person_tools is not None and self._person_tools.get(name) is not None else None
+        return await self.loop.calls.run_for_user(self.loop.turns, call, tools)
 
     def cancel(self, signal: int | None = None, *, outside: bool = False) -> bool:
         """Stop the running task, if any, and every child's. `signal` says it came from outside
@@ -742,9 +763,10 @@ class Session:
         return await start_child(self, request)
 
     async def close(self) -> SessionEnd | None:
-        """Stop any running task, emit `session_end` (the last task's outcome, the session's totals),
-        and tear everything down (lane, dispatcher, processes, HTTP client). Idempotent: a second
-        call waits for the first."""
+        """Stop any running task, close the children, emit `session_end` (the last task's outcome,
+        the session's totals), and close the parts the session made, in reverse order (tool sources,
+        processes, its lane or dispatcher, its HTTP client); borrowed parts are left open.
+        Idempotent: a second call waits for the first."""
         if self._closing is not None:
             await asyncio.shield(self._closing)
             return self._end
@@ -769,12 +791,16 @@ class Session:
                         interrupted = exc  # our caller is being cancelled: finish the teardown first
             # Children borrow this session's home and client: they end first.
             if self.children:
-                closing = asyncio.ensure_future(asyncio.gather(*(child.close() for child in self.children), return_exceptions=True))
+                children = list(self.children)
+                closing = asyncio.ensure_future(asyncio.gather(*(child.close() for child in children), return_exceptions=True))
                 while not closing.done():
                     try:
                         await asyncio.shield(closing)
                     except asyncio.CancelledError as exc:
                         interrupted = exc  # our caller is being cancelled: finish the teardown first
+                for child, result in zip(children, closing.result(), strict=True):
+                    if isinstance(result, BaseException):
+                        self.warn(f"the agent {child.agent_id} did not close cleanly: {type(result).__name__}: {result}")
             if self._announced:
                 last = self._last
                 self._end = SessionEnd(
@@ -791,7 +817,7 @@ class Session:
             try:
                 await self._stack.aclose()
             finally:
-                if self.journal is not None:
+                if self.journal is not None and self._close_journal:
                     await asyncio.shield(asyncio.to_thread(self.journal.close))
         if interrupted is not None:
             raise interrupted

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from ..choices import EFFORTS, MODEL_PROVIDERS
 from ..events import (
     AssistantText,
     Compaction,
@@ -22,9 +23,7 @@ from ..events import (
 )
 from ..messages import AssistantMessage, Message, ToolCall, ToolResultMessage, Usage, UserMessage, compacted
 
-# The providers and efforts a resumed session may go back to (not the replay provider).
-RESUMABLE_PROVIDERS = ("openai", "anthropic")
-EFFORTS = ("minimal", "low", "medium", "high")
+# A recorded model name longer than this is not one a launch flag could give.
 MAX_MODEL_NAME = 200
 
 ENDED_TEXT = "Error (cancelled): the session ended before this call finished; its effects, if any, are unknown."
@@ -130,7 +129,7 @@ def recorded_model(events: Iterable[Event | Mapping[str, Any]]) -> dict[str, str
     for event in typed(events):
         if not isinstance(event, (SessionStart, ModelSwitch)):
             continue
-        if event.provider not in RESUMABLE_PROVIDERS or not _plain(event.model):
+        if event.provider not in MODEL_PROVIDERS or not _plain(event.model):
             continue  # the replay provider, or a model name no flag could give: nothing to go on with
         found = {"provider": event.provider, "model": event.model}
         if event.effort in EFFORTS:

@@ -74,6 +74,8 @@ class ChildAgent(Protocol):
 
     def cancel(self) -> bool: ...
 
+    async def close(self) -> None: ...
+
 
 Spawn = Callable[[ChildRequest], Awaitable[ChildAgent]]
 
@@ -234,7 +236,8 @@ class ToolRegistry:
 class ToolSource:
     """A part of a session that contributes tools (built-in, web, control, extensions, and MCP
     servers): started when the session starts, asked for its tools when the catalogue is made, and
-    closed when the session closes, if the session made it (a source passed in is borrowed)."""
+    closed when the session closes, if the session made it. A source passed in to a session is
+    borrowed: its owner starts it before and closes it after; the session only asks for its tools."""
 
     name = "tools"
 

@@ -55,6 +55,10 @@ TOKEN_FILE = "token"  # read by the child at its start, then removed
 HomeKind = Literal["local", "lane", "attached"]
 
 
+# A lane token file larger than this holds no token.
+TOKEN_FILE_MAX_BYTES = 4096
+
+
 class ToolServiceHome(abc.ABC):
     """Where a session's ToolService runs: start it, call it through `client`, `recover` it when
     it died or got stuck, `close` it (with everything it runs)."""
@@ -431,10 +435,17 @@ class AttachedLane(ToolServiceHome):
             raise SandboxError(f"there is no lane socket at {self.target.path}; start the lane first (or check the path)")
         token = None
         if self.token_file:
+            from ..files import FileRefused, read_file
+
             try:
-                token = Path(self.token_file).read_text().strip()
-            except OSError as exc:
-                raise SandboxError(f"the lane token file {self.token_file} cannot be read: {exc.strerror}") from None
+                raw = read_file(self.token_file, TOKEN_FILE_MAX_BYTES, follow_symlinks=True)
+            except FileRefused as exc:
+                what = "is not a regular file" if exc.reason == "not_regular" else \
+                    f"is over {TOKEN_FILE_MAX_BYTES} bytes, so it holds no token" if exc.reason == "too_large" else f"cannot be read: {exc.strerror}"
+                raise SandboxError(f"the lane token file {self.token_file} {what}") from None
+            if raw is None:
+                raise SandboxError(f"the lane token file {self.token_file} cannot be read: no such file")
+            token = raw.decode("utf-8", "replace").strip()
         self.connection = Connection(self.target, token=token)
         try:
             await self.connection.wait_ready(self.ready_timeout)

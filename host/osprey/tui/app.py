@@ -31,14 +31,12 @@ from .approval_screen import ApprovalScreen
 from .approver import TuiApprover
 from .asker import TuiAsker
 from .completion import CompletionMenu, needs_argument
-from .driver import Hooks, Resume, SessionDriver, SessionFactory, SettingsFor
+from .driver import Resume, SessionDriver, SessionFactory, SettingsFor
 from .presenter import Presenter
 from .question_screen import QuestionScreen
 from .slash import SlashCommands
 from .transcript import Transcript
 from .widgets import NoticeRow, PromptArea, TodoPanel
-
-__all__ = ["Hooks", "OspreyApp", "Resume", "SessionFactory", "SettingsFor"]
 
 MAX_ROWS = 300  # conversation rows kept on the screen
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -126,14 +124,6 @@ class OspreyApp(App[int]):
     @exit_status.setter
     def exit_status(self, status: int) -> None:
         self.driver.exit_status = status
-
-    @property
-    def _working(self) -> bool:
-        return self.driver.working
-
-    @property
-    def _state(self) -> str:
-        return self.driver.state
 
     # ------------------------------------------------------------------ layout
 

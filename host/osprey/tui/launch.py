@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from ..config import Settings
     from ..session.core import SessionOptions
     from ..toolservice.homes import ToolServiceHome
-    from .app import Hooks, OspreyApp, Resume
+    from .app import OspreyApp
+    from .driver import Hooks, Resume
 
 class LaunchTrace:
     """The launch and exit steps by name, with the time each was reached (for tests and /debug)."""
@@ -148,10 +149,12 @@ async def launch(plan: Launch, *, run: RunApp | None = None, stderr: TextIO | No
         status = await (run(app) if run is not None else app.run_async())
         trace("terminal_restored")
     finally:
-        if app is not None:
-            await app.teardown()
-        if lane is not None:
-            await lane.close()  # the sessions that borrowed it are closed
+        try:
+            if app is not None:
+                await app.teardown()
+        finally:
+            if lane is not None:
+                await lane.close()  # the sessions that borrowed it are closed (or failed to close)
         trace("teardown")
     sys.excepthook = previous_hook  # a normal end: the crash hook is not needed any more
     for note in app.late_notes:

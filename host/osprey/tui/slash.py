@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..catalog import Catalog
+from ..choices import EFFORTS, MODEL_PROVIDERS
 from ..config import Settings
 from ..errors import OspreyError
 from ..sessions.journal import find_session, list_sessions
@@ -20,8 +21,6 @@ from .screens import ModelPicker, SessionsScreen
 if TYPE_CHECKING:
     from .app import OspreyApp
 
-EFFORT_LEVELS = ("minimal", "low", "medium", "high")
-PROVIDER_NAMES = ("openai", "anthropic")
 DIFF_TIMEOUT_MS = 30_000
 
 
@@ -84,16 +83,16 @@ class SlashCommands:
 
     async def cmd_provider(self, argument: str) -> None:
         name = argument.strip().lower()
-        if name not in PROVIDER_NAMES:
-            self.note(f"/provider: give one of {', '.join(PROVIDER_NAMES)}", "error")
+        if name not in MODEL_PROVIDERS:
+            self.note(f"/provider: give one of {', '.join(MODEL_PROVIDERS)}", "error")
             return
         # Another provider: its default model and base URL, unless configured for it.
         await self.driver.switch(f"/provider {name}", {"provider": name, "model": None, "base_url": None})
 
     async def cmd_effort(self, argument: str) -> None:
         level = argument.strip().lower()
-        if level not in (*EFFORT_LEVELS, "off"):
-            self.note(f"/effort: unknown level {argument!r}; give one of {', '.join(EFFORT_LEVELS)} or off", "error")
+        if level not in (*EFFORTS, "off"):
+            self.note(f"/effort: unknown level {argument!r}; give one of {', '.join(EFFORTS)} or off", "error")
             return
         await self.driver.switch(f"/effort {level}", {"effort": level})
 
