@@ -54,3 +54,22 @@ def osprey_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OSPREY_", "OPENAI_", "ANTHROPIC_"))}
     env.update({"OSPREY_HOME": str(home), "OPENAI_API_KEY": "test-key", "ANTHROPIC_API_KEY": "test-key", "HOME": str(tmp_path)})
     return env
+
+
+# Whole modules that need containers, time real work, or race the file system: `-m "not slow"`
+# leaves them out (README: the fast subset).
+SLOW_MODULES = frozenset({
+    "test_compose", "test_demo", "test_demo_fallback", "test_path_races", "test_sandbox_cli", "test_testing_fixture",
+    "test_perf_bash", "test_perf_files", "test_perf_lane", "test_perf_search", "test_perf_servicer_writes",
+})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `slow` what the fast subset leaves out: the end-to-end tests (`e2e`), everything run in
+    a lane (a test parametrised over the lane home, or named for a lane), and SLOW_MODULES."""
+    for item in items:
+        module = item.module.__name__ if item.module is not None else ""
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if (item.get_closest_marker("e2e") is not None or module.startswith("test_lane") or module in SLOW_MODULES
+                or "lane" in params.values() or "lane" in item.name):
+            item.add_marker(pytest.mark.slow)
