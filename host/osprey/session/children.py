@@ -81,9 +81,8 @@ class Child:
 
 
 async def start_child(parent: Session, request: ChildRequest) -> Child:
-    """Build and start a child of `parent` for `request`, and submit its task."""
-    from .core import Session, SessionOptions
-
+    """Build and start a child of `parent` for `request`, and submit its task. The child is a
+    session of the parent's own kind, with options of the parent's kind."""
     settings = parent.settings
     if request.model is not None and request.model != settings.model:
         if parent._http is None:
@@ -93,7 +92,7 @@ async def start_child(parent: Session, request: ChildRequest) -> Child:
     # Never more tools than the parent has.
     offered = parent.tool_names()
     tools = offered if request.tools is None else [name for name in request.tools if name in offered]
-    options = SessionOptions(
+    options = type(parent.options)(
         settings=settings, parent_id=parent.session_id, agent_name=request.name or request.persona or "",
         allow=list(parent.options.allow), interactive=False, extensions=parent.options.extensions,
         toolset=parent.options.toolset, judgement=parent.options.judgement, tools=tools,
@@ -102,7 +101,7 @@ async def start_child(parent: Session, request: ChildRequest) -> Child:
     # The parent's provider object only when no client of its own can make another (a provider
     # passed in); otherwise a provider of the child's own on the parent's client.
     provider = parent.provider if parent._http is None else None
-    session = Session(
+    session = type(parent)(
         options, emit=parent._emit_out, approver=parent.approver, warn=parent.warn, progress=parent.progress,
         provider=provider, http=parent._http, limiter=parent.limiter, journal=parent.journal, close_journal=False,
         home=None if own_home else parent.home,
