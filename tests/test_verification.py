@@ -253,3 +253,12 @@ async def test_compaction_keeps_the_checkpoint_note_in_the_conversation_and_in_i
         assert resume_point(harness.events).messages == session.messages
     finally:
         await session.close()
+
+
+@pytest.mark.parametrize(("command", "verifies"), [
+    ("(cd pkg && pytest)", True), ("{ pytest; }", True), ("cd x && (make test)", True), ("pytest # the suite", True),
+    ("cat <<EOF\nnotes\nEOF\npytest", True), ("if true; then pytest; fi", False), ("x=$(pytest)", False),
+    ("(pytest | tail)", False), ("pytest && echo ok || echo failed", False),
+])
+def test_the_line_is_read_with_the_shell_parser(command: str, verifies: bool) -> None:
+    assert verification_command(command) is verifies

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -121,47 +120,53 @@ def _verifies(argv: list[str]) -> bool:
 def verification_command(command: str) -> bool:
     """Whether a bash line runs a verification command whose success its exit status reports.
 
-    The line is split into `&&` and `;` segments; the segments after its last `;` must include a
-    verifier. Lines with a pipe, `||` or `&` (background) are not verification runs: their exit
-    status need not be the verifier's (`pytest | tail`, `make test || true`)."""
+    The line is parsed as shell (the hardline floor's parser). Its last statement decides the exit
+    status: a verifier must be among the `&&`-joined commands of that statement (a subshell or a
+    `{ }` group counts as its own last statement). Lines with a pipe, `||` or `&` (background)
+    anywhere are not verification runs: their exit status need not be the verifier's
+    (`pytest | tail`, `make test || true`); neither is a line that does not parse."""
     if len(command) > MAX_LINE_CHARS:
         return False
-    lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
+    from ..policy.shell import ShellParseError, literal, parse
+
     try:
-        tokens = list(lexer)
-    except ValueError:  # unbalanced quotes
+        parsed = parse(command)
+    except ShellParseError:
         return False
-    if any(t in ("|", "||", "&", "|&") for t in tokens):
-        return False
-    segments: list[list[str]] = [[]]
-    for token in tokens:
-        if token == ";" or token == ";;":
-            segments = [[]]  # only what follows the last `;` decides the exit status
-        elif token == "&&":
-            segments.append([])
-        elif token in ("(", ")"):
-            continue
-        else:
-            segments[-1].append(token)
-    return any(_verifies(_without_redirects(s)) for s in segments if s)
+    stack = [parsed.root]
+    while stack:
+        node = stack.pop()
+        if node.type in ("pipeline", "||", "&", "|&"):
+            return False
+        stack.extend(node.children)
+    argvs: list[list[str]] = []
+    statement = _last_statement(parsed.root)
+    pending = [statement] if statement is not None else []
+    while pending:
+        node = pending.pop(0)
+        if node.type == "list":
+            pending[:0] = [child for child in node.named_children if child.type != "comment"]
+        elif node.type in ("subshell", "compound_statement"):
+            inner = _last_statement(node)
+            if inner is not None:
+                pending.insert(0, inner)
+        elif node.type == "redirected_statement":
+            body = node.child_by_field_name("body")
+            if body is not None:
+                pending.insert(0, body)
+        elif node.type == "command":
+            words = [child.named_children[0] if child.type == "command_name" and child.named_child_count == 1 else child
+                     for child in node.children
+                     if child.is_named and child.type not in ("variable_assignment", "comment", "file_redirect", "heredoc_redirect",
+                                                              "herestring_redirect")]
+            argvs.append([literal(parsed, word) for word in words])
+    return any(_verifies(argv) for argv in argvs if argv)
 
 
-def _without_redirects(argv: list[str]) -> list[str]:
-    """The words of a segment without redirections (`2>&1`, `> out.txt`)."""
-    out: list[str] = []
-    skip = False
-    for i, word in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if set(word) <= set("<>&") and word:
-            skip = True  # its target follows
-            if out and out[-1].isdigit() and i > 0 and argv[i - 1] == out[-1]:
-                out.pop()  # the `2` of `2>`
-            continue
-        out.append(word)
-    return out
+def _last_statement(node: Any) -> Any:
+    """The last statement among a node's children (the one whose exit status is the node's)."""
+    statements = [child for child in node.named_children if child.type not in ("comment", "heredoc_body")]
+    return statements[-1] if statements else None
 
 
 def _normalised(command: str, workdir: str) -> str:
