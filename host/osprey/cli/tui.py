@@ -38,7 +38,7 @@ def plan_for(resolution: Resolution, trace: LaunchTrace | None = None) -> Launch
     settings = resolution.settings
     resumed = resolution.resumed
     return Launch(options=resolution.session_options(), settings_for=resolution.settings_for, journal=journal_path(settings.home),
-                  resume=Resume(resumed.row, resumed.events) if resumed is not None else None, model_flags=dict(resolution.model_flags),
+                  resume=Resume(resumed.row, resumed.events, resumed.point) if resumed is not None else None, model_flags=dict(resolution.model_flags),
                   title=f"osprey · {os.path.basename(str(settings.cwd)) or '/'}", trace=trace or LaunchTrace())
 
 

@@ -89,13 +89,13 @@ async def start_child(parent: Session, request: ChildRequest) -> Child:
             raise ConfigError("this session's provider was given to it, so a child cannot talk to another model")
         settings = settings.model_copy(update={"model": request.model})
     own_home = request.own_home if request.own_home is not None else parent.child_homes == "own"
-    # Never more tools than the parent has.
+    # Never more tools than the parent has (its toolset is in what it has).
     offered = parent.tool_names()
     tools = offered if request.tools is None else [name for name in request.tools if name in offered]
     options = type(parent.options)(
         settings=settings, parent_id=parent.session_id, agent_name=request.name or request.persona or "",
         allow=list(parent.options.allow), interactive=False, extensions=parent.options.extensions,
-        toolset=parent.options.toolset, judgement=parent.options.judgement, tools=tools,
+        judgement=parent.options.judgement, tools=tools,
         child_homes=parent.child_homes,
     )
     # The parent's provider object only when no client of its own can make another (a provider

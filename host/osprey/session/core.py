@@ -176,7 +176,6 @@ class Session:
         # Borrowed: a home, provider, HTTP client, limiter or tool source passed in is used and left open.
         self.home: ToolServiceHome | None = home
         self._borrowed_sources = list(tool_sources)
-        self.sources: list[ToolSource] = []
         # The owned parts by name, in the order they were made, and in the order they were closed.
         self.owned_parts: list[str] = []
         self.closed_parts: list[str] = []
@@ -342,8 +341,7 @@ class Session:
             await source.start()
             self._own(f"tools:{source.name}", source.close)
         # A lent source was started by its owner, who also closes it.
-        self.sources = [*made, *self._borrowed_sources]
-        builtin = [tool for source in self.sources for tool in source.tools()]
+        builtin = [tool for source in [*made, *self._borrowed_sources] for tool in source.tools()]
         if self.options.extensions:
             from ..extensions.manage_tool import manage_tool
             from ..extensions.session import SessionExtensions
@@ -360,7 +358,6 @@ class Session:
             await extensions.start()
             self._own("tools:extensions", extensions.close)
             self.extensions = extensions
-            self.sources.append(extensions)
             extensions.apply(self.registry, self.interceptors)
         else:
             for tool in builtin:
@@ -741,17 +738,15 @@ class Session:
         (Ctrl-C, SIGTERM): the task then ends Cancelled with exit status 128 + signal; `outside`
         without a signal (a parent stopping its child) ends it Cancelled too; otherwise Stopped.
         Children are always cancelled: their parent's stop comes from outside them."""
-        for child in self.children:
-            child.cancel()
-        if self._submitting is None or self.loop is None:
-            return False
-        if self._cancel_signal is None:
-            self._cancel_signal = signal
-        self._cancelled_outside = self._cancelled_outside or outside or signal is not None
-        self.loop.stopping = True
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-        return True
+        running = self._submitting is not None and self.loop is not None
+        if running:
+            assert self.loop is not None
+            if self._cancel_signal is None:
+                self._cancel_signal = signal
+            self._cancelled_outside = self._cancelled_outside or outside or signal is not None
+            self.loop.stopping = True
+        self._stop_task()
+        return running
 
     async def spawn(self, request: ChildRequest) -> Child:
         """Start a child session on `request.task` (see `children.start_child`); it runs in the

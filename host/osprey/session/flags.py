@@ -21,7 +21,6 @@ from ..errors import ConfigError, OspreyError
 from ..events import Event
 
 if TYPE_CHECKING:
-    from ..policy.rules import Rule
     from ..sessions.journal import SessionRow
     from ..sessions.resume import ResumePoint
     from .core import SessionOptions
@@ -105,7 +104,6 @@ class Resolution:
     settings: Settings
     # The values the command line gives the settings (`load_settings`'s flags), for `settings_for`.
     config_flags: dict[str, Any]
-    rules: list[Rule]
     resumed: Resumed | None = None
     # What the resumed session's record chose that no flag did (empty when nothing was taken).
     model_flags: dict[str, str] = field(default_factory=dict)
@@ -150,7 +148,7 @@ def resolve(flags: Flags, environ: Mapping[str, str] | None = None) -> Resolutio
     except ValueError as exc:
         raise FlagError(str(exc)) from None
     try:
-        rules = parse_allow_rules(flags.allow)
+        parse_allow_rules(flags.allow)  # a bad rule is a usage error now, not when the session starts
     except ConfigError as exc:
         raise FlagError(str(exc)) from None
     cwd = _absolute(flags.cwd)
@@ -182,7 +180,7 @@ def resolve(flags: Flags, environ: Mapping[str, str] | None = None) -> Resolutio
                                   f"the model session {resumed.row.id} ran with: {exc}; give --provider/--model to choose another") from None
     if flags.record_file or flags.output_schema:
         flags = flags.model_copy(update={"record_file": _absolute(flags.record_file), "output_schema": _absolute(flags.output_schema)})
-    return Resolution(flags=flags, settings=settings, config_flags=config_flags, rules=rules, resumed=resumed, model_flags=taken,
+    return Resolution(flags=flags, settings=settings, config_flags=config_flags, resumed=resumed, model_flags=taken,
                       environ=environ)
 
 

@@ -20,7 +20,7 @@ from ..events import Event
 from ..policy.approvals import ApprovalAnswer, ApprovalRequest
 from ..session.core import Session
 from ..sessions.journal import SessionRow, find_session, read_events
-from ..sessions.resume import recorded_model
+from ..sessions.resume import ResumePoint, recorded_model
 from .approver import TuiApprover
 from .asker import TuiAsker
 from .presenter import Presenter
@@ -28,10 +28,12 @@ from .presenter import Presenter
 
 @dataclass
 class Resume:
-    """A journaled session to go on with: its row and its recorded events."""
+    """A journaled session to go on with: its row, its recorded events, and where it resumes when
+    that was already rebuilt from them (the launch's resolution did)."""
 
     row: SessionRow
     events: list[Event]
+    point: ResumePoint | None = None
 
 
 @dataclass

@@ -82,7 +82,8 @@ def session_options(plan: Launch, settings: Settings, session_id: str, resume: R
     from ..sessions.resume import resume_point
 
     if resume is not None:
-        return plan.options.model_copy(update={"settings": settings, "session_id": resume.row.id, "resume": resume_point(resume.events)})
+        point = resume.point or resume_point(resume.events)
+        return plan.options.model_copy(update={"settings": settings, "session_id": resume.row.id, "resume": point})
     return plan.options.model_copy(update={"settings": settings, "session_id": session_id, "resume": None})
 
 
