@@ -333,6 +333,15 @@ def test_import_claude_failures(tmp_path: Path, content: str | None, message: st
     assert run.exit_code == 1 and message in run.stderr
 
 
+def test_import_claude_refuses_a_planted_fifo_without_blocking(tmp_path: Path) -> None:
+    import os
+
+    (tmp_path / ".claude").mkdir()
+    os.mkfifo(tmp_path / ".claude" / "settings.json")
+    run = CliRunner().invoke(main, ["hooks", "import-claude", "-C", str(tmp_path)])
+    assert run.exit_code == 1 and "is not a regular file" in run.stderr
+
+
 async def test_imported_hooks_run_the_original_scripts(harness: Harness) -> None:
     hooks_dir = harness.workspace / ".claude" / "hooks"
     hooks_dir.mkdir(parents=True)

@@ -142,3 +142,12 @@ async def test_exhausted_structured_output_ends_in_an_error_without_a_final_answ
     assert (end.outcome, end.exit_status, end.final_text) == ("Error", 1, "")
     assert end.error is not None and end.error.startswith("structured output exhausted: 4 final answers in a row")
     assert not any(isinstance(e, Notice) and "failed at a completion candidate" in e.message for e in harness.events)
+
+
+def test_load_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "schema.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        OutputSchema.load(fifo)

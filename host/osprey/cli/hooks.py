@@ -141,15 +141,21 @@ def import_claude(path: str | None, cwd: str | None, write: bool, force: bool) -
 
     here = Path(cwd or os.getcwd()).resolve()
     settings_path = here / (path or ".claude/settings.json")
+    from ..files import FileRefused, read_file
+
+    # The workspace's file: never read past the bound, and a FIFO planted there never blocks.
     try:
-        with settings_path.open("rb") as f:
-            data = f.read(MAX_SETTINGS_BYTES + 1)
-    except FileNotFoundError:
+        data = read_file(settings_path, MAX_SETTINGS_BYTES, follow_symlinks=True)
+    except FileRefused as exc:
+        if exc.reason == "too_large":
+            _fail(f"{settings_path} is larger than {MAX_SETTINGS_BYTES} bytes; that is not a settings file")
+        if exc.reason == "not_regular":
+            _fail(f"{settings_path} is not a regular file; that is not a settings file")
+        _fail(f"{settings_path} cannot be read: {exc.strerror}")
+    if data is None and settings_path.is_dir():
+        _fail(f"{settings_path} cannot be read: Is a directory")
+    if data is None:
         _fail(f"{settings_path} does not exist; name the settings file: osprey hooks import-claude PATH")
-    except OSError as exc:
-        _fail(f"{settings_path} cannot be read: {exc.strerror or exc}")
-    if len(data) > MAX_SETTINGS_BYTES:
-        _fail(f"{settings_path} is larger than {MAX_SETTINGS_BYTES} bytes; that is not a settings file")
     try:
         settings = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

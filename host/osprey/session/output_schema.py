@@ -13,6 +13,7 @@ the text a headless run prints as its final answer).
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,18 +53,21 @@ class OutputSchema:
         from jsonschema import Draft202012Validator
         from jsonschema.exceptions import SchemaError
 
+        from ..files import FileRefused, read_file
+
         where = f"--output-schema {path}"
+        if os.path.isdir(path):
+            raise ConfigError(f"{where}: is a directory, not a JSON Schema file")
         try:
-            with open(path, "rb") as f:
-                raw = f.read(MAX_SCHEMA_BYTES + 1)
-        except FileNotFoundError:
-            raise ConfigError(f"{where}: no such file") from None
-        except IsADirectoryError:
-            raise ConfigError(f"{where}: is a directory, not a JSON Schema file") from None
-        except OSError as exc:
-            raise ConfigError(f"{where}: cannot be read: {exc.strerror or exc}") from None
-        if len(raw) > MAX_SCHEMA_BYTES:
-            raise ConfigError(f"{where}: larger than {MAX_SCHEMA_BYTES // 1024} KiB; a JSON Schema that large is not supported")
+            raw = read_file(path, MAX_SCHEMA_BYTES, follow_symlinks=True)
+        except FileRefused as exc:
+            if exc.reason == "too_large":
+                raise ConfigError(f"{where}: larger than {MAX_SCHEMA_BYTES // 1024} KiB; a JSON Schema that large is not supported") from None
+            if exc.reason == "not_regular":
+                raise ConfigError(f"{where}: not a regular file, so not a JSON Schema file") from None
+            raise ConfigError(f"{where}: cannot be read: {exc.strerror}") from None
+        if raw is None:
+            raise ConfigError(f"{where}: no such file")
         try:
             schema = json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError:
