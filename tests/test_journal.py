@@ -494,3 +494,25 @@ def test_close_never_waits_past_its_timeout_nor_raises(tmp_path: Path, monkeypat
     finally:
         locker.execute("ROLLBACK")
         locker.close()
+
+
+def test_a_journal_from_before_child_sessions_is_read_and_then_gains_its_parent_column(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        CREATE TABLE sessions (id TEXT PRIMARY KEY, cwd TEXT NOT NULL, workspace TEXT NOT NULL, title TEXT NOT NULL DEFAULT '',
+            provider TEXT NOT NULL DEFAULT '', model TEXT NOT NULL DEFAULT '', created REAL NOT NULL, updated REAL NOT NULL, outcome TEXT);
+        CREATE TABLE events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, ts REAL NOT NULL, data TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq)) WITHOUT ROWID;
+        INSERT INTO sessions VALUES ('old1', '/w', '/w', 'an old one', 'openai', 'm', 1.0, 2.0, 'Completed');
+    """)
+    conn.commit()
+    conn.close()
+    [row] = list_sessions(path)
+    assert row.id == "old1" and row.parent_id is None and "parent_id" not in row.model_dump()
+    assert [(depth, r.id) for depth, r in journal_module.session_tree(path, "old1")] == [(0, "old1")]
+    journal = Journal(path)
+    journal.record(SessionStart(session_id="child1", provider="openai", model="m", cwd="/w", tool_service="local", tools=[],
+                                approval_policy="never", max_turns=1, agent_id="child1", parent_id="old1"), "child1", "/w")
+    journal.close()
+    assert [(depth, r.id) for depth, r in journal_module.session_tree(path, "old1")] == [(0, "old1"), (1, "child1")]

@@ -565,6 +565,8 @@ def session_tree(path: Path, session_id: str, limit: int = 10_000) -> list[tuple
     conn = _read(path)
     try:
         columns = _columns(conn)
+        if columns != _COLUMNS:
+            return [(0, root)]  # written before child sessions: none has a parent
         tree: list[tuple[int, SessionRow]] = []
         stack: list[tuple[int, SessionRow]] = [(0, root)]
         seen: set[str] = set()
@@ -574,8 +576,6 @@ def session_tree(path: Path, session_id: str, limit: int = 10_000) -> list[tuple
                 continue
             seen.add(row.id)
             tree.append((depth, row))
-            if "NULL" in columns:
-                continue
             children = _rows(conn, f"SELECT {columns} FROM sessions WHERE parent_id = ? ORDER BY created DESC", (row.id,))
             stack.extend((depth + 1, child) for child in children)
         return tree
