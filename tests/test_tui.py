@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from session_harness import FAST_RETRY, FakeProvider, calls, hang, text
+from textual import events
 
 from osprey.config import load_settings
 from osprey.events import Event, TaskEnd, ToolResultEvent
@@ -528,6 +529,27 @@ async def test_enter_runs_the_command_typed_even_before_the_menu_caught_up(rig: 
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert "raw events are shown" in notices(app) and "git diff" not in notices(app)
+
+
+async def test_keys_queued_faster_than_the_prompt_reads_them_run_the_command_typed(rig: TuiRig) -> None:
+    """A terminal can deliver `/quit` and Enter before the prompt has read the `/`: Enter still runs
+    what was typed, not the menu's first command for a bare `/`."""
+    rig.scripts.append([text("unused")])
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        area = app.query_one(PromptArea)
+        await pilot.press("/")
+        release = asyncio.Event()
+        area.call_later(release.wait)  # the prompt reads nothing more until released
+        try:
+            for key in [*"session", "enter"]:
+                app.post_message(events.Key(key, None if key == "enter" else key))
+            await asyncio.sleep(0.3)  # the app has seen the keys; the prompt has read only the "/"
+        finally:
+            release.set()
+        await until(pilot, lambda: "journal" in notices(app) or "Not available yet" in notices(app))
+        assert "Not available yet" not in notices(app) and "journal" in notices(app) and area.text == ""
 
 
 async def test_old_rows_leave_the_screen_and_export_still_has_them(rig: TuiRig, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,7 +30,7 @@ from . import commands
 from .approval_screen import ApprovalScreen
 from .approver import TuiApprover
 from .asker import TuiAsker
-from .completion import CompletionMenu, needs_argument
+from .completion import CompletionMenu
 from .driver import Resume, SessionDriver, SessionFactory, SettingsFor
 from .presenter import Presenter
 from .question_screen import QuestionScreen
@@ -52,12 +52,6 @@ class OspreyApp(App[int]):
         Binding("escape", "stop", "stop the task"),
         Binding("ctrl+c", "quit", "quit", priority=True),
         Binding("ctrl+q", "quit", "quit", priority=True),
-        # The slash-command menu, while it is open under the prompt (see check_action).
-        Binding("up", "menu_move(-1)", show=False, priority=True),
-        Binding("down", "menu_move(1)", show=False, priority=True),
-        Binding("tab", "menu_take", show=False, priority=True),
-        Binding("enter", "menu_enter", show=False, priority=True),
-        Binding("escape", "menu_close", show=False, priority=True),
     ]
     ENABLE_COMMAND_PALETTE = False
 
@@ -130,9 +124,10 @@ class OspreyApp(App[int]):
     def compose(self) -> ComposeResult:
         yield VerticalScroll(id="conversation")
         yield TodoPanel(id="todo")
-        yield CompletionMenu(id="suggestions")
+        menu = CompletionMenu(id="suggestions")
+        yield menu
         yield Static("starting…", id="status", markup=False)
-        yield PromptArea(id="prompt")
+        yield PromptArea(menu, id="prompt")
 
     async def on_mount(self) -> None:
         self.trace("terminal")
@@ -334,64 +329,8 @@ class OspreyApp(App[int]):
     def menu(self) -> CompletionMenu:
         return self.query_one(CompletionMenu)
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """The menu's keys are its own only while it is open under a focused prompt; otherwise they
-        go on to the prompt (history, Tab completion, Enter)."""
-        if not action.startswith("menu_"):
-            return True
-        try:
-            menu = self.menu
-        except NoMatches:
-            return False
-        if not menu.shown or not isinstance(self.focused, PromptArea):
-            return False
-        # The key may come before the prompt's last change reached the menu: bring it up to date.
-        menu.show_for(self.focused.text)
-        if not menu.shown:
-            return False
-        if action == "menu_enter":
-            typed = commands.parse(self.focused.text)
-            chosen = menu.current
-            # A command typed in full (with or without its argument) is sent as typed.
-            return chosen is not None and typed is not None and typed[0] != chosen.name
-        return True
-
-    def action_menu_move(self, step: int) -> None:
-        self.menu.move(step)
-
-    def action_menu_close(self) -> None:
-        self.menu.hide()
-
-    def action_menu_take(self) -> None:
-        chosen = self.menu.current
-        if chosen is not None:
-            self._fill(f"/{chosen.name} ")
-
-    def action_menu_enter(self) -> None:
-        chosen = self.menu.current
-        if chosen is not None:
-            self._take(chosen)
-
     def on_completion_menu_chosen(self, message: CompletionMenu.Chosen) -> None:
-        self._take(message.command)
-
-    def _take(self, chosen: commands.Command) -> None:
-        """Run the chosen command, or put it in the prompt when it needs an argument."""
-        if needs_argument(chosen):
-            self._fill(f"/{chosen.name} ")
-            return
-        area = self.query_one(PromptArea)
-        line = f"/{chosen.name}"
-        area.prompts.add(line)
-        area.clear()
-        self.menu.hide()
-        self.post_message(PromptArea.Submitted(area, line))
-
-    def _fill(self, line: str) -> None:
-        area = self.query_one(PromptArea)
-        area.load_text(line)
-        area.move_cursor(area.document.end)
-        area.focus()
+        self.query_one(PromptArea).take(message.command)
 
     def _handle_exception(self, error: Exception) -> None:
         self.crash = error

@@ -18,6 +18,7 @@ from textual.widgets import Collapsible, Markdown, Static, TextArea
 
 from ..events import Question, ToolCallEvent, ToolResultEvent
 from . import commands
+from .completion import CompletionMenu, needs_argument
 from .transcript import PromptHistory, edit_diff, format_arguments
 
 MAX_LIVE_OUTPUT = 20_000  # characters of a command's live output kept (its tail)
@@ -159,7 +160,9 @@ class ToolRow(Collapsible):
 
 class PromptArea(TextArea):
     """The prompt: Enter submits; shift+enter or ctrl+j adds a line; up and down walk the history
-    (from the first and last line); Tab completes a slash command."""
+    (from the first and last line); Tab completes a slash command. While its slash-command menu is
+    open, up, down, Tab, Enter and Esc are the menu's: the prompt handles them itself, in order with
+    the characters typed before them, so the menu always answers for the text the prompt holds."""
 
     DEFAULT_CSS = "PromptArea { height: auto; max-height: 10; min-height: 3; }"
 
@@ -169,11 +172,57 @@ class PromptArea(TextArea):
             self.area = area
             self.text = text
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, menu: CompletionMenu | None = None, **kwargs: object) -> None:
         super().__init__(soft_wrap=True, show_line_numbers=False, compact=False, **kwargs)  # type: ignore[arg-type]
         self.prompts = PromptHistory()
+        self.menu = menu
+
+    def take(self, chosen: commands.Command) -> None:
+        """Run the chosen command, or put it in the prompt when it needs an argument."""
+        if needs_argument(chosen):
+            self.fill(f"/{chosen.name} ")
+            return
+        line = f"/{chosen.name}"
+        self.prompts.add(line)
+        self.clear()
+        if self.menu is not None:
+            self.menu.hide()
+        self.post_message(self.Submitted(self, line))
+
+    def fill(self, line: str) -> None:
+        self.load_text(line)
+        self.move_cursor(self.document.end)
+        self.focus()
+
+    def _menu_key(self, key: str) -> bool:
+        """Handle `key` as the open menu's; False when the menu is closed or the key is not its."""
+        menu = self.menu
+        if menu is None or key not in ("up", "down", "tab", "enter", "escape") or not menu.shown:
+            return False
+        menu.show_for(self.text)  # the last change may not have reached the menu yet
+        if not menu.shown:
+            return False
+        chosen = menu.current
+        if key in ("up", "down"):
+            menu.move(-1 if key == "up" else 1)
+        elif key == "escape":
+            menu.hide()
+        elif chosen is None:
+            return False
+        elif key == "tab":
+            self.fill(f"/{chosen.name} ")
+        else:
+            typed = commands.parse(self.text)
+            if typed is None or typed[0] == chosen.name:
+                return False  # a command typed in full (with or without its argument) is sent as typed
+            self.take(chosen)
+        return True
 
     async def _on_key(self, event: events.Key) -> None:
+        if self._menu_key(event.key):
+            event.prevent_default()
+            event.stop()
+            return
         if event.key == "enter":
             event.prevent_default()
             event.stop()
