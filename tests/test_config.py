@@ -71,12 +71,20 @@ def test_the_users_dotenv_fills_variables_before_the_projects(workspace: Path, h
 
 
 def test_unknown_key_names_file_and_key(workspace: Path, home: Path) -> None:
-    (workspace / ".osprey").mkdir()
-    bad = workspace / ".osprey" / "config.toml"
-    bad.write_text("[retry]\ndelay = 3\n")
+    (home / "config.toml").write_text("[retry]\ndelay = 3\n")
     with pytest.raises(ConfigError) as err:
         load_settings(workspace, {}, env_for(home))
-    assert str(bad) in str(err.value) and "unknown key 'retry.delay'" in str(err.value)
+    assert str(home / "config.toml") in str(err.value) and "unknown key 'retry.delay'" in str(err.value)
+
+
+def test_a_project_config_osprey_cannot_use_is_skipped_with_a_warning_naming_file_and_key(workspace: Path, home: Path) -> None:
+    """A cloned repository ships these: one Osprey cannot use must not stop it from running there."""
+    (workspace / ".osprey").mkdir()
+    bad = workspace / ".osprey" / "config.toml"
+    bad.write_text("max_turns = 7\n[retry]\ndelay = 3\n")
+    settings = load_settings(workspace, {}, env_for(home))
+    assert settings.max_turns == 150
+    assert any(str(bad) in w and "unknown key 'retry.delay'" in w and "skipped" in w for w in settings.warnings), settings.warnings
 
 
 def test_bad_value_names_file_and_key(workspace: Path, home: Path) -> None:
@@ -320,8 +328,8 @@ def test_without_git_the_workspace_is_the_working_directory(workspace: Path, hom
 
 def _load_in_child(cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
     code = ("import sys\nfrom osprey.config import load_settings\nfrom osprey.errors import ConfigError\n"
-            f"try: load_settings({str(cwd)!r}, {{}}, {{'OSPREY_HOME': {str(home)!r}, 'OPENAI_API_KEY': 'k'}})\n"
-            "except ConfigError as exc: print(exc)\nelse: print('loaded')\n")
+            f"try: s = load_settings({str(cwd)!r}, {{}}, {{'OSPREY_HOME': {str(home)!r}, 'OPENAI_API_KEY': 'k'}})\n"
+            "except ConfigError as exc: print(exc)\nelse: print('loaded', *s.warnings)\n")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
 
 

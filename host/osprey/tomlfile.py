@@ -1,5 +1,5 @@
-"""Writing the TOML files Osprey keeps under $OSPREY_HOME (trust, saved approvals): a small TOML
-writer for the values they hold, and a crash-atomic replace."""
+"""Reading TOML with bounded nesting, and writing the TOML files Osprey keeps under $OSPREY_HOME
+(trust, saved approvals): a small TOML writer for the values they hold, and a crash-atomic replace."""
 
 from __future__ import annotations
 
@@ -13,8 +13,40 @@ from datetime import UTC, date, datetime, time
 from pathlib import Path
 from typing import Any
 
+MAX_NESTING = 32  # arrays and tables inside each other; no file Osprey reads needs more than a few
+
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def loads(text: str) -> dict[str, Any]:
+    """Parse TOML like `tomli.loads`, refusing a document nested more than MAX_NESTING levels deep
+    with a `tomli.TOMLDecodeError` (a few KB of brackets would otherwise end in a RecursionError)."""
+    import tomli
+
+    try:
+        data = tomli.loads(text)
+    except RecursionError:
+        raise tomli.TOMLDecodeError(f"arrays or tables are nested more than {MAX_NESTING} levels deep", text, 0) from None
+    if _too_deep(data):
+        raise tomli.TOMLDecodeError(f"arrays or tables are nested more than {MAX_NESTING} levels deep", text, 0)
+    return data
+
+
+def _too_deep(data: object) -> bool:
+    pending: list[tuple[object, int]] = [(data, 0)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth >= MAX_NESTING:
+            return True
+        pending.extend((child, depth + 1) for child in children)
+    return False
 
 
 def toml_string(text: str) -> str:

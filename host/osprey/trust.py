@@ -30,6 +30,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from . import tomlfile
 from .errors import ConfigError
 from .files import MAX_FILE_BYTES, read_bounded
 from .tomlfile import dumps_toml, write_atomic
@@ -134,7 +135,7 @@ def load_trust(home: Path) -> TrustStore:
     if raw is None:
         return TrustStore(path, TrustFile())
     try:
-        data = tomli.loads(raw.decode("utf-8"))
+        data = tomlfile.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomli.TOMLDecodeError) as exc:
         return broken(f"{path}: not valid TOML ({exc})")
     try:

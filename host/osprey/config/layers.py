@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import SecretStr, ValidationError
 
+from .. import tomlfile
 from ..errors import ConfigError
 from ..files import read_bounded
 from .environment import INHERIT_STRICTNESS
@@ -86,7 +87,7 @@ def _parse_toml(path: Path, raw: bytes) -> dict[str, Any]:
     import tomli
 
     try:
-        data = tomli.loads(raw.decode("utf-8"))
+        data = tomlfile.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not valid TOML: the file is not UTF-8 text") from None
     except tomli.TOMLDecodeError as exc:
@@ -309,10 +310,16 @@ def _collect(cwd: Path, environ: Mapping[str, str], *, whole_dotenv: bool = Fals
     if raw is not None:
         layers.append(Layer(str(global_file), _parse_toml(global_file, raw), path=global_file))
     for path in find_project_configs(cwd, home, root):
-        raw = read_bounded(path, "a config file")
-        if raw is not None:
-            layers.append(Layer(str(path), _parse_toml(path, raw), path=path, project=True,
-                                relpath=_relative(path, root), digest=_digest(raw)))
+        try:
+            raw = read_bounded(path, "a config file")
+            data = _parse_toml(path, raw) if raw is not None else None
+        except ConfigError as exc:
+            # A cloned repository (or a lane) writes these: one that cannot be read must not stop
+            # Osprey from running in it. The warning says what was skipped.
+            warnings.append(f"{exc}; it was skipped")
+            continue
+        if raw is not None and data is not None:
+            layers.append(Layer(str(path), data, path=path, project=True, relpath=_relative(path, root), digest=_digest(raw)))
 
     env = dict(real)
     dotenvs = [(home / ".env", False)]

@@ -62,6 +62,7 @@ from typing import Annotated, Any, Literal
 import tomli
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
+from .. import tomlfile
 from ..errors import ConfigError, ToolError, ToolTimeout
 from ..hostrun import Output, StartFailed, run_program
 from ..tools.base import Invocation, Tool, ToolContext, ToolOutcome
@@ -171,7 +172,7 @@ def parse_manifest(data: bytes, *, source: str) -> ToolManifest:
     except UnicodeDecodeError as exc:
         raise ManifestError(f"the manifest is not UTF-8 text (invalid byte at offset {exc.start})", source=source) from None
     try:
-        document = tomli.loads(text)
+        document = tomlfile.loads(text)
     except tomli.TOMLDecodeError as exc:
         raise ManifestError(f"the manifest is not valid TOML: {exc}", source=source) from None
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tomli
 
+from .. import tomlfile
 from ..errors import ConfigError
 
 MAX_DESCRIPTIONS_BYTES = 128 * 1024
@@ -19,7 +20,7 @@ MAX_DESCRIPTION_CHARS = 8_000
 def parse_descriptions(data: bytes) -> dict[str, str]:
     """Tool name -> description, or a ConfigError saying what is wrong with the file."""
     try:
-        raw = tomli.loads(data.decode("utf-8"))
+        raw = tomlfile.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise ConfigError("not UTF-8 text") from None
     except tomli.TOMLDecodeError as exc:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import tomli
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from .. import tomlfile
 from ..errors import ConfigError
 from ..hostrun import StartFailed, run_program
 from ..interception import (
@@ -199,7 +200,7 @@ def parse_hooks(data: bytes, *, source: str) -> HooksFile:
     except UnicodeDecodeError:
         raise HooksError(f"{source}: the file is not UTF-8 text") from None
     try:
-        raw = tomli.loads(text)
+        raw = tomlfile.loads(text)
     except tomli.TOMLDecodeError as exc:
         raise HooksError(f"{source}: not valid TOML: {_shown(str(exc))}") from None
     try:

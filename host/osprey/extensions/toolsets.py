@@ -21,6 +21,7 @@ from typing import Annotated
 import tomli
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from .. import tomlfile
 from ..errors import ConfigError
 
 MAX_TOOLSETS_BYTES = 64 * 1024
@@ -48,7 +49,7 @@ class ToolsetError(ConfigError):
 def parse_toolsets(data: bytes) -> ToolsetsFile:
     """A toolsets.toml's content, or a ToolsetError saying what is wrong with it."""
     try:
-        raw = tomli.loads(data.decode("utf-8"))
+        raw = tomlfile.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise ToolsetError("not UTF-8 text") from None
     except tomli.TOMLDecodeError as exc:

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .. import tomlfile
 from ..errors import ConfigError, OspreyError
 from ..files import read_bounded
 from ..tomlfile import TEMPORARY_PATTERN, toml_string, toml_value, write_atomic
@@ -189,7 +190,7 @@ class ApprovalStore:
                 return _Read(problem=f"{self.path}: a directory, not an approvals file")
             return _Read(missing=True)
         try:
-            data = tomli.loads(raw.decode("utf-8"))
+            data = tomlfile.loads(raw.decode("utf-8"))
         except UnicodeDecodeError:
             return _Read(problem=f"{self.path}: not UTF-8 text")
         except tomli.TOMLDecodeError as exc:
