@@ -20,7 +20,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from osprey_sidecar import wire
 
@@ -102,6 +102,25 @@ def tls_refusal(details: str, where: str) -> DispatcherError | None:
         if marker.lower() in details.lower():
             return DispatcherError(f"the ToolService at {where} could not be reached securely: {why}; {what_to_do} ({details[:300]})")
     return None
+
+
+T = TypeVar("T")
+
+
+def _not_unicode(field: str, exc: UnicodeEncodeError) -> ToolError:
+    return ToolError("invalid_argument", f"the {field.replace('_', ' ')} is not valid Unicode text: it holds a lone surrogate "
+                                         f"({exc.object[exc.start:exc.end]!r} at character {exc.start}); send it as UTF-8 text")
+
+
+def _request(message: Callable[..., T], **fields: Any) -> T:
+    """A request message; a field that cannot be sent as UTF-8 (a lone surrogate, as from an
+    undecodable file name) is the caller's `invalid_argument`, naming the field."""
+    try:
+        return message(**fields)
+    except UnicodeEncodeError as exc:
+        field = next((name for name, value in fields.items()
+                      if value is exc.object or (isinstance(value, list) and any(item is exc.object for item in value))), "argument")
+        raise _not_unicode(field, exc) from None
 
 
 def _map_rpc_error(exc: grpc.aio.AioRpcError, where: str, deadline_s: float | None = None) -> Exception:
@@ -309,7 +328,7 @@ class ToolClient:
             raise
 
     async def read_file(self, path: str, offset: int = 0, limit: int = 0) -> ReadFileResult:
-        r = await self._unary("ReadFile", pb.ReadFileRequest(path=path, offset=offset, limit=limit))
+        r = await self._unary("ReadFile", _request(pb.ReadFileRequest, path=path, offset=offset, limit=limit))
         return toolwire.ReadFileResult.from_wire(r)
 
     async def write_file(self, path: str, content: str) -> WriteFileResult:
@@ -321,7 +340,7 @@ class ToolClient:
             r = await self._write_stream(path, content)
             if r is not None:
                 return toolwire.WriteFileResult.from_wire(r)
-        r = await self._unary("WriteFile", pb.WriteFileRequest(path=path, content=content))
+        r = await self._unary("WriteFile", _request(pb.WriteFileRequest, path=path, content=content))
         return toolwire.WriteFileResult.from_wire(r)
 
     async def _write_stream(self, path: str, content: str) -> pb.WriteFileResponse | None:
@@ -348,7 +367,7 @@ class ToolClient:
                 return await connection.stub.WriteFileStream(chunks(), metadata=connection.metadata, timeout=self.call_deadline_s)
             except grpc.aio.AioRpcError as exc:
                 if unencodable:
-                    raise unencodable[0] from None
+                    raise _not_unicode("content", unencodable[0]) from None
                 if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                     return None
                 raise _map_rpc_error(exc, connection.where, self.call_deadline_s) from None
@@ -359,7 +378,7 @@ class ToolClient:
             raise
 
     async def edit_file(self, path: str, old_string: str, new_string: str, replace_all: bool = False) -> EditFileResult:
-        r = await self._unary("EditFile", pb.EditFileRequest(path=path, old_string=old_string, new_string=new_string, replace_all=replace_all))
+        r = await self._unary("EditFile", _request(pb.EditFileRequest, path=path, old_string=old_string, new_string=new_string, replace_all=replace_all))
         return toolwire.EditFileResult.from_wire(r)
 
     async def bash(self, command: str, *, timeout_ms: int = 0, workdir: str = "", max_output_bytes: int = 0, on_output: Callable[[bytes], None] | None = None) -> BashResult:
@@ -367,7 +386,7 @@ class ToolClient:
         await self._started()
         used = self._connection
         try:
-            return await self._bash(self._current(), pb.BashRequest(command=command, timeout_ms=timeout_ms, workdir=workdir, max_output_bytes=max_output_bytes), on_output)
+            return await self._bash(self._current(), _request(pb.BashRequest, command=command, timeout_ms=timeout_ms, workdir=workdir, max_output_bytes=max_output_bytes), on_output)
         except (DispatcherError, ToolTimeout) as exc:
             await self._after_failure(exc, used)
             raise
@@ -412,21 +431,21 @@ class ToolClient:
         if len(stdin) > wire.EXEC_MAX_STDIN_BYTES:
             raise ToolError("invalid_argument", f"stdin is {len(stdin)} bytes; at most {wire.EXEC_MAX_STDIN_BYTES} can be sent (write larger input to a file and pass its path)")
         deadline_s = (timeout_ms or wire.EXEC_DEFAULT_TIMEOUT_MS) / 1000 + BASH_DEADLINE_GRACE_S
-        request = pb.ExecRequest(argv=list(argv), stdin=stdin, workdir=workdir, timeout_ms=timeout_ms, max_output_bytes=max_output_bytes)
+        request = _request(pb.ExecRequest, argv=list(argv), stdin=stdin, workdir=workdir, timeout_ms=timeout_ms, max_output_bytes=max_output_bytes)
         return toolwire.ExecResult.from_wire(await self._unary("Exec", request, deadline_s))
 
     async def find_files(self, pattern: str, path: str = "", limit: int = 0) -> FindFilesResult:
-        r = await self._unary("FindFiles", pb.FindFilesRequest(pattern=pattern, path=path, limit=limit))
+        r = await self._unary("FindFiles", _request(pb.FindFilesRequest, pattern=pattern, path=path, limit=limit))
         return toolwire.FindFilesResult.from_wire(r)
 
     async def grep(self, pattern: str, path: str = "", glob: str = "", ignore_case: bool = False, max_matches: int = 0) -> GrepResult:
-        r = await self._unary("Grep", pb.GrepRequest(pattern=pattern, path=path, glob=glob, ignore_case=ignore_case, max_matches=max_matches))
+        r = await self._unary("Grep", _request(pb.GrepRequest, pattern=pattern, path=path, glob=glob, ignore_case=ignore_case, max_matches=max_matches))
         return toolwire.GrepResult.from_wire(r)
 
     async def list_directory(self, path: str = "") -> ListDirectoryResult:
-        r = await self._unary("ListDirectory", pb.ListDirectoryRequest(path=path))
+        r = await self._unary("ListDirectory", _request(pb.ListDirectoryRequest, path=path))
         return toolwire.ListDirectoryResult.from_wire(r)
 
     async def tree(self, path: str = "", max_depth: int = 0, max_entries: int = 0) -> TreeResult:
-        r = await self._unary("Tree", pb.TreeRequest(path=path, max_depth=max_depth, max_entries=max_entries))
+        r = await self._unary("Tree", _request(pb.TreeRequest, path=path, max_depth=max_depth, max_entries=max_entries))
         return toolwire.TreeResult.from_wire(r)
