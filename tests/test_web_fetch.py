@@ -272,6 +272,23 @@ async def test_redirects_are_followed_and_each_is_checked_again() -> None:
     assert served.count("/loop") == 6  # the first request and five redirects, then it stopped
 
 
+async def test_a_redirect_httpx_cannot_parse_is_followed_or_refused_never_internal() -> None:
+    """`http:HOST:PORT/r` (no slashes) is a path relative to the page, as a browser reads it; a
+    Location that is no URL at all is `invalid_url`; neither is an exception from inside httpx."""
+    async with LoopbackServer({}) as server:
+        port = server.url("/").rsplit(":", 1)[1].split("/")[0]
+        server.routes.update({
+            "/no-slashes": Reply(302, {"Location": f"http:127.0.0.1:{port}/r"}),
+            f"/127.0.0.1:{port}/r": Reply(200, {"Content-Type": "text/plain"}, b"relative"),
+            "/other-scheme": Reply(302, {"Location": "https:127.0.0.1/r"}),
+            "/broken": Reply(302, {"Location": "http://[::1"}),
+        })
+        results = await fetcher().fetch_many([server.url(p) for p in ["/no-slashes", "/other-scheme", "/broken"]])
+    assert text_of(results[0]) == "relative"
+    assert [r.error.category if r.error else None for r in results[1:]] == ["invalid_url", "invalid_url"]
+    assert results[2].error is not None and "http://[::1" in results[2].error.message
+
+
 async def test_mixed_success_and_failure_keep_their_order() -> None:
     routes: dict[str, Route] = {
         "/one": Reply(200, {"Content-Type": "text/plain"}, b"first page"),

@@ -9,6 +9,7 @@ import ssl
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 from urllib.parse import urljoin
 
@@ -145,14 +146,19 @@ class WebFetcher:
             ssl_context = (self._ssl_context or default_ssl_context()) if destination.url.scheme == "https" else None
             transport = PinnedTransport(destination, ssl_context=ssl_context, network_backend=self._network_backend)
             headers = {"User-Agent": USER_AGENT, "Accept": ACCEPT, "Accept-Encoding": "gzip, deflate"}
-            async with httpx.AsyncClient(transport=transport, trust_env=False, follow_redirects=False, timeout=httpx.Timeout(timeout)) as client:
+            locations: list[str] = []
+            async with httpx.AsyncClient(transport=transport, trust_env=False, follow_redirects=False, timeout=httpx.Timeout(timeout),
+                                         event_hooks={"response": [partial(_take_location, locations)]}) as client:
                 async with client.stream("GET", destination.url.url, headers=headers) as response:
                     if response.status_code in REDIRECT_STATUSES:
-                        location = response.headers.get("location")
+                        location = locations[0] if locations else None
                         if not location:
                             raise FetchError("http_status", f"HTTP {response.status_code} redirect without a Location header")
                         redirects.append(destination.url.url)
-                        current = urljoin(destination.url.url, location.strip())
+                        try:
+                            current = urljoin(destination.url.url, location.strip())
+                        except ValueError as exc:
+                            raise FetchError("invalid_url", f"the redirect from {destination.url.url} leads to {location[:200]!r}, which is not a valid URL: {exc}") from None
                         continue
                     if response.status_code >= 400 or response.status_code < 200:
                         raise FetchError("http_status", f"HTTP {response.status_code} {response.reason_phrase}".rstrip() + f" from {destination.url.url}")
@@ -244,3 +250,12 @@ def format_results(results: list[FetchResult], *, max_chars: int, start_char: in
 
 
 __all__ = ["BlockedURL", "FetchError", "FetchResult", "Page", "WebFetcher", "web_fetch_tool", "format_results", "clamp_chars", "clamp_timeout"]
+
+
+async def _take_location(taken: list[str], response: httpx.Response) -> None:
+    """Move a redirect's Location out of the response before httpx parses it: the next hop is
+    joined and checked here like any URL (a Location httpx cannot parse is then `invalid_url`, not
+    an exception from inside httpx)."""
+    if response.status_code in REDIRECT_STATUSES and "location" in response.headers:
+        taken.append(response.headers["location"])
+        del response.headers["location"]
