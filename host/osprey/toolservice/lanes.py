@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -103,6 +104,9 @@ def _owner_alive(labels: dict[str, str]) -> bool:
     return pid_alive(pid)
 
 
+_SOCKET_DIR_NAME = re.compile(r"lane-([0-9]{1,10})-[A-Za-z0-9_]{8}")
+
+
 def runtime_dir() -> Path:
     """Where lane socket dirs live: a real directory owned by this user, mode 0700."""
     base = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()) / f"osprey-{os.geteuid()}"
@@ -182,6 +186,27 @@ def reap_orphans(client: Any | None = None) -> list[str]:
         remove_socket_dir(labels.get("osprey.socket_dir", ""))
         names = c.get("Names") or [c["Id"][:12]]
         removed.append(names[0].lstrip("/"))
+    sweep_socket_dirs()
+    return removed
+
+
+def sweep_socket_dirs() -> list[Path]:
+    """Remove the socket dirs whose owner process is gone: a broker killed between removing its
+    lane and its socket dir (a second Ctrl-C) leaves one that no container label names any more.
+    The owner's pid is in the dir's name (`lane-PID-XXXXXXXX`), which only this user can set."""
+    try:
+        base = runtime_dir()
+        entries = list(os.scandir(base))
+    except (OSError, SandboxError):
+        return []
+    removed = []
+    for entry in entries:
+        owner = _SOCKET_DIR_NAME.fullmatch(entry.name)
+        if owner is None or not entry.is_dir(follow_symlinks=False) or pid_alive(int(owner.group(1))):
+            continue
+        remove_socket_dir(entry.path)
+        if not os.path.lexists(entry.path):
+            removed.append(Path(entry.path))
     return removed
 
 
@@ -332,9 +357,10 @@ def make_socket_dir(workspace: str) -> tuple[Path, str]:
     base = runtime_dir()
     if os.path.commonpath([str(base), workspace]) == workspace:
         raise SandboxError(f"the workspace {workspace} contains Osprey's runtime directory {base}, so a lane would see other lanes' sockets; run in a project directory instead")
-    if len(str(base)) + len("/lane-XXXXXXXX/") + len(SOCKET_NAME) > 100:
+    prefix = f"lane-{os.getpid()}-"
+    if len(str(base)) + len(f"/{prefix}XXXXXXXX/") + len(SOCKET_NAME) > 100:
         raise SandboxError(f"the runtime directory {base} is too long a path for a unix socket; set TMPDIR or XDG_RUNTIME_DIR to a shorter one")
-    socket_dir = Path(tempfile.mkdtemp(prefix="lane-", dir=base))
+    socket_dir = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
     token = secrets.token_hex(32)
     token_path = socket_dir / TOKEN_NAME
     fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
