@@ -179,7 +179,9 @@ def test_pathological_lines_are_answered_quickly(name: str) -> None:
     start = time.perf_counter()
     check(PATHOLOGICAL[name])
     elapsed = time.perf_counter() - start
-    assert elapsed < 2.0, f"{name}: {elapsed:.2f}s"
+    # A guard against runaway (super-linear) checking, which takes tens of seconds, not a timing
+    # target: the slowest of these takes about 1.5 s on an idle 2-core machine.
+    assert elapsed < 6.0, f"{name}: {elapsed:.2f}s"
 
 
 def test_pathological_dangerous_lines_are_still_refused() -> None:

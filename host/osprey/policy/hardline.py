@@ -35,6 +35,8 @@ from .shell import (
     literal,
     parse,
     printed,
+    redirect_descriptor,
+    redirect_destination,
     substitution_texts,
 )
 from .wrappers import MAX_WRAPPERS, getopt
@@ -50,6 +52,10 @@ RULES: dict[str, str] = {
     "sysrq-trigger": "Writing to /proc/sysrq-trigger, which reboots, crashes or powers off the kernel at once.",
     "kill-all-processes": "Signalling every process (kill -9 -1, kill -s KILL -1, kill -- -1) or every process of a user (pkill -u USER, killall -u USER with no name).",
     "power-off": "Shutting down or rebooting the machine (shutdown, reboot, poweroff, halt, systemctl reboot, init 0).",
+    "move-root": "Moving or renaming /, a home directory or a top-level system directory (mv / x, mv ~ x, mv /usr /usr.old, mv /etc /dev/null).",
+    "firewall-lockout": "Removing every firewall rule while leaving a default that drops traffic (iptables -F with iptables -P INPUT DROP, nft flush ruleset with a policy drop input chain, ufw default deny with ufw enable and no allow rule), or firewalld panic mode.",
+    "crontab-wipe": "Removing or emptying the user's crontab (crontab -r, crontab /dev/null, an empty crontab -).",
+    "reverse-shell": "A shell or interpreter whose commands come from or go to a network connection (bash -i >& /dev/tcp/H/P 0>&1, nc -e /bin/sh, ncat -c, socat exec:sh tcp:H:P, a shell piped into nc), or inline code that connects a socket to a shell.",
     "unparseable-dangerous": "A command line that cannot be parsed (syntax error, too large, too complex or nested too deeply) whose text matches one of the floor's patterns.",
 }
 
@@ -57,6 +63,9 @@ MAX_DEPTH = 4  # nested shell strings (sh -c, eval, su -c, heredocs fed to a she
 MAX_CODE = 64 * 1024  # inline interpreter code examined
 MAX_SCAN = 1024 * 1024  # text examined by the fallback for unparseable lines
 CUT = 200
+MAX_RESPELLINGS = 64  # brace-expanded command words and `<>` rewritten per line
+MAX_RESPELLED = 16 * 1024  # longer lines that do not parse are not parsed a second time
+MAX_LINKS = 64  # links to dangerous targets one line may make
 
 
 @dataclass(frozen=True)
@@ -83,7 +92,23 @@ def analyse(command: str) -> Refusal | None:
     # The analysis marks home and unknown text with two private-use characters; the line's own
     # copies of them must not pass for either.
     command = command.replace(HOME, "\ufffd").replace(UNKNOWN, "\ufffd").replace(ANYTHING, "\ufffd")
-    return _Analysis(Budget()).run(command, Shell(), 0, {})
+    analysis = _Analysis(Budget())
+    return analysis.run(command, Shell(), 0, {}) or analysis.firewall.verdict()
+
+
+# A word at a command's start that opens with `{` and no blank is a brace expansion (`{rm,-rf,/}`
+# runs `rm -rf /`), not a group; tree-sitter-bash cannot parse it there, so the floor reads it as
+# the argument of a `command` wrapper. tree-sitter-bash cannot parse `<>` either; the floor reads it
+# as `>` (both open the file for writing; a network path is judged for either).
+_BRACE_COMMAND = re.compile(r"(^|[;&|(`\n!]|\b(?:then|do|else|elif|if|while|until|time)[ \t]+)([ \t]*)(?=\{[^\s}])", re.MULTILINE)
+_READ_WRITE = re.compile(r"(?<![<>])<>(?![<>])")
+
+
+def _respelled(text: str) -> str | None:
+    """The line with brace-expanded command words and `<>` in forms the grammar parses, or None."""
+    new = _BRACE_COMMAND.sub(lambda m: m.group(1) + m.group(2) + "command ", text, count=MAX_RESPELLINGS)
+    new = _READ_WRITE.sub(">", new, count=MAX_RESPELLINGS)
+    return new if new != text else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,10 +127,13 @@ SYSTEM_DIRS = frozenset([
     "Applications", "Library", "System", "Users", "Volumes", "private",  # macOS
 ])
 HOME_PARENTS = frozenset({"home", "Users"})
-DEVICE_PREFIXES = ("sd", "hd", "vd", "xvd", "nvme", "mmcblk", "disk", "rdisk", "md", "dm-", "nbd", "mapper/", "root", "mem", "kmem", "port")
+DEVICE_PREFIXES = ("sd", "hd", "vd", "xvd", "nvme", "mmcblk", "disk", "rdisk", "md", "dm-", "nbd", "mapper/", "block/", "zd", "rbd", "drbd", "root", "mem", "kmem", "port")
 SYSRQ = "/proc/sysrq-trigger"
 OUTPUT_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&", "&>|"})
 STDIN_PATHS = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+NETWORK_PATHS = ("/dev/tcp/", "/dev/udp/")
+IPTABLES = frozenset({"iptables", "ip6tables", "iptables-nft", "iptables-legacy", "ip6tables-nft", "ip6tables-legacy"})
+NETWORK_CLIENTS = frozenset({"nc", "ncat", "netcat", "socat", "telnet", "cryptcat", "pwncat"})
 Arg = tuple[str, Node | None]
 
 
@@ -163,7 +191,7 @@ def danger(path: str, cwd: str | None) -> tuple[str, bool] | None:
         return None
     else:
         return danger(cwd.rstrip("/") + "/" + path, None)
-    for part in rest.split("/"):
+    for part in rest.split("/")[:4096]:
         if part in ("", "."):
             continue
         if part == "..":
@@ -173,6 +201,8 @@ def danger(path: str, cwd: str | None) -> tuple[str, bool] | None:
                 comps.pop()
             continue
         comps.append(part)
+        if _proc_root(comps):
+            comps = []  # /proc/self/root is a link to /
     glob = False
     while comps and comps != ["~"] and _match_all(comps[-1]):
         comps.pop()
@@ -202,10 +232,27 @@ def _describe(comps: list[str]) -> str | None:
     return None
 
 
+def _proc_root(comps: list[str]) -> bool:
+    """/proc/PID/root or /proc/PID/task/TID/root (PID: a number, self, thread-self, or a part the
+    line cannot know): a link to the process's root directory, which is /."""
+    if len(comps) not in (3, 5) or comps[0] != "proc" or comps[-1] != "root":
+        return False
+    if len(comps) == 5 and comps[2] != "task":
+        return False
+    return all(c in ("self", "thread-self") or c.isdigit() or _has_wild(c) for c in comps[1:-1:2])
+
+
 def _normal(path: str) -> str:
     if not path.startswith("/"):
         return path
-    return posixpath.normpath(path).replace("//", "/")
+    path = posixpath.normpath(path).replace("//", "/")
+    for _ in range(8):
+        comps = path.split("/")
+        cut = next((n for n in (4, 6) if len(comps) > n - 1 and _proc_root(comps[1:n])), None)
+        if cut is None:
+            break
+        path = "/" + "/".join(comps[cut:])
+    return path
 
 
 def _could_be(path: str, exact: str) -> bool:
@@ -282,9 +329,20 @@ class _Analysis:
 
     def __init__(self, budget: Budget) -> None:
         self.budget = budget
+        self.firewall = _Firewall()
 
     def run(self, text: str, shell: Shell, depth: int, functions: dict[str, str]) -> Refusal | None:
-        return _Level(self, parse(text), shell, depth, dict(functions)).check()
+        try:
+            parsed = parse(text)
+        except ShellParseError as error:
+            respelled = _respelled(text) if len(text) <= MAX_RESPELLED else None
+            if respelled is None:
+                raise
+            try:
+                parsed = parse(respelled)
+            except ShellParseError:
+                raise error from None
+        return _Level(self, parsed, shell, depth, dict(functions)).check()
 
     def nested(self, text: str, shell: Shell, depth: int, functions: dict[str, str]) -> Refusal | None:
         """A shell string run by the line (sh -c, eval, a heredoc fed to bash, ...)."""
@@ -311,6 +369,7 @@ class _Level:
         self.functions = functions
         self.runs: list[_Run] = []
         self.starts: list[int] = []  # runs' start bytes, for finding the runs inside a word
+        self.network_fds: set[str] = set()  # descriptors `exec N<>/dev/tcp/...` opened on a connection
         self.by_pipeline: dict[int, list[tuple[int, _Run]]] = {}
 
     # -- pass one: state, words, wrappers
@@ -344,8 +403,12 @@ class _Level:
                 if cmd.words and not cmd.words[0].is_named:  # export/declare/local/readonly
                     shell = self._assign(cmd.assigns, shell)
                     shell = self._nameref(run, shell)
+                if run.argv and run.argv[0][0] == "exec":
+                    self._exec_fds(cmd)
                 if run.name in ("cd", "pushd"):
                     shell = self._cd(run, shell)
+                elif run.name == "ln":
+                    shell = self._ln(run, shell)
                 elif run.name == "printf":
                     shell = self._printf_v(run, shell)
                 elif run.name in ("read", "mapfile", "readarray"):
@@ -499,6 +562,9 @@ class _Level:
     def _cd(self, run: _Run, shell: Shell) -> Shell:
         operands = [a for a, _ in run.inner[1:] if not (a.startswith("-") and len(a) > 1)]
         target = operands[0] if operands else HOME
+        if shell.links and target not in ("-", ""):
+            through = _through_links(target.rstrip("/") + "/", shell)
+            target = through if through != target.rstrip("/") + "/" else target
         new = shell.copy()
         if target == "-" or target.startswith((UNKNOWN, ANYTHING)) or len(target) > 4096:
             new.cwd = None
@@ -511,10 +577,101 @@ class _Level:
     def _reads_network(self, cmd: Command) -> bool:
         for node in cmd.redirects:
             if node.type == "file_redirect" and _operator(node) in ("<", "<&", "<>"):
-                for dest in node.children_by_field_name("destination"):
-                    if self.parsed.text(dest).startswith(("/dev/tcp/", "/dev/udp/")):
-                        return True
+                dest = redirect_destination(node)
+                if dest is not None and self.parsed.text(dest).startswith(NETWORK_PATHS):
+                    return True
         return False
+
+    def _ln(self, run: _Run, shell: Shell) -> Shell:
+        """`ln -s TARGET LINK` where TARGET is /, a home or a system directory: LINK/ stands for it."""
+        opts, rest = _getopt(run.inner, 1, "St", frozenset({"--suffix", "--target-directory"}))
+        if not any(o in ("-s", "--symbolic") or (o.startswith("--sym") and "--symbolic".startswith(o)) for o, _ in opts):
+            return shell
+        operands = [a for a, _ in run.inner[rest:]]
+        directory = next((v for o, v in opts if o in ("-t", "--target-directory")), None)
+        pairs: list[tuple[str, str]] = []
+        if directory is not None:
+            pairs = [(t, directory.rstrip("/") + "/" + posixpath.basename(t.rstrip("/"))) for t in operands]
+        elif len(operands) == 1:
+            pairs = [(operands[0], posixpath.basename(operands[0].rstrip("/")))]
+        elif len(operands) >= 2:
+            # TARGET LINK, or TARGET... DIR (and TARGET DIR when LINK is a directory)
+            pairs = [(operands[0], operands[1])] if len(operands) == 2 else []
+            pairs += [(t, operands[-1].rstrip("/") + "/" + posixpath.basename(t.rstrip("/"))) for t in operands[:-1]]
+        links: dict[str, str] = {}
+        for target, link in pairs[:16]:
+            if not link or link.endswith("/"):
+                continue  # the link would be named after `/`, which has no name: ln fails
+            target = _through_links(target.rstrip("/") + "/", shell)
+            if not target.startswith(("/", HOME)):
+                if shell.cwd is None:
+                    continue
+                target = shell.cwd.rstrip("/") + "/" + target
+            what = danger(target, shell.cwd)
+            key = _link_key(link)
+            if what is None or what[1] or not key or key in (".", "/"):
+                continue
+            links[key] = target
+            if shell.cwd is not None and not key.startswith(("/", HOME)):
+                links[_link_key(shell.cwd.rstrip("/") + "/" + key)] = target
+        if not links:
+            return shell
+        new = shell.copy()
+        new.links.update(links)
+        if len(new.links) > MAX_LINKS:
+            raise ShellParseError(f"the command line makes more than {MAX_LINKS} links to /, a home or a system directory")
+        self.budget.spend(len(new.links))
+        return new
+
+    def _exec_fds(self, cmd: Command) -> None:
+        for node in cmd.redirects:
+            dest = redirect_destination(node) if node.type == "file_redirect" else None
+            fd = next((c for c in node.children if c.type == "file_descriptor"), None)
+            if dest is not None and fd is not None and self.parsed.text(dest).startswith(NETWORK_PATHS):
+                self.network_fds.add(self.parsed.text(fd))
+
+    def _network_redirect(self, run: _Run | None) -> str | None:
+        """The network connection this command's standard streams are redirected to, if any."""
+        if run is None:
+            return None
+        for node in run.cmd.redirects:
+            if node.type != "file_redirect":
+                continue
+            dest = redirect_destination(node)
+            if dest is None:
+                continue
+            text = self.parsed.text(dest)
+            if text.startswith(NETWORK_PATHS):
+                return text
+            if _operator(node) in (">&", "<&") and text in self.network_fds:
+                return f"descriptor {text} (opened on {'/'.join(NETWORK_PATHS)})"
+        return None
+
+    def _consumers(self, run: _Run) -> list[_Run]:
+        """The commands in later stages of the pipelines this command sits in."""
+        found: list[_Run] = []
+        for pid, stage in run.cmd.pipes:
+            members = self.by_pipeline.get(pid, [])
+            self.budget.spend(1 + len(members) // 16)
+            found.extend(r for s, r in members if s > stage and r is not run and r.cmd.kind == "command")
+        return list(dict.fromkeys(found))
+
+    def _remote_shell(self, run: _Run | None, name: str, shown: str) -> Refusal | None:
+        """A shell or interpreter reading its commands from standard input, with that input or its
+        output on a network connection: a reverse or bind shell."""
+        if run is None:
+            return None
+        network = self._network_redirect(run)
+        if network is None:
+            feeders = self._feeders(run)
+            # A shell whose commands are text the line gives it only sends its output on: not remote.
+            local = bool(self._own_input(run.cmd, run.shell)) or (bool(feeders) and all(f.name in ("echo", "printf") for f in feeders))
+            peers = feeders + ([] if local else self._consumers(run))
+            peer = next((r for r in peers if _network_client(r.name, [a for a, _ in r.inner])), None)
+            network = f"{peer.name} in the same pipeline" if peer is not None else None
+        if network is None:
+            return None
+        return Refusal("reverse-shell", f"{name} would read commands from and answer to a network connection ({_show(network)}), a remote shell into this machine; use ssh or a proper service instead", _show(shown))
 
     # -- pass two: rules
 
@@ -526,7 +683,7 @@ class _Level:
             return self._fork_bomb(run)
         if kind != "command":
             return None
-        if run.cmd.words and self._downloads_within(run.cmd.words[0]):
+        if run.cmd.words and self._downloads_within(run.cmd.words[0], run):
             return self._refuse("download-exec", run, "the command name is the output of a download, so downloaded text would run as a command")
         shown = self.parsed.text(run.cmd.node)
         if run.cmd.words and run.cmd.words[0].type != "word":
@@ -561,6 +718,8 @@ class _Level:
         inner = unwrapped.argv
         if not inner:
             return None
+        if shell.links:
+            inner = inner[:1] + [(_through_links(a, shell), n) for a, n in inner[1:]]
         word = inner[0][0]
         name = _name(word)
         words = [a for a, _ in inner]
@@ -573,12 +732,16 @@ class _Level:
             what = _rm(words[1:], shell.cwd)
             if what:
                 return refuse("recursive-delete-root", f"a command whose name is not known before it runs would get rm's recursive-delete arguments on {what}; name the command and a narrower path")
+            network = self._network_redirect(run)
+            if network is not None and network.startswith("descriptor"):
+                # `while read c <&5; do $c >&5; done` after `exec 5<>/dev/tcp/...`
+                return refuse("reverse-shell", f"commands read from a network connection would run with their output sent back ({_show(network)}), a remote shell into this machine; use ssh or a proper service instead")
             return None
         if name in self.functions and hops < 4:
             # The function's body with these arguments; the name's own rules apply too, since
             # `command`, `sudo` or a later `unset -f` would reach the program of that name.
             positional = [name] + words[1:]
-            refusal = self.analysis.nested(self.functions[name], Shell(dict(shell.variables), positional, shell.cwd), self.depth + 1, self.functions)
+            refusal = self.analysis.nested(self.functions[name], Shell(dict(shell.variables), positional, shell.cwd, shell.links), self.depth + 1, self.functions)
             if refusal is not None:
                 return refusal
         if name == "rm":
@@ -638,6 +801,23 @@ class _Level:
                 return self.analysis.nested(action, shell, self.depth + 1, self.functions)
         elif name in ("su", "runuser", "flock", "watch", "script", "sg"):
             return self._string_runner(name, inner, shell, shown, hops)
+        elif name == "mv":
+            what = _move(words[1:], shell.cwd)
+            if what:
+                return refuse("move-root", f"mv would move {what} away, which breaks the system or the account at once; move the exact subdirectory or files you mean instead")
+        elif name == "crontab":
+            why = self._crontab(words, run, shell)
+            if why:
+                return refuse("crontab-wipe", why)
+        elif name in ("nc", "ncat", "netcat", "socat"):
+            why = _network_exec(name, words)
+            if why:
+                return refuse("reverse-shell", why)
+        elif name == "firewall-cmd":
+            if any(w == "--panic-on" for w in words[1:]):
+                return refuse("firewall-lockout", "firewall-cmd --panic-on drops every packet, cutting this machine off the network (and any remote session); change the zone's rules instead")
+        elif name in IPTABLES or name in ("nft", "ufw"):
+            self.analysis.firewall.record(name, words, shown)
         device = self._device(name, words, shell)
         if device:
             rule, why = device
@@ -646,12 +826,13 @@ class _Level:
 
     # -- rule helpers that need the line
 
-    def _downloads_within(self, node: Node) -> bool:
-        """Whether a download runs inside this word (`$(curl ...)`, `<(wget -O- ...)`)."""
+    def _downloads_within(self, node: Node, outside: _Run | None = None) -> bool:
+        """Whether a download runs inside this word (`$(curl ...)`, `<(wget -O- ...)`); `outside`
+        is the command the word belongs to, which is not inside it."""
         lo = bisect.bisect_left(self.starts, node.start_byte)
         hi = bisect.bisect_right(self.starts, node.end_byte)
         self.budget.spend(1 + (hi - lo) // 16)
-        return any(r.download and r.cmd.within(node) for r in self.runs[lo:hi])
+        return any(r.download and r is not outside and r.cmd.within(node) for r in self.runs[lo:hi])
 
     def _feeders(self, run: _Run) -> list[_Run]:
         """The commands in earlier stages of the pipelines this command sits in."""
@@ -667,7 +848,7 @@ class _Level:
         heredocs and here-strings, and echo/printf/cat-heredoc output piped in. Also the download
         piped in, if any."""
         texts = self._own_input(run.cmd, shell)
-        download = run if run.download else None
+        download = run if run.download or self._input_downloaded(run.cmd) else None
         decoded = False
         for feeder in self._feeders(run):
             if feeder.download:
@@ -683,6 +864,18 @@ class _Level:
             texts.extend(t for t in (_base64(t) for t in list(texts)) if t)
         return texts, download
 
+    def _input_downloaded(self, cmd: Command) -> bool:
+        """Whether the command's standard input is a download: `< <(curl ...)`, `<<< "$(wget ...)"`."""
+        for node in cmd.redirects:
+            if node.type == "herestring_redirect" and any(self._downloads_within(c) for c in node.named_children):
+                return True
+            if node.type == "file_redirect" and _operator(node) in ("<", "<>"):
+                fd = redirect_descriptor(self.parsed.source, node)
+                dest = redirect_destination(node)
+                if dest is not None and fd in (None, "0") and self._downloads_within(dest):
+                    return True
+        return False
+
     def _own_input(self, cmd: Command, shell: Shell) -> list[str]:
         texts: list[str] = []
         for node in cmd.redirects:
@@ -695,6 +888,8 @@ class _Level:
 
     def _stdin(self, run: _Run, shell: Shell, shown: str, as_what: str) -> Refusal | None:
         texts, download = self._stdin_texts(run, shell)
+        if download is run:
+            return Refusal("download-exec", f"{run.name} would read downloaded text as code on its standard input; save it to a file and read it first", _show(shown))
         if download is not None:
             return Refusal("download-exec", f"the output of {download.name or 'a download'} is piped into {run.name}, which would run downloaded text as code; save it to a file and read it first", _show(shown))
         for text in texts:
@@ -729,7 +924,7 @@ class _Level:
             if node is not None and self._downloads_within(node):
                 return Refusal("download-exec", f"{name} -c would run downloaded text as shell code; download to a file, read it, then run it", _show(shown))
             positional = [a for a, _ in operands[1:]]
-            return self.analysis.nested(script, Shell(dict(shell.variables), positional, shell.cwd), self.depth + 1, self.functions)
+            return self.analysis.nested(script, Shell(dict(shell.variables), positional, shell.cwd, shell.links), self.depth + 1, self.functions)
         if not stdin_mode and operands and operands[0][0] not in STDIN_PATHS:
             node = operands[0][1]
             if node is not None and self._downloads_within(node):
@@ -737,7 +932,7 @@ class _Level:
             return None
         if run is None:
             return None
-        return self._stdin(run, shell, shown, "shell")
+        return self._stdin(run, shell, shown, "shell") or self._remote_shell(run, name, shown)
 
     def _interpreter(self, inner: list[Arg], shell: Shell, run: _Run | None, shown: str, name: str) -> Refusal | None:
         family = re.match(r"[a-z]+", name)
@@ -800,7 +995,7 @@ class _Level:
             return None
         if run is None:
             return None
-        return self._stdin(run, shell, shown, name)
+        return self._stdin(run, shell, shown, name) or self._remote_shell(run, name, shown)
 
     def _code(self, code: str, shell: Shell, shown: str, language: str) -> Refusal | None:
         """Inline interpreter code: deletions of /, home or a system directory, fork loops, and the
@@ -814,8 +1009,12 @@ class _Level:
             what = danger(target, shell.cwd) if target is not None else None
             if what:
                 return Refusal("inline-code-delete-root", f"the inline code calls {m.group(1) or m.group(2)} on {what[0]}, which the floor never runs; delete the exact subdirectory you mean instead", _show(shown))
-        if _FORK_LOOP.search(code):
+        # `\n` written in a shell string often stands for a newline (`python -c 'import os\nwhile 1: ...'`)
+        lines = code.replace("\\n", "\n")
+        if _FORK_LOOP.search(code) or _fork_loop(code) or (lines != code and (_FORK_LOOP.search(lines) or _fork_loop(lines))):
             return Refusal("fork-bomb", "the inline code forks in an endless loop, which exhausts the machine's processes", _show(shown))
+        if _code_remote_shell(code):
+            return Refusal("reverse-shell", "the inline code connects a network socket to a shell, a remote shell into this machine; use ssh or a proper service instead", _show(shown))
         for text in _code_shell_strings(code, backticks=language.startswith(("perl", "ruby", "php"))):
             refusal = self.analysis.nested(text, shell, self.depth + 1, self.functions)
             if refusal is not None:
@@ -833,6 +1032,8 @@ class _Level:
             i += 1
         expression = args[i:]
         roots = roots or ["."]
+        if shell.links and any(a in ("-L", "-H", "-follow") for a in args):
+            roots = [_through_links(r.rstrip("/") + "/", shell) for r in roots]  # find follows the named link
         dangerous = [(r, w) for r in roots if (w := danger(r, shell.cwd))]
         narrowed = _narrowed(expression)
         if "-delete" in expression and dangerous and not narrowed:
@@ -853,7 +1054,7 @@ class _Level:
                     return Refusal("recursive-delete-root", f"find -exec {run_name} would delete every file under {dangerous[0][1][0]}; narrow it with -name or start from the exact subdirectory", _show(shown))
                 for root in (roots if not narrowed else ["{}"]):
                     argv = [(a.replace("{}", root), n) for a, n in command]
-                    refusal = self.judge(argv, Shell(shell.variables, shell.positional, shell.cwd if not narrowed else None), None, shown, hops + 1)
+                    refusal = self.judge(argv, Shell(shell.variables, shell.positional, shell.cwd if not narrowed else None, shell.links), None, shown, hops + 1)
                     if refusal is not None:
                         return refusal
             j += 1
@@ -895,12 +1096,47 @@ class _Level:
                 return refusal
         return None
 
+    def _crontab(self, words: list[str], run: _Run | None, shell: Shell) -> str | None:
+        """`crontab -r` (also `-ir`, `-r -u USER`), `crontab /dev/null`, or `crontab -` (or no file)
+        given nothing on standard input: the user's scheduled jobs are gone, with no copy kept."""
+        opts, rest = getopt(words, 1, "uTsnc")
+        if any(o == "-r" for o, _ in opts):
+            return "crontab -r deletes the user's crontab without a copy; edit it with crontab -e or save crontab -l to a file first"
+        if any(o in ("-l", "-e", "-T", "-V", "-n", "-c") for o, _ in opts):
+            return None
+        operand = words[rest] if rest < len(words) else "-"
+        if operand in ("/dev/null", "/dev/zero") or _normal(operand) == "/dev/null":
+            return f"crontab {operand} replaces the user's crontab with nothing; edit it with crontab -e or save crontab -l to a file first"
+        if operand in STDIN_PATHS and run is not None and self._empty_input(run, shell):
+            return "crontab would install an empty table read from standard input, deleting the user's scheduled jobs; edit it with crontab -e or save crontab -l to a file first"
+        return None
+
+    def _empty_input(self, run: _Run, shell: Shell) -> bool:
+        """Whether the line gives this command nothing on standard input (`< /dev/null`, `echo -n |`,
+        `true |`, an empty here-string), with no input from elsewhere."""
+        known = self._own_input(run.cmd, shell)
+        for node in run.cmd.redirects:
+            if node.type == "file_redirect" and _operator(node) == "<":
+                dest = redirect_destination(node)
+                if dest is None or self.parsed.text(dest) != "/dev/null":
+                    return False
+                known.append("")
+        for feeder in self._feeders(run):
+            args = [a for a, _ in feeder.inner[1:]]
+            if feeder.name in ("echo", "printf"):
+                known.append(printed(feeder.name, args))
+            elif feeder.name in ("true", ":", "false") or (feeder.name == "cat" and args == ["/dev/null"]):
+                known.append("")
+            else:
+                return False
+        return bool(known) and all(not t.strip() for t in known)
+
     def _string_runner(self, name: str, inner: list[Arg], shell: Shell, shown: str, hops: int) -> Refusal | None:
         """su -c, runuser, flock -c, watch, script -c, sg: commands given as one shell string."""
         if name in ("su", "runuser", "script", "sg"):
             # These permute their options: `su - root -c CMD`, `su root -c CMD`.
             words = [a for a, _ in inner]
-            strings = _option_values(words, ("-c", "--command"))
+            strings = list(dict.fromkeys(_option_values(words, ("-c", "--command")) + _cluster_values(words, "c", "gGswEIOBTmouS")))
             if name == "runuser" and not strings:
                 opts, rest = _getopt(inner, 1, "gGu", frozenset({"--group", "--supp-group", "--user"}))
                 if any(o in ("-u", "--user") for o, _ in opts):
@@ -942,6 +1178,14 @@ class _Level:
             targets = [w for w in words[1:] if not w.startswith("-")]
         elif name == "shred" or (name == "badblocks" and any(w.startswith("-") and "w" in w for w in words[1:])):
             targets = [w for w in words[1:] if not w.startswith("-")]
+        elif name == "nvme" and len(words) > 2 and words[1] in ("format", "sanitize", "delete-ns"):
+            formats = True
+            targets = [w for w in words[2:] if not w.startswith("-")]
+        elif name == "cryptsetup":
+            action = next((k for k, w in enumerate(words) if w in ("luksFormat", "erase", "luksErase")), None)
+            if action is not None:
+                formats = True
+                targets = [w for w in words[action + 1:] if not w.startswith("-")][:1]
         for target in targets:
             if _could_be(target, SYSRQ):
                 return "sysrq-trigger", f"{name} would write to {SYSRQ}, which reboots, crashes or powers off the kernel at once"
@@ -953,7 +1197,7 @@ class _Level:
         node = run.cmd.node
         if _operator(node) not in OUTPUT_REDIRECTS:
             return None
-        for dest in node.children_by_field_name("destination"):
+        for dest in [d for d in [redirect_destination(node)] if d is not None]:
             if dest.type == "number":
                 continue
             for target in self.expander.word(dest, run.shell):
@@ -1077,6 +1321,193 @@ def _option_values(words: list[str], names: tuple[str, ...]) -> list[str]:
     return values
 
 
+def _cluster_values(words: list[str], letter: str, with_value: str) -> list[str]:
+    """Values of a short option given in a cluster (`script -qc CMD`, `su -lc CMD`): the cluster's
+    letters are read until `letter` (its value is the rest or the next word) or another option
+    that takes a value."""
+    values = []
+    for k, w in enumerate(words[1:], 1):
+        if not w.startswith("-") or w.startswith("--") or len(w) < 3:
+            continue
+        for j in range(1, len(w)):
+            if w[j] == letter:
+                value = w[j + 1:] or (words[k + 1] if k + 1 < len(words) else "")
+                if j > 1 and value:
+                    values.append(value)
+                break
+            if w[j] in with_value:
+                break
+    return values
+
+
+def _link_key(path: str) -> str:
+    path = re.sub(r"/+", "/", path)
+    while path.startswith("./"):
+        path = path[2:]
+    return path.rstrip("/") if path != "/" else path
+
+
+def _through_links(word: str, shell: Shell) -> str:
+    """A path written through a link the line made to a dangerous directory (`x/`, `x/*` after
+    `ln -s / x`), as the path it reaches. A path naming the link itself (`x`) is the link."""
+    if not shell.links or len(word) > 4096:
+        return word
+    for _ in range(4):
+        path = re.sub(r"/+", "/", word)
+        while path.startswith("./"):
+            path = path[2:]
+        for key, target in shell.links.items():
+            if path.startswith(key + "/") or (key.endswith("/") and path.startswith(key)):
+                word = target.rstrip("/") + "/" + path[len(key) + 1:]
+                break
+        else:
+            return word
+    return word
+
+
+def _move(args: list[str], cwd: str | None) -> str | None:
+    """What `mv` would move away when a source is /, a home or a system directory (or all of one)."""
+    opts, rest = getopt(args, 0, "tS", frozenset({"--target-directory", "--suffix"}))
+    operands = args[rest:]
+    options_done = rest > 0 and args[rest - 1] == "--"
+    if not options_done:
+        # GNU mv permutes: options may follow operands
+        more = [a for a in operands if a.startswith("-") and len(a) > 1]
+        operands = [a for a in operands if not (a.startswith("-") and len(a) > 1)]
+        extra, _ = getopt(more, 0, "tS", frozenset({"--target-directory", "--suffix"}))
+        opts += extra
+    target = any(o in ("-t", "--target-directory") or o.startswith("--target-directory=") for o, _ in opts)
+    sources = operands if target else operands[:-1]
+    for source in sources:
+        what = danger(source, cwd)
+        if what:
+            return what[0]
+    return None
+
+
+def _network_client(name: str, words: list[str]) -> bool:
+    if name in NETWORK_CLIENTS:
+        return True
+    return name == "openssl" and len(words) > 1 and words[1] in ("s_client", "s_server")
+
+
+_SOCAT_EXEC = re.compile(r"(?i)(?:exec|system):(.*)", re.DOTALL)
+_SOCAT_NETWORK = re.compile(r"(?i)(?:tcp|tcp4|tcp6|udp|udp4|udp6|sctp|sctp4|sctp6|dccp|ssl|openssl|socks4a?|socks5|proxy|vsock|udp-datagram|udp-sendto|udp-recvfrom|udp-recv)(?:-listen|-l|-connect)?:")
+
+
+def _network_exec(name: str, words: list[str]) -> str | None:
+    """nc/ncat/netcat running a program on its connection (-e, -c, --exec, --sh-exec, --lua-exec),
+    or socat joining a network address to a shell or interpreter (EXEC:, SYSTEM:)."""
+    if name != "socat":
+        for w in words[1:]:
+            if w.startswith("--"):
+                option = w.partition("=")[0]
+                if option in ("--exec", "--sh-exec", "--lua-exec"):
+                    return f"{name} {option} would give a program's input and output to a network connection, a remote shell into this machine; use ssh or a proper service instead"
+                continue
+            if w.startswith("-") and len(w) > 1:
+                for ch in w[1:]:
+                    if ch in "ec":
+                        return f"{name} -{ch} would give a program's input and output to a network connection, a remote shell into this machine; use ssh or a proper service instead"
+                    if ch in "pswiqogGxXTIOVbm":
+                        break
+        return None
+    addresses = [w for w in words[1:] if not w.startswith("-") or w == "-"]
+    if not any(_SOCAT_NETWORK.match(a) for a in addresses):
+        return None
+    for a in addresses:
+        m = _SOCAT_EXEC.match(a)
+        if m is None:
+            continue
+        program = m.group(1).split(",")[0].strip("'\"")
+        try:
+            argv = shlex.split(program)[:64]
+        except ValueError:
+            argv = program.split()[:64]
+        run = _name(argv[0]) if argv else ""
+        reads_input = not any(not a.startswith("-") or a in ("-c", "-e", "-m") for a in argv[1:])
+        if ((run in SHELLS or INTERPRETER.fullmatch(run)) and reads_input) or UNKNOWN in run or ANYTHING in run:
+            return f"socat would join a network connection to {run or 'a program'}, a remote shell into this machine; use ssh or a proper service instead"
+    return None
+
+
+class _Firewall:
+    """What the firewall commands of one line do, judged together once the line is read: every
+    rule removed while a default drops traffic, with no rule let through."""
+
+    def __init__(self) -> None:
+        self.flushed: set[tuple[str, str]] = set()  # (family, chain or "*") of the filter table
+        self.dropping: dict[tuple[str, str], str] = {}  # (family, INPUT|OUTPUT) with a DROP policy -> command
+        self.accepting: set[tuple[str, str]] = set()  # (family, chain) given an ACCEPT rule
+        self.nft: list[str] = []
+        self.nft_shown = ""
+        self.ufw_deny = ""
+        self.ufw_enable = self.ufw_allow = False
+
+    def record(self, name: str, words: list[str], shown: str) -> None:
+        if len(self.nft) > 256:
+            return
+        if name == "nft":
+            self.nft.append(" ".join(words[1:])[:MAX_CODE])
+            if re.search(r"\bpolicy\s+drop\b", self.nft[-1]):
+                self.nft_shown = self.nft_shown or shown
+        elif name == "ufw":
+            operands = [w for w in words[1:] if not w.startswith("-")]
+            if operands[:2] in (["default", "deny"], ["default", "reject"]) and (len(operands) < 3 or operands[2] in ("incoming", "outgoing")):
+                self.ufw_deny = self.ufw_deny or shown
+            elif operands[:1] == ["enable"]:
+                self.ufw_enable = True
+            elif operands[:1] in (["allow"], ["limit"]) or (operands[:2] in (["route", "allow"], ["insert"]) and "allow" in operands):
+                self.ufw_allow = True
+        else:
+            self._iptables("6" if name.startswith("ip6") else "4", words, shown)
+
+    def _iptables(self, family: str, words: list[str], shown: str) -> None:
+        table = "filter"
+        action = chain = target = ""
+        i = 1
+        while i < len(words):
+            w = words[i]
+            value = words[i + 1] if i + 1 < len(words) else ""
+            if w in ("-t", "--table"):
+                table, i = value, i + 2
+                continue
+            if w.startswith("--table="):
+                table = w.partition("=")[2]
+            elif w.startswith("-t") and not w.startswith("--") and len(w) > 2:
+                table = w[2:]
+            elif w in ("-F", "--flush"):
+                action, chain = "flush", value if value and not value.startswith("-") else "*"
+            elif w in ("-P", "--policy"):
+                action, chain = "policy", value
+                target = words[i + 2] if i + 2 < len(words) else ""
+            elif w in ("-A", "--append", "-I", "--insert"):
+                action, chain = "add", value
+            elif w in ("-j", "--jump"):
+                target = value
+            i += 1
+        if table != "filter":
+            return
+        if action == "flush":
+            self.flushed.add((family, chain))
+        elif action == "policy" and chain in ("INPUT", "OUTPUT") and target == "DROP":
+            self.dropping.setdefault((family, chain), shown)
+        elif action == "add" and target == "ACCEPT":
+            self.accepting.add((family, chain))
+
+    def verdict(self) -> Refusal | None:
+        for (family, chain), shown in self.dropping.items():
+            if ((family, "*") in self.flushed or (family, chain) in self.flushed) and (family, chain) not in self.accepting:
+                return Refusal("firewall-lockout", f"the line removes every firewall rule and drops all {chain} traffic by default, cutting this machine off the network (and any remote session); add the rules that keep your access in the same command, or change rules one at a time", _show(shown))
+        text = "\n".join(self.nft)
+        if (self.nft_shown and re.search(r"\bflush\s+(?:ruleset|table|chain)\b|\bdelete\s+table\b", text)
+                and re.search(r"\bhook\s+(?:input|output)\b", text) and not re.search(r"\b(?:add|insert)\s+rule\b[^;\n]{0,2000}\baccept\b", text)):
+            return Refusal("firewall-lockout", "the line flushes the nftables rules and adds an input or output chain whose policy drops all traffic, with no rule letting any through; this cuts the machine off the network (and any remote session)", _show(self.nft_shown))
+        if self.ufw_deny and self.ufw_enable and not self.ufw_allow:
+            return Refusal("firewall-lockout", "the line enables ufw with a deny default and no allow rule, cutting this machine off the network (and any remote session); allow the access you need (ufw allow ssh) in the same command", _show(self.ufw_deny))
+        return None
+
+
 def _signal_of(word: str) -> str:
     return word.upper().removeprefix("SIG")
 
@@ -1174,7 +1605,20 @@ _DELETE_CALL = re.compile(
     r"|rimraf(?:\.sync)?|removeSync|emptyDirSync|remove)\s*\(\s*"
     r"|\b(rmtree|remove_tree)\s+(?=['\"$])"
 )
-_FORK_LOOP = re.compile(r"\bfork\s+while\s+fork\b|while\s*\(?\s*(?:True|1|true)\s*\)?\s*:?\s*\{?\s*(?:os\.)?fork\s*\(|\bloop\s*\{\s*fork\b")
+_FORK_LOOP = re.compile(
+    r"\bfork\b[^;\n]{0,80}?\b(?:while\s*(?:\(\s*)?(?:fork|1|!\s*0|true)|until\s*(?:\(\s*)?(?:0|false))(?![\w.<>=!+\-*/%&|])"  # Perl and Ruby modifiers
+    r"|\b1\s+while\s+fork\b|\b(?:while|until)\s*\(\s*fork\s*(?:\(\s*\))?\s*\)"
+)
+# An endless loop (`while True:`, `while(1)`, `for(;;)`, `loop {`, `loop do`, `until false`, a count()
+# that never ends) with a process-creating call in the 300 characters after its head.
+_ENDLESS = re.compile(
+    r"\bwhile\s*(?:\(\s*)?(?:True|1|true|!\s*0|not\s+(?:False|0))(?!\s*[\w.<>=!+\-*/%&|])|\bfor\s*\(\s*;\s*;\s*\)|\bloop\s*(?:\{|do\b)"
+    r"|\buntil\s*(?:\(\s*)?(?:false|0|False)(?!\s*[\w.<>=!+\-*/%&|])|\bfor\s+\w+\s+in\s+(?:itertools\.)?(?:count\(\s*\)|iter\(\s*int\s*,)"
+)
+_FORK_CALL = re.compile(
+    r"\bfork\b|\b(?:pcntl_fork|forkpty|spawn|spawnv|spawnvp|spawnl|spawnlp)\s*\("
+    r"|\b(?:child_process|cp)\s*\.\s*(?:exec|execFile)\s*\(|\bchild_process['\"]\s*\)\s*\.\s*(?:exec|execFile)\s*\("
+)
 _QUOTED = re.compile(r"'((?:[^'\\\n]|\\.){0,4096})'|\"((?:[^\"\\\n]|\\.){0,4096})\"|`((?:[^`\\]|\\.){0,4096})`", re.DOTALL)
 _HOME_EXPRESSION = re.compile(
     r"(?:os\.)?(?:path\.)?expanduser\((['\"])~/?\1\)|(?:pathlib\.)?Path\.home\(\)|os\.environ\[(['\"])HOME\2\]"
@@ -1185,6 +1629,26 @@ _HOME_EXPRESSION = re.compile(
 _PATH_WRAPPER = re.compile(r"(?:[\w.]*\.)?(?:Path|PurePath|abspath|realpath|resolve|normpath|expand_path|new)\((.*)\)", re.DOTALL)
 _EXEC_CALL = re.compile(r"\b(?:system|popen|popen2|popen3|spawnSync|spawn|execSync|execFileSync|exec|execFile|check_output|check_call|call|run|Popen|getoutput|getstatusoutput|capture2|capture3|qx|sh)\s*[(\[{]|%x[({\[]")
 _BACKTICKS = re.compile(r"`([^`]{1,4096})`")
+
+
+def _fork_loop(code: str) -> bool:
+    for count, m in enumerate(_ENDLESS.finditer(code)):
+        if count >= 256:
+            return False
+        if _FORK_CALL.search(code, m.end(), m.end() + 300):
+            return True
+    return False
+
+
+_SOCKET = re.compile(r"\bsocket\s*\.\s*socket\s*\(|\bsocket\s*\(\s*[A-Z]|\bfsockopen\s*\(|\bTCPSocket\b|\bIO::Socket|\bnet\s*\.\s*(?:connect|createConnection|Socket)\b|\bnew\s+net\s*\.\s*Socket\b|\bsocket\.create_connection\s*\(")
+_DUP = re.compile(r"\bdup2\s*\(|\bopen\s*\(\s*STD(?:IN|OUT|ERR)\s*,\s*['\"]?[<>+]*&|\bpipe\s*\(|\.pipe\s*\(|\breopen\s*\(|<&%d|>&%d|<&3|>&3")
+_SHELL_PROGRAM = re.compile(r"['\"](?:/bin/|/usr/bin/)?(?:ba|da|z|k)?sh(?:\s+-i)?['\"]|\bpty\s*\.\s*spawn\s*\(|/bin/(?:ba|da|z|k)?sh\b|\bcmd\.exe\b")
+
+
+def _code_remote_shell(code: str) -> bool:
+    """Inline code that opens a socket, ties standard streams to it and runs a shell (the usual
+    Python, Perl, Ruby, PHP and Node reverse shells)."""
+    return bool(_SOCKET.search(code) and _DUP.search(code) and _SHELL_PROGRAM.search(code))
 
 
 def _code_path(after: str) -> str | None:
@@ -1288,9 +1752,11 @@ _CHMOD = re.compile(r"\b(?:chmod|chown|chgrp)\b")
 _CHMOD_RECURSIVE = re.compile(r"(?<![\w-])(?:-[a-zA-Z]*R[a-zA-Z]*|--recursive)(?![\w-])")
 _FIND = re.compile(r"\bfind\b")
 _FIND_ACTION = re.compile(r"-delete\b|-exec(?:dir)?\b")
-_DISKS = r"/dev/(?:sd|nvme|hd|vd|xvd|mmcblk|disk|mapper)"
+_DISKS = r"/dev/(?:sd|nvme|hd|vd|xvd|mmcblk|disk|mapper|block/)"
 _TEXT_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("a write to a disk device", re.compile(rf"\bmkfs\b|\bmkfs\.|\bwipefs\b|\bblkdiscard\b|\bof={_DISKS}|>\s*{_DISKS}|\b(?:tee|shred)\b[^\n]{{0,100}}{_DISKS}")),
+    ("a write to a disk device", re.compile(
+        rf"\bmkfs\b|\bmkfs\.|\bwipefs\b|\bblkdiscard\b|\bof={_DISKS}|>\s*{_DISKS}|\b(?:tee|shred)\b[^\n]{{0,100}}{_DISKS}"
+        r"|\bnvme\s+(?:format|sanitize|delete-ns)\b|\bcryptsetup\b[^\n]{0,100}\b(?:luksFormat|luksErase|erase)\b")),
     ("a write to /proc/sysrq-trigger", re.compile(r"sysrq-trigger")),
     ("a fork bomb", re.compile(r":\s*\(\s*\)\s*\{|\(\s*\)\s*\{[^}]{0,100}\|[^}]{0,100}&")),
     ("a download run as code", re.compile(
@@ -1299,7 +1765,21 @@ _TEXT_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("kill -9 -1", re.compile(r"\bkill\s+(?:(?:-(?:9|KILL|SIGKILL)|-s\s*(?:9|KILL|SIGKILL)|-n\s*9)\s+)?(?:--\s+)?-1(?![\w-])")),
     ("inline code deleting / or home", re.compile(r"\b(?:rmtree|rmSync|rm_rf|remove_tree|rimraf)\b[^\n]{0,60}?(?:['\"](?:/|~/?)['\"]|homedir|expanduser|Path\.home|\$ENV\{HOME\}|environ\[)")),
     ("a shutdown or reboot", re.compile(r"(?:^|[;&|({]\s*|\bsudo\s+)(?:shutdown|reboot|poweroff|halt)\b", re.MULTILINE)),
+    ("a link to / or home", re.compile(r"(?<![\w.-])ln\s+(?:-[a-zA-Z-]+\s+){0,8}?(?:-[a-zA-Z]*s[a-zA-Z]*|--symbolic)\s+(?:-[a-zA-Z-]+\s+){0,8}?['\"]?(?:/|~|\$\{?HOME\}?)['\"]?/?\s")),
+    ("a firewall lock-out", re.compile(r"--panic-on\b")),
 ]
+_NETWORK_PATH = re.compile(r"/dev/(?:tcp|udp)/")
+# (label, command name, what within the next 200 characters of that command makes it one)
+_COMMAND_TEXT: list[tuple[str, re.Pattern[str], re.Pattern[str]]] = [
+    ("a crontab removal", re.compile(r"\bcrontab\b"), re.compile(r"\s-[a-zA-Z]*r[a-zA-Z]*\b|\s/dev/null\b")),
+    ("a reverse shell", re.compile(r"\b(?:nc|ncat|netcat)\b"), re.compile(r"\s-[a-zA-Z]*[ec]\b|\s--(?:sh-|lua-)?exec\b")),
+    ("a reverse shell", re.compile(r"\bsocat\b"), re.compile(r"\b(?:exec|system):", re.IGNORECASE)),
+]
+_SEPARATOR = re.compile(r"[;&|\n]")
+_SHELL_WORD = re.compile(r"\b(?:ba|da|z|k)?sh\b")
+_IPTABLES_FLUSH = re.compile(r"\bip6?tables\b[^;&|\n]{0,60}\s(?:-F|--flush)\b")
+_DROP_POLICY = re.compile(r"\s(?:-P|--policy)\s+(?:INPUT|OUTPUT)\s+DROP\b")
+_MV = re.compile(r"(?<![\w.-])mv(?![\w.-])")
 
 
 def _window_hits(text: str, head: re.Pattern[str], flag: re.Pattern[str], target: re.Pattern[str]) -> bool:
@@ -1308,6 +1788,39 @@ def _window_hits(text: str, head: re.Pattern[str], flag: re.Pattern[str], target
             return True  # that many is itself suspicious
         window = text[m.end(): m.end() + 300]
         if flag.search(window) and target.search(window):
+            return True
+    return False
+
+
+def _in_command(text: str, head: re.Pattern[str], tail: re.Pattern[str]) -> bool:
+    """Whether `tail` occurs in the 200 characters after `head`, before the command ends."""
+    for count, m in enumerate(head.finditer(text)):
+        if count > 2000:
+            return True
+        window = text[m.end(): m.end() + 200]
+        end = _SEPARATOR.search(window)
+        if tail.search(window[: end.start()] if end else window):
+            return True
+    return False
+
+
+def _shell_on_network(text: str) -> bool:
+    """A shell's name within 200 characters before or 300 after a /dev/tcp or /dev/udp path."""
+    for count, m in enumerate(_NETWORK_PATH.finditer(text)):
+        if count > 2000:
+            return True
+        if _SHELL_WORD.search(text, max(0, m.start() - 200), m.end() + 300):
+            return True
+    return False
+
+
+def _moves_root(text: str) -> bool:
+    for count, m in enumerate(_MV.finditer(text)):
+        if count > 2000:
+            return True
+        command = re.split(r"[;&|\n]", text[m.end(): m.end() + 300], maxsplit=1)[0]
+        words = command.split()
+        if len(words) >= 2 and any(_ROOTISH.search(" " + w + " ") for w in words[:-1]):
             return True
     return False
 
@@ -1323,8 +1836,15 @@ def textual(text: str, why: str) -> Refusal | None:
         what = "a recursive chmod or chown of / or home"
     elif _window_hits(sample, _FIND, _FIND_ACTION, _ROOTISH):
         what = "a find that deletes from / or home"
+    elif _moves_root(sample):
+        what = "a move of / or home"
+    elif _IPTABLES_FLUSH.search(sample) and _DROP_POLICY.search(sample):
+        what = "a firewall lock-out"
+    elif _shell_on_network(sample):
+        what = "a reverse shell"
     else:
-        what = next((label for label, pattern in _TEXT_PATTERNS if pattern.search(sample)), None)
+        what = next((label for label, head, tail in _COMMAND_TEXT if _in_command(sample, head, tail)), None)
+        what = what or next((label for label, pattern in _TEXT_PATTERNS if pattern.search(sample)), None)
     if what is None:
         return None
     first = sample.strip().splitlines()[0] if sample.strip() else ""

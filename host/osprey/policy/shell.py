@@ -38,6 +38,7 @@ UNKNOWN = "\ue000"  # text the parser cannot know (an unset variable, `$(make_pa
 # does not show.
 ANYTHING = "\ue002"
 MARKERS = (HOME, UNKNOWN, ANYTHING)
+DEFAULT_IFS = " \t\n"
 MAX_HIDDEN = 64  # command substitutions per line that the grammar leaves as text
 MAX_HIDDEN_DEPTH = 4  # such substitutions inside such substitutions, parsed again as shell
 
@@ -235,7 +236,46 @@ def _simple(node: Node, pipes: tuple[tuple[int, int], ...]) -> Command:
     parent = node.parent
     if parent is not None and parent.type == "redirected_statement" and parent.child_by_field_name("body") == node:
         redirects.extend(c for c in parent.children if c.type in _REDIRECTS)
+    extra = [w for r in redirects for w in redirect_arguments(r)]
+    if extra and words:
+        words = sorted(words + extra, key=lambda n: n.start_byte)
+    # `bash 0< <(cmd)`: the grammar may read the descriptor of a redirection as a word
+    starts = {r.start_byte for r in redirects}
+    words = [w for w in words if not (w.type == "number" and w.end_byte in starts)]
     return Command("command", node, words=words, prefix=assigns, assigns=assigns, redirects=redirects, pipes=pipes)
+
+
+def redirect_destination(redirect: Node) -> Node | None:
+    """The file a redirection opens or the descriptor it duplicates (its first destination)."""
+    found = redirect.children_by_field_name("destination")
+    return found[0] if found else None
+
+
+def redirect_descriptor(source: bytes, redirect: Node) -> str | None:
+    """The descriptor a redirection names (`2>`, `0<`), also where the grammar read it as a word."""
+    for child in redirect.children:
+        if child.type == "file_descriptor":
+            return source[child.start_byte:child.end_byte].decode("ascii", "replace")
+    start = end = redirect.start_byte
+    while start > 0 and end - start < 10 and 0x30 <= source[start - 1] <= 0x39:
+        start -= 1
+    if start < end and (start == 0 or source[start - 1:start].isspace()):
+        return source[start:end].decode("ascii")
+    return None
+
+
+def redirect_arguments(redirect: Node) -> list[Node]:
+    """Words the grammar puts inside a redirection that bash gives the command as arguments: in
+    `rm >/dev/null -rf /` the redirection is `>/dev/null` and `-rf /` are rm's arguments. A number
+    written right before the next redirection's operator (`0>&1`) is that redirection's descriptor."""
+    if redirect.type != "file_redirect":
+        return []
+    found = redirect.children_by_field_name("destination")[1:]
+    following = redirect.next_sibling
+    if (found and found[-1].type == "number" and found[-1] == redirect.children[-1] and following is not None
+            and following.type in _REDIRECTS and following.start_byte == found[-1].end_byte):
+        found = found[:-1]
+    return found
 
 
 def _node_text(node: Node | None) -> str:
@@ -790,6 +830,14 @@ def brace_expand(pattern: str, limit: int = MAX_ALTERNATIVES) -> list[str]:
     return done
 
 
+def _braced(pattern: str) -> list[str]:
+    """brace_expand, then tilde expansion of the words it made, as bash does (`{rm,-rf,~}`)."""
+    words = brace_expand(pattern)
+    if len(words) < 2:
+        return words
+    return [HOME + (w[w.find("/"):] if "/" in w else "") if w.startswith("~") and not w.startswith("~\\") else w for w in words]
+
+
 def _brace_group(s: str) -> tuple[int, int, list[str]] | None:
     """The first expandable `{...}` in s: (start, end, alternatives)."""
     i = 0
@@ -854,9 +902,11 @@ class Shell:
     variables: dict[str, list[str]] = field(default_factory=dict)
     positional: list[str] | None = None  # $0, $1, ...; None when unknown
     cwd: str | None = None  # an absolute path (HOME-marked allowed) or None when unknown
+    # Symbolic links the line made to a dangerous directory (`ln -s / x`): link path -> target
+    links: dict[str, str] = field(default_factory=dict)
 
     def copy(self) -> Shell:
-        return Shell({k: list(v) for k, v in self.variables.items()}, list(self.positional) if self.positional is not None else None, self.cwd)
+        return Shell({k: list(v) for k, v in self.variables.items()}, list(self.positional) if self.positional is not None else None, self.cwd, dict(self.links))
 
     def assign(self, name: str, values: list[str]) -> None:
         """Record that `name` may hold `values`, besides what it may already hold."""
@@ -873,6 +923,8 @@ class Shell:
         if name in ("@", "*"):
             return [" ".join(self.positional[1:])] if self.positional is not None else [UNKNOWN]
         known = self.variables.get(name)
+        if name == "IFS" and known is None:
+            return [DEFAULT_IFS]  # bash sets IFS at start-up; it never takes it from the environment
         if name == "HOME":
             return [HOME] + (known or [])
         if name == "PWD" and self.cwd is not None:
@@ -897,9 +949,48 @@ class Expander:
     def argv(self, nodes: list[Node], shell: Shell) -> list[tuple[str, Node | None]]:
         """Each node's expanded words, with the node each came from."""
         out: list[tuple[str, Node | None]] = []
-        for node in nodes:
-            out.extend((w, node) for w in self.word(node, shell))
+        i = 0
+        while i < len(nodes):
+            j = i + 1
+            while j < len(nodes) and nodes[j].start_byte == nodes[j - 1].end_byte:
+                j += 1
+            if j == i + 1:
+                out.extend((w, nodes[i]) for w in self.word(nodes[i], shell))
+            else:
+                out.extend((w, nodes[i]) for w in self._glued(nodes[i:j], shell))
+            i = j
         return out
+
+    def _glued(self, nodes: list[Node], shell: Shell) -> list[str]:
+        """One shell word the grammar split into adjacent nodes. In `rm$IFS-rf$IFS/` it ends the
+        first node at a bare `$` and starts the next with `IFS/`: that `$` expands the name."""
+        self.budget.spend(len(nodes))
+        alts: _Alts = [[""]]
+        for k, node in enumerate(nodes):
+            nxt = nodes[k + 1] if k + 1 < len(nodes) else None
+            children = node.children
+            dollar = (node.type == "concatenation" and children and not children[-1].is_named and children[-1].type == "$"
+                      and nxt is not None and nxt.type == "word")
+            if dollar:
+                for i, child in enumerate(children[:-1]):
+                    alts = _concat(alts, self._expand(child, shell, True, k == 0 and i == 0, 0))
+                alts = _concat(alts, [["$"]])  # replaced below when the next node names a variable
+            elif k > 0 and nodes[k - 1].type == "concatenation" and nodes[k - 1].children and nodes[k - 1].children[-1].type == "$" and node.type == "word":
+                text = self.text(node)
+                name = re.match(r"[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-]", text)
+                if name is None:
+                    alts = _concat(alts, [[_escape(text)]])
+                    continue
+                alts = [a[:-1] + [a[-1][:-1]] for a in alts]  # drop the `$` placeholder
+                alts = _concat(alts, _values(shell.lookup(name.group(0)), True, _ifs(shell)))
+                alts = _concat(alts, [[_escape(text[name.end():])]])
+            else:
+                alts = _concat(alts, self._expand(node, shell, True, k == 0, 0))
+        words = [w for fields in alts for f in fields for w in _braced(f)]
+        words = list(dict.fromkeys(unescape(w) for w in words if w))
+        if len(words) > MAX_ALTERNATIVES:
+            raise ShellParseError(f"a word expands to more than {MAX_ALTERNATIVES} words")
+        return words
 
     def word(self, node: Node, shell: Shell) -> list[str]:
         """The words one source word may become: every alternative's fields, brace-expanded and
@@ -909,9 +1000,9 @@ class Expander:
         words: list[str] = []
         for fields in alts:
             for f in fields:
-                for w in brace_expand(f):
+                for w in _braced(f):
                     words.append(unescape(w))
-        if node.type in _EXPANSIONS:
+        if _splits(node):
             words = [w for w in words if w]
         words = list(dict.fromkeys(words))
         if len(words) > MAX_ALTERNATIVES:
@@ -923,8 +1014,8 @@ class Expander:
         self.budget.spend()
         out: list[list[str]] = []
         for fields in self._expand(node, shell, True, True, 0):
-            words = [unescape(w) for f in fields for w in brace_expand(f)]
-            if node.type in _EXPANSIONS:
+            words = [unescape(w) for f in fields for w in _braced(f)]
+            if _splits(node):
                 words = [w for w in words if w]
             out.append(words)
         return [list(a) for a in dict.fromkeys(tuple(a) for a in out)][:MAX_ALTERNATIVES]
@@ -1039,6 +1130,8 @@ class Expander:
             return [UNKNOWN]
         operator = next((t for t in after if t not in ("}", "[", "]")), "")
         values = shell.lookup(name)
+        if name == "IFS" and "IFS" not in shell.variables and operator not in ("", "@", "%", "%%", "#", "##", ":?", "?", ":-", "-", ":=", "=", ":+", "+"):
+            return [" "]  # a part of the default IFS (`${IFS:0:1}`) is a blank
         rest = named[1:]
         if operator == "@":
             return self._transform(after[after.index("@") + 1] if after.index("@") + 1 < len(after) else "", values)
@@ -1105,7 +1198,7 @@ class Expander:
         for arg in cmd.words[1:]:
             self.budget.spend()
             alts = self._expand(arg, shell, True, True, depth + 1)
-            args.extend(unescape(w) for fields in alts for f in fields for w in brace_expand(f))
+            args.extend(unescape(w) for fields in alts for f in fields for w in _braced(f))
         if name in ("echo", "printf"):
             return [printed(name, args)]
         return [" ".join([a for a in args if not a.startswith("-")][:1])]
@@ -1159,7 +1252,7 @@ def _values(values: list[str], split: bool, ifs: str = "") -> _Alts:
             raise ShellParseError(f"an expansion is longer than {MAX_FIELD} characters")
         if split:
             parts = v.split()
-            alts.append([_escape(p) for p in parts] if parts else [""])
+            alts.append(_fields(v, parts))
             if separators is not None:
                 other = [p for p in separators.split(v) if p]
                 if other != parts:
@@ -1167,6 +1260,26 @@ def _values(values: list[str], split: bool, ifs: str = "") -> _Alts:
         else:
             alts.append([_escape(v)])
     return alts
+
+
+def _fields(value: str, parts: list[str]) -> list[str]:
+    """The fields of an unquoted value split on blanks, with an empty field where a leading or
+    trailing blank ends the text before or after it (`rm${IFS}-rf` is `rm` and `-rf`)."""
+    if not value:
+        return [""]
+    if not parts:
+        return ["", ""]
+    fields = [_escape(p) for p in parts]
+    if value[0].isspace():
+        fields.insert(0, "")
+    if value[-1].isspace():
+        fields.append("")
+    return fields
+
+
+def _splits(node: Node) -> bool:
+    """Whether the word holds an unquoted expansion, whose empty fields bash removes."""
+    return node.type in _EXPANSIONS or (node.type == "concatenation" and any(c.type in _EXPANSIONS for c in node.children))
 
 
 def _ifs(shell: Shell) -> str:
