@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from typing import TextIO
 
 from .events import AssistantText, Compaction, Event, Notice, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent
 from .messages import scrub
+from .terminal_text import StreamCleaner, clean
 
 PREVIEW_LINES = 8
-# Control characters from a model or a file (escape sequences among them) could move the cursor,
-# hide lines or set the clipboard (OSC 52); a terminal is shown them as U+FFFD instead.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def _clean(text: str) -> str:
-    return _CONTROL.sub("\ufffd", text)
 
 
 class JsonlWriter:
@@ -51,12 +44,13 @@ class TerminalRenderer:
         self.err = err
         self.color = color
         self._streaming = False
+        self._stream = StreamCleaner()  # streamed text may cut an escape sequence in two
 
     def _style(self, text: str, code: str) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if self.color else text
 
     def text(self, delta: str) -> None:
-        self._write(self.out, _clean(delta))
+        self._write(self.out, self._stream.feed(delta))
         self._streaming = True
 
     @staticmethod
@@ -73,23 +67,23 @@ class TerminalRenderer:
 
     def _end_stream(self) -> None:
         if self._streaming:
-            self._write(self.out, "\n")
+            self._write(self.out, self._stream.end() + "\n")
             self._streaming = False
 
     def __call__(self, event: Event) -> None:
         if event.agent_id is not None:
             self._child(event)
         elif isinstance(event, SessionStart):
-            self._write(self.out, self._style(f"osprey · {event.provider}/{event.model} · tools on {event.tool_service} · {event.cwd}", "2") + "\n")
+            self._write(self.out, self._style(clean(f"osprey · {event.provider}/{event.model} · tools on {event.tool_service} · {event.cwd}"), "2") + "\n")
         elif isinstance(event, AssistantText):
             if self._streaming:
                 self._end_stream()
             else:
-                self._write(self.out, _clean(event.text) + "\n")
+                self._write(self.out, clean(event.text) + "\n")
         elif isinstance(event, ToolCallEvent):
             self._end_stream()
-            args = ", ".join(f"{_clean(k)}={_short(v)}" for k, v in event.arguments.items())
-            self._write(self.out, self._style(f"▸ {_clean(event.name)}({args})", "36") + "\n")
+            args = ", ".join(f"{clean(k)}={_short(v)}" for k, v in event.arguments.items())
+            self._write(self.out, self._style(f"▸ {clean(event.name)}({args})", "36") + "\n")
         elif isinstance(event, ToolResultEvent):
             lines = _clean_lines(event.output) or [""]
             shown = lines[:PREVIEW_LINES]
@@ -99,16 +93,16 @@ class TerminalRenderer:
             self._write(self.out, "\n".join(self._style("  " + line, style) for line in shown) + "\n")
         elif isinstance(event, Compaction):
             self._end_stream()
-            self._write(self.err, self._style(f"osprey: the conversation ({event.messages_before} messages) was compacted into a summary ({event.reason})", "33") + "\n")
+            self._write(self.err, self._style(f"osprey: the conversation ({event.messages_before} messages) was compacted into a summary ({clean(event.reason)})", "33") + "\n")
         elif isinstance(event, Notice):
             self._end_stream()
-            self._write(self.err, self._style(f"osprey: {_clean(event.message)}", "33") + "\n")
+            self._write(self.err, self._style(f"osprey: {clean(event.message)}", "33") + "\n")
         elif isinstance(event, SessionEnd):
             self._end_stream()
             u = event.usage
             summary = f"{event.outcome} · {event.turns} turns · {u.input_tokens} input / {u.output_tokens} output tokens"
             if event.error:
-                self._write(self.out, self._style(f"✘ {summary}: {_clean(event.error)}", "31") + "\n")
+                self._write(self.out, self._style(f"✘ {summary}: {clean(event.error)}", "31") + "\n")
             else:
                 self._write(self.out, self._style(f"{'✔' if event.exit_status == 0 else '✘'} {summary}", "32" if event.exit_status == 0 else "31") + "\n")
 
@@ -116,20 +110,20 @@ class TerminalRenderer:
     def _child(self, event: Event) -> None:
         """A child session's event: its calls and how it ended, marked with its id (its text, the
         parent reports)."""
-        who = self._style(f"[{_clean(event.agent_id or '')}]", "35")
+        who = self._style(f"[{clean(event.agent_id or '')}]", "35")
         if isinstance(event, ToolCallEvent):
             self._end_stream()
-            self._write(self.out, f"{who} " + self._style(f"▸ {_clean(event.name)}", "36") + "\n")
+            self._write(self.out, f"{who} " + self._style(f"▸ {clean(event.name)}", "36") + "\n")
         elif isinstance(event, TaskEnd):
             self._end_stream()
             self._write(self.out, f"{who} " + self._style(f"{event.outcome} · {event.turns} turns", "2") + "\n")
         elif isinstance(event, Notice) and event.level == "warning":
             self._end_stream()
-            self._write(self.err, f"{who} " + self._style(f"osprey: {_clean(event.message)}", "33") + "\n")
+            self._write(self.err, f"{who} " + self._style(f"osprey: {clean(event.message)}", "33") + "\n")
 
 
 def _clean_lines(text: str) -> list[str]:
-    return [_clean(line) for line in text.splitlines()]
+    return clean(text).splitlines()
 
 
 def _short(value: object, limit: int = 60) -> str:

@@ -26,6 +26,7 @@ from ..catalog import Catalog, ModelInfo
 from ..config import Settings
 from ..policy.approvals import ApprovalAnswer, ApprovalRequest
 from ..session.core import Session
+from ..terminal_text import clean
 from . import commands
 from .approval_screen import ApprovalScreen
 from .approver import TuiApprover
@@ -285,7 +286,7 @@ class OspreyApp(App[int]):
             return
         refusal = self.driver.refusal()
         if refusal is not None:
-            self.notify(refusal, severity="warning")
+            self.notify(clean(refusal), severity="warning", markup=False)
             message.area.load_text(text)  # kept for later
             message.area.move_cursor(message.area.document.end)
             return

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..terminal_text import clean
+
 if TYPE_CHECKING:
     from ..config import Settings
     from ..session.core import SessionOptions
@@ -159,10 +161,10 @@ async def launch(plan: Launch, *, run: RunApp | None = None, stderr: TextIO | No
         trace("teardown")
     sys.excepthook = previous_hook  # a normal end: the crash hook is not needed any more
     for note in app.late_notes:
-        out.write(f"osprey: {note}\n")
+        out.write(f"osprey: {clean(note)}\n")
     if app.crash is not None:
         crash.report(app.crash, settings.home, stream=out)  # restores the terminal if textual could not
         return 1
     if app.start_error is not None:
-        out.write(f"osprey: error: {app.start_error}\n")
+        out.write(f"osprey: error: {clean(app.start_error)}\n")
     return status if isinstance(status, int) else app.exit_status

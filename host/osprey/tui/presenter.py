@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from textual.widget import AwaitMount, Widget
-from textual.widgets import Markdown
 
 from ..catalog import ModelInfo, estimated_cost
 from ..events import (
@@ -35,8 +34,9 @@ from ..events import (
     UserMessageEvent,
     Verification,
 )
+from ..terminal_text import StreamCleaner, clean
 from .transcript import Transcript, format_arguments, question_markdown, todo_markdown
-from .widgets import MAX_RESULT_SHOWN, AnswerRow, FoldRow, NoticeRow, QuestionRow, ToolRow, UserRow, diff_text, todo_progress
+from .widgets import MAX_RESULT_SHOWN, AnswerMarkdown, AnswerRow, FoldRow, NoticeRow, QuestionRow, ToolRow, UserRow, diff_text, todo_progress
 
 # `/diff` runs this through the session as a call the person asked for; its result is shown as the diff.
 DIFF_COMMAND = "git --no-pager diff --stat --no-color && echo && git --no-pager diff --no-color"
@@ -128,6 +128,7 @@ class Presenter:
         self._batch: list[Widget] | None = None  # rows of a replay, mounted together
         self._answer: AnswerRow | None = None
         self._answer_text: list[str] = []
+        self._answer_cleaner = StreamCleaner()  # the answer's pieces are cleaned as they come
         self._chunks: asyncio.Queue[str | None] | None = None
         self._pump: asyncio.Task[None] | None = None
 
@@ -156,6 +157,7 @@ class Presenter:
 
     def note(self, text: str, level: str = "info") -> None:
         """A line in the conversation: `info`, `warning`, `error` or `done`."""
+        text = clean(text)  # it may quote a model, a tool, a file or a server
         self.transcript.add("notice", text)
         if self._batch is None and self.screen.gone:
             if level in ("warning", "error"):
@@ -175,8 +177,9 @@ class Presenter:
         if start is None:
             return state
         model = start.model + (f" ({self.effort} effort)" if self.effort else "")
-        return status_line(provider=start.provider, model=model, policy=start.approval_policy, home=start.tool_service,
-                           input_tokens=self.tokens[0], output_tokens=self.tokens[1], state=state, cost=self.cost, todo=self.todo)
+        # The model's name may come from a server's catalog or a project's configuration.
+        return clean(status_line(provider=start.provider, model=model, policy=start.approval_policy, home=start.tool_service,
+                                 input_tokens=self.tokens[0], output_tokens=self.tokens[1], state=state, cost=self.cost, todo=self.todo))
 
     async def replay(self, events: Sequence[Event], heading: str) -> None:
         """Show a journaled session's events, under `heading`, as they were shown live."""
@@ -223,9 +226,7 @@ class Presenter:
             case AssistantText():
                 if self._chunks is None and event.text:  # not streamed: shown whole
                     entry = self.transcript.add("assistant", event.text, at)
-                    answer = AnswerRow(entry.at)
-                    answer.markdown = Markdown(entry.text)
-                    self._show(answer)
+                    self._show(AnswerRow(entry.at, entry.text))
                 self._finish_answer()
             case ToolCallEvent():
                 self._finish_answer()
@@ -339,17 +340,20 @@ class Presenter:
             entry = self.transcript.add("assistant", "")
             self._answer = AnswerRow(entry.at)
             self._answer_text = []
+            self._answer_cleaner = StreamCleaner()
             self._chunks = asyncio.Queue()
             mounted = self._show(self._answer)  # now, so the answer stays above the calls that follow it
             self._pump = asyncio.ensure_future(self._stream(self._answer, self._chunks, mounted))
-        self._answer_text.append(chunk)
-        self._chunks.put_nowait(chunk)
+        chunk = self._answer_cleaner.feed(chunk)
+        if chunk:
+            self._answer_text.append(chunk)
+            self._chunks.put_nowait(chunk)
 
     async def _stream(self, row: AnswerRow, chunks: asyncio.Queue[str | None], mounted: AwaitMount | None) -> None:
         if mounted is None:
             return
         await mounted
-        stream = Markdown.get_stream(row.markdown)
+        stream = AnswerMarkdown.get_stream(row.markdown)
         try:
             while (chunk := await chunks.get()) is not None:
                 await stream.write(chunk)
@@ -358,6 +362,10 @@ class Presenter:
 
     def _finish_answer(self) -> None:
         if self._chunks is not None:
+            rest = self._answer_cleaner.end()
+            if rest:
+                self._answer_text.append(rest)
+                self._chunks.put_nowait(rest)
             self._chunks.put_nowait(None)
             for entry in reversed(self.transcript.entries):
                 if entry.role == "assistant":

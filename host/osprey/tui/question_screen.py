@@ -9,6 +9,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
+from ..terminal_text import clean
 from ..tools.control import MAX_ANSWER_CHARS
 
 
@@ -31,7 +32,7 @@ class QuestionScreen(ModalScreen[str | None]):
         with Vertical():
             yield Label("[b]The model asks[/b]", id="title")
             with VerticalScroll(id="question"):
-                yield Static(self.question, markup=False)
+                yield Static(clean(self.question), markup=False)
             yield Input(placeholder="your answer", id="answer", max_length=MAX_ANSWER_CHARS)
             yield Static("Enter sends the answer · Esc closes without answering (the model then decides itself)", id="hint",
                          markup=False)

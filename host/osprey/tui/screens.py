@@ -6,16 +6,19 @@ import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Input, OptionList, Static, Tree
 from textual.widgets.option_list import Option
 
 from ..catalog import Catalog, ModelInfo
 from ..sessions.journal import SessionRow
+from ..terminal_text import clean
 
 MAX_TITLE = 40
 
@@ -49,7 +52,7 @@ class ModelPicker(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(f"Model for {self.provider} (type to filter, Enter picks, Esc leaves)", markup=False)
+            yield Static(clean(f"Model for {self.provider} (type to filter, Enter picks, Esc leaves)"), markup=False)
             yield Input(placeholder="model name", id="model-filter")
             yield OptionList(id="models")
             yield self.note
@@ -64,15 +67,15 @@ class ModelPicker(ModalScreen[str | None]):
             async for catalog in self.catalogs():
                 self.show(catalog)
         except Exception as exc:  # noqa: BLE001 - a catalog that cannot load leaves the picker usable by name
-            self.note.update(f"the catalog could not be loaded ({type(exc).__name__}: {exc}); type a model name")
+            self.note.update(clean(f"the catalog could not be loaded ({type(exc).__name__}: {exc}); type a model name"))
 
     def show(self, catalog: Catalog) -> None:
         self.models = catalog.for_provider(self.provider, agents_only=True)
         when = f"fetched {catalog.fetched_at.astimezone():%Y-%m-%d %H:%M}" if catalog.fetched_at else catalog.source
         if catalog.stale:
-            self.note.update(f"offline or stale ({when}): {catalog.problem or 'the refresh failed'}")
+            self.note.update(clean(f"offline or stale ({when}): {catalog.problem or 'the refresh failed'}"))
         else:
-            self.note.update(f"{len(self.models)} models · {when}")
+            self.note.update(clean(f"{len(self.models)} models · {when}"))
         self._fill()
 
     def _fill(self) -> None:
@@ -81,7 +84,8 @@ class ModelPicker(ModalScreen[str | None]):
         options = self.query_one(OptionList)
         highlighted = options.highlighted_option.id if options.highlighted_option is not None else self.current
         options.clear_options()
-        options.add_options([Option(_model_label(m, self.current), id=m.id) for m in shown])
+        # A label is content shown as it is: a str would be read as markup.
+        options.add_options([Option(Content(clean(_model_label(m, self.current))), id=m.id) for m in shown])
         ids = [m.id for m in shown]
         options.highlighted = ids.index(highlighted) if highlighted in ids else (0 if ids else None)
 
@@ -118,7 +122,8 @@ def _when(ts: float) -> str:
 
 
 def session_label(row: SessionRow, *, current: str | None = None) -> str:
-    title = row.title if len(row.title) <= MAX_TITLE else row.title[:MAX_TITLE - 1] + "…"
+    title = " ".join(clean(row.title).split())
+    title = title if len(title) <= MAX_TITLE else title[:MAX_TITLE - 1] + "…"
     mark = "● " if row.id == current else ""
     return f"{mark}{_when(row.updated)}  {title or '(no prompt)'}  ·  {row.id[:12]}"
 
@@ -152,9 +157,10 @@ class SessionsScreen(ModalScreen[SessionRow | None]):
         tree.show_root = False
         for directory, rows in grouped(self.rows, self.cwd):
             label = _short(directory) + ("  (here)" if directory == self.cwd else "")
-            branch = tree.root.add(label, expand=directory == self.cwd, data=None)
+            # A label is a Text shown as it is: a str would be read as markup.
+            branch = tree.root.add(Text(clean(label)), expand=directory == self.cwd, data=None)
             for row in rows:
-                branch.add_leaf(session_label(row, current=self.current), data=row)
+                branch.add_leaf(Text(clean(session_label(row, current=self.current))), data=row)
         with Vertical():
             yield Static("Sessions (Enter resumes one, Esc leaves)", markup=False)
             yield tree

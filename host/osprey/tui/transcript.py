@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from ..terminal_text import clean, escaped
+
 Role = Literal["user", "assistant", "tool", "notice", "question", "todo"]
 MAX_ARGUMENT_CHARS = 4000  # in an exported transcript; the approval prompt shows the whole call
 
@@ -21,11 +23,12 @@ class Entry:
 
 
 def format_arguments(arguments: dict[str, Any]) -> str:
-    """A call's arguments, one `key: value` a line; strings as they are (a bash command whole)."""
+    """A call's arguments, one `key: value` a line; strings as they are (a bash command whole),
+    but for their control characters, written out (`\\x1b`): what runs is shown, never acted on."""
     lines = []
     for key, value in arguments.items():
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        lines.append(f"{key}: {shown}")
+        lines.append(escaped(f"{key}: {shown}"))
     return "\n".join(lines)
 
 
@@ -79,7 +82,9 @@ class Transcript:
     entries: list[Entry] = field(default_factory=list)
 
     def add(self, role: Role, text: str, at: datetime | None = None) -> Entry:
-        """Add an entry; `at`: when it happened (a replayed event's time), by default now."""
+        """Add an entry (its text cleaned: /copy puts it on the clipboard, /export in a file);
+        `at`: when it happened (a replayed event's time), by default now."""
+        text = clean(text)
         entry = Entry(role, text) if at is None else Entry(role, text, at)
         self.entries.append(entry)
         return entry

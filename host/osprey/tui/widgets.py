@@ -6,20 +6,27 @@ import codecs
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.content import Content
 from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import Collapsible, Markdown, Static, TextArea
 
 from ..events import Question, ToolCallEvent, ToolResultEvent
+from ..terminal_text import clean, escaped, split_unfinished
 from . import commands
 from .completion import CompletionMenu, needs_argument
 from .transcript import PromptHistory, edit_diff, format_arguments
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+    from markdown_it.rules_core import StateCore
 
 MAX_LIVE_OUTPUT = 20_000  # characters of a command's live output kept (its tail)
 LIVE_LINES = 100  # lines of that tail shown while the command runs
@@ -46,18 +53,53 @@ class UserRow(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Stamp(_time(self.at))
-        yield Static("> " + self.text, markup=False, classes="text")
+        yield Static("> " + clean(self.text), markup=False, classes="text")
+
+
+def _markdown_parser() -> MarkdownIt:
+    """The Markdown parser of answers: its tokens are cleaned once parsed, so a character reference
+    (`&#13;`, `&#x202e;`) cannot bring back what `clean` took out of the source."""
+    from markdown_it import MarkdownIt
+
+    parser = MarkdownIt("gfm-like")
+    parser.core.ruler.push("terminal_text", _clean_tokens)
+    return parser
+
+
+def _clean_tokens(state: StateCore) -> None:
+    tokens = list(state.tokens)
+    while tokens:
+        token = tokens.pop()
+        token.content = clean(token.content)
+        token.info = clean(token.info)
+        if token.attrs:
+            token.attrs = {key: clean(value) if isinstance(value, str) else value for key, value in token.attrs.items()}
+        if token.children:
+            tokens.extend(token.children)
+
+
+class AnswerMarkdown(Markdown):
+    """Markdown from a model: drawn from cleaned source through `_markdown_parser`; a link it holds
+    opens (when clicked) only if it is http or https."""
+
+    def __init__(self, markdown: str | None = None) -> None:
+        super().__init__(clean(markdown) if markdown else markdown, parser_factory=_markdown_parser, open_links=False)
+
+    def on_markdown_link_clicked(self, event: Markdown.LinkClicked) -> None:
+        href = event.href
+        if urlsplit(href).scheme.lower() in ("http", "https") and href.isprintable():
+            self.app.open_url(href)
 
 
 class AnswerRow(Vertical):
-    """An assistant answer; its Markdown is written through a stream as the text arrives."""
+    """An assistant answer: whole, or written through a stream as the text arrives (cleaned first)."""
 
     DEFAULT_CSS = "AnswerRow { height: auto; } AnswerRow > Markdown { margin: 0; padding: 0 1; }"
 
-    def __init__(self, at: datetime) -> None:
+    def __init__(self, at: datetime, text: str | None = None) -> None:
         super().__init__()
         self.at = at
-        self.markdown = Markdown()
+        self.markdown = AnswerMarkdown(text)
 
     def compose(self) -> ComposeResult:
         yield Stamp(_time(self.at))
@@ -65,12 +107,24 @@ class AnswerRow(Vertical):
 
 
 class NoticeRow(Static):
+    """A line of the conversation: its text is shown plain and cleaned."""
+
     DEFAULT_CSS = """
     NoticeRow { color: $text-muted; height: auto; }
     NoticeRow.warning { color: $warning; }
     NoticeRow.error { color: $error; }
     NoticeRow.done { color: $success; }
     """
+
+    def __init__(self, text: str, **kwargs: Any) -> None:
+        kwargs["markup"] = False
+        super().__init__(clean(text), **kwargs)
+
+
+def plain(text: str) -> Content:
+    """`text` as content shown as it is (a collapsible's title or a list's label is read as markup
+    when it is a str)."""
+    return Content(text)
 
 
 def _summary(event: ToolCallEvent) -> str:
@@ -114,11 +168,12 @@ class ToolRow(Collapsible):
         self._drawn = 0.0  # when the live output was last drawn (time.monotonic)
         self._timer: Timer | None = None
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        super().__init__(self.arguments, self.category, self.output, title=self._heading("…"), collapsed=event.name != "bash")
+        super().__init__(self.arguments, self.category, self.output, title=self._heading("…"), collapsed=event.name != "bash")  # type: ignore[arg-type]
 
-    def _heading(self, mark: str) -> str:
+    def _heading(self, mark: str) -> Content:
+        """The title: the call's name and its first argument, control characters written out."""
         summary = _summary(self.call)
-        return f"{mark} {self.call.name}" + (f"  {summary}" if summary else "")
+        return plain(escaped(f"{mark} {self.call.name}" + (f"  {summary}" if summary else "")))
 
     def add_output(self, chunk: bytes) -> None:
         """Keep the output's tail; redraw it now if the last redraw is LIVE_REFRESH old, else when it is.
@@ -137,7 +192,7 @@ class ToolRow(Collapsible):
     def _show_live(self) -> None:
         self._timer = None
         self._drawn = time.monotonic()
-        self.output.update(last_lines(self._live, LIVE_LINES))
+        self.output.update(clean(split_unfinished(last_lines(self._live, LIVE_LINES))[0]))
 
     def _stop_live(self) -> None:
         if self._timer is not None:
@@ -146,14 +201,14 @@ class ToolRow(Collapsible):
 
     def finish(self, result: ToolResultEvent) -> None:
         self._stop_live()
-        self.title = self._heading("✓" if result.ok else "✗")
+        self.title = self._heading("✓" if result.ok else "✗")  # type: ignore[assignment]
         shown = result.output[:MAX_RESULT_SHOWN]
         if len(result.output) > MAX_RESULT_SHOWN or result.truncated_chars:
             shown += "\n[…]"
-        self.output.update(shown)
+        self.output.update(clean(shown))
         if not result.ok:
             self.add_class("failed")
-            self.category.update(f"error: {result.error_category or 'failed'}")
+            self.category.update(clean(f"error: {result.error_category or 'failed'}"))
         else:
             self.collapsed = True
 
@@ -265,9 +320,10 @@ class PromptArea(TextArea):
 
 
 def diff_text(patch: str) -> Text:
-    """A unified diff coloured by line: additions green, removals red, hunks and headers dimmed."""
+    """A unified diff coloured by line: additions green, removals red, hunks and headers dimmed;
+    control characters in it written out (it shows what a file holds, or will)."""
     out = Text()
-    for line in patch.splitlines():
+    for line in escaped(patch).splitlines():
         if line.startswith(("+++", "---", "diff ", "index ")):
             style = "bold"
         elif line.startswith("+"):
@@ -288,8 +344,9 @@ class FoldRow(Collapsible):
     DEFAULT_CSS = "FoldRow { height: auto; margin: 0; padding: 0; border: none; } FoldRow .body { height: auto; }"
 
     def __init__(self, title: str, body: str | Text, *, collapsed: bool = True, classes: str = "") -> None:
-        self.body = Static(body, markup=False, classes="body")
-        super().__init__(self.body, title=title, collapsed=collapsed, classes=classes)
+        """`body`: a str is cleaned; a Text must be built of cleaned text (`diff_text`)."""
+        self.body = Static(clean(body) if isinstance(body, str) else body, markup=False, classes="body")
+        super().__init__(self.body, title=plain(clean(title)), collapsed=collapsed, classes=classes)  # type: ignore[arg-type]
 
 
 TODO_SHOWN = 8  # items of the model's task list shown above the prompt at most
@@ -317,7 +374,7 @@ def todo_text(items: Sequence[Mapping[str, Any]], shown: int = TODO_SHOWN) -> Te
         status = str(item.get("status", "pending"))
         style = {"completed": "dim strike", "in_progress": "bold"}.get(status, "")
         out.append(f"\n{TODO_MARKS.get(status, '○')} ", style="bold" if status == "in_progress" else "dim" if status == "completed" else "")
-        out.append(" ".join(str(item.get("content", "")).split()), style=style)
+        out.append(" ".join(clean(str(item.get("content", ""))).split()), style=style)
     if last < total:
         out.append(f"\n  … {total - last} more below", style="dim")
     return out
@@ -357,8 +414,8 @@ class QuestionRow(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Stamp(_time(self.at))
-        yield Static("? " + self.event.question, markup=False, classes="question")
+        yield Static("? " + clean(self.event.question), markup=False, classes="question")
         if self.event.answer is None:
             yield Static("(closed without an answer)", markup=False, classes="unanswered")
         else:
-            yield Static("→ " + (self.event.answer or "(an empty answer)"), markup=False, classes="answer")
+            yield Static("→ " + (clean(self.event.answer) or "(an empty answer)"), markup=False, classes="answer")
