@@ -59,9 +59,10 @@ def test_each_credential_is_dropped(name: str) -> None:
 
 
 def test_url_without_a_password_is_kept_and_with_one_dropped() -> None:
-    env = {"DATABASE_URL": "postgres://app@db/app", "UPSTREAM": "https://example.org/v1"}
+    env = {"DATABASE_URL": "postgres://db/app", "UPSTREAM": "https://example.org/v1", "MIRROR": "https://anonymous@example.org/"}
     assert tool_environment(env) == env
     assert tool_environment({"DATABASE_URL": "postgres://app:secret@db/app"}) == {}
+    assert tool_environment({"DATABASE_URL": "postgres://app@db/app"}) == {}  # an address name with a user part
 
 
 def test_custom_api_key_variable_is_dropped() -> None:

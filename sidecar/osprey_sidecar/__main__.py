@@ -21,6 +21,10 @@ PEM_MAX_BYTES = 1024 * 1024
 
 
 def main(argv: list[str] | None = None) -> int:
+    # First of all, before a token or key is read: commands run as the sidecar's uid (in a lane,
+    # and on the host as the local dispatcher), and without this they could read the token out of
+    # /proc/<sidecar>/mem or /proc/<sidecar>/environ, or attach a debugger to it.
+    _prctl(PR_SET_DUMPABLE, 0)
     parser = argparse.ArgumentParser(prog="osprey_sidecar", description="Serve Osprey's ToolService on a unix socket, or on a TCP port with TLS.")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--socket", help="unix socket path to listen on")
@@ -37,9 +41,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=__version__)
     args = parser.parse_args(argv)
     tls = _server_tls(parser, args)
-    # Commands in a lane run as the sidecar's uid: without this they could read the token
-    # out of /proc/<sidecar>/mem or attach a debugger to it.
-    _prctl(PR_SET_DUMPABLE, 0)
     _keep_freed_memory()
     if args.parent_pid:
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

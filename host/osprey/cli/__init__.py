@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from .. import __version__
+from ..process_privacy import make_undumpable
 from .options import tui_options
 from .tui import given
 
@@ -60,6 +61,9 @@ def main(ctx: click.Context, **options: Any) -> None:
     --replay, --record, --events-jsonl, --no-journal, --output-schema and --budget.
     Configuration: `osprey docs configuration`. Event schema: `osprey docs events`.
     """
+    # Before anything runs a command: the commands run as this user, and this process's
+    # environment and memory hold the provider's key.
+    make_undumpable()
     if ctx.invoked_subcommand is not None:
         if given(options):
             raise click.UsageError(f"--{given(options)[0].replace('_', '-')} is an option of the terminal UI: put a subcommand's options after it")
