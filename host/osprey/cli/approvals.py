@@ -54,8 +54,12 @@ def approvals() -> None:
       bash(git status)        exactly this command
       write_file(src/**)      paths under src/ in the workspace
     A bash rule covers a command line only when every command in it
-    matches. Rules live in $OSPREY_HOME/approvals.toml, for one project or
-    for every workspace.
+    matches; a trailing * does not cover options that write elsewhere, run
+    code or delete (git --output, pytest --basetemp, ...). A path rule
+    matches the file that will be opened (symlinks followed) and never
+    covers .git, .gitmodules, .osprey or .env unless it names them. Rules
+    live in $OSPREY_HOME/approvals.toml, for one project or for every
+    workspace.
     """
 
 
@@ -119,8 +123,10 @@ def _as_json(rule: SavedRule, workspace: str) -> dict[str, Any]:
               help="Save for this workspace only (default), or for every workspace.")
 @CWD_OPTION
 def add(rule: str, project: bool, cwd: str | None) -> None:
-    """Save RULE, such as 'bash(git diff *)', so matching calls run without asking."""
+    """Save RULE, such as 'bash(git diff *)', so matching calls run without asking. It says what
+    the rule covers: a trailing `*` does not cover options that write elsewhere, run code or delete."""
     from ..errors import OspreyError
+    from ..policy.rules import describe
 
     store, _, workspace = _context(cwd)
     before = {r.id for r in store.load()} if store.problem() is None else set()
@@ -131,6 +137,7 @@ def add(rule: str, project: bool, cwd: str | None) -> None:
     where = f"for {_show(saved.project)}" if saved.project else "for every workspace"
     verb = "Already saved" if saved.id in before else "Saved"
     click.echo(f"{verb} {_show(saved.rule)} {where} (id {saved.id}; `osprey approvals revoke {saved.id}` removes it).")
+    click.echo(_show(describe(saved.parsed())))
 
 
 @approvals.command()

@@ -44,6 +44,9 @@ def policy_from_flags(*, yolo: bool, read_only: bool, approval_policy: str | Non
     return approval_policy
 
 
+POLICY_SOURCE = "approvals"
+
+
 class ApprovalRequest(BaseModel):
     """What a front end shows a person who must approve a call."""
 
@@ -56,6 +59,15 @@ class ApprovalRequest(BaseModel):
     reason: str
     # A rule that "allow always" would save, e.g. `bash(git diff *)`.
     suggested_rule: str
+    # Who asks: the approval policy ("approvals"), or an interceptor that asks whatever the policy
+    # (a hook's "ask", the guard on the user's own hooks file). Only the policy's question can be
+    # answered once and for all by a saved rule, --allow or --yolo.
+    asked_by: str = POLICY_SOURCE
+
+    @property
+    def rememberable(self) -> bool:
+        """Whether "allow always" (a saved rule) answers this question."""
+        return self.asked_by == POLICY_SOURCE
 
 
 class ApprovalAnswer(BaseModel):
@@ -75,6 +87,9 @@ class HeadlessApprover:
     """No person to ask: every ask is denied, with a message that says how to allow it."""
 
     async def ask(self, request: ApprovalRequest) -> ApprovalAnswer:
+        if not request.rememberable:
+            # An interceptor's own question (a hook's, or one no policy skips): --allow and --yolo do not answer it.
+            return ApprovalAnswer(decision="deny", reason=f"{request.reason.rstrip('.')}. This headless run has no way to ask, so it was not run.")
         return ApprovalAnswer(decision="deny", reason=(
             f"{request.tool} needs approval under the policy {request.policy}, and this headless run has no way to ask. "
             f"The user can pre-approve it with --allow {shlex.quote(request.suggested_rule)}, or rerun with --yolo."
@@ -91,10 +106,12 @@ BROAD_PROGRAMS = frozenset({
 
 
 def suggested_rule(tool: str, arguments: Mapping[str, Any], *, cwd: str = "", workspace: str = "") -> str:
-    """The narrowest useful rule for "allow always": a program and its subcommand, the exact command,
-    or the exact path (relative to the workspace, as rules are); the bare tool name only when
-    nothing narrower fits (a line running several different programs)."""
+    """The narrowest useful rule for "allow always": a program and its subcommand, the exact command
+    (also when the call uses an option a trailing `*` does not cover), or the exact path the tool
+    service will open (relative to the workspace, as rules are); the bare tool name only when
+    nothing narrower fits (a line running several different programs, a path no rule can name)."""
     if tool in ("bash", "process"):
+        from .rules import risky_option
         from .shell import ShellParseError, simple_commands
 
         command = arguments.get("command")
@@ -105,7 +122,8 @@ def suggested_rule(tool: str, arguments: Mapping[str, Any], *, cwd: str = "", wo
                 commands = []
             if len(commands) == 1 and commands[0]:
                 argv = commands[0]
-                if len(argv) > 1 and not argv[1].startswith("-") and argv[0] not in BROAD_PROGRAMS:
+                if (len(argv) > 1 and not argv[1].startswith("-") and argv[0] not in BROAD_PROGRAMS
+                        and risky_option(argv, 2) is None):
                     return f"{tool}({shlex.join(argv[:2])} *)"  # a program and its subcommand: `git diff`
                 return f"{tool}({shlex.join(argv)})"  # exactly this command
             programs = {c[0] for c in commands if c}
@@ -114,12 +132,17 @@ def suggested_rule(tool: str, arguments: Mapping[str, Any], *, cwd: str = "", wo
         return tool
     path = arguments.get("path")
     if isinstance(path, str) and path and tool in ("read_file", "write_file", "edit_file"):
-        full = os.path.normpath(os.path.join(cwd or workspace or "/", path))
+        from .rules import opened_paths
+
         base = workspace or cwd
-        if base and (full == base or full.startswith(base.rstrip("/") + "/")):
-            relative = os.path.relpath(full, base)
-            if relative != "." and not any(c in relative for c in "*?()[]\n"):
-                return f"{tool}({relative})"
+        opened = opened_paths(path, cwd or base or "/")
+        real_base = os.path.realpath(base) if base else ""
+        if opened and real_base:
+            full = opened[-1]  # with `\\xNN` escapes, the decoded path (the one that names a file)
+            if full == real_base or full.startswith(real_base.rstrip("/") + "/"):
+                relative = os.path.relpath(full, real_base)
+                if relative != "." and not any(c in relative for c in "*?()[]\n"):
+                    return f"{tool}({relative})"  # the file the service opens: a symlink's target
     return tool
 
 
@@ -135,7 +158,7 @@ class ApprovalPolicy(Interceptor):
       without reading saved approvals (rules given for this run still apply: the user gave them).
     """
 
-    name = "approvals"
+    name = POLICY_SOURCE
     order = Order.APPROVALS
 
     def __init__(self, policy: str, *, store: ApprovalStore | None = None, allow: Sequence[Rule] = (), workspace: str = "") -> None:

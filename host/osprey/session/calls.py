@@ -16,7 +16,7 @@ from typing import Literal
 from ..events import Event, ToolCallEvent, ToolResultEvent
 from ..interception import Interceptor, PendingCall, Verdict, in_order
 from ..messages import Message, ToolCall, ToolResultMessage
-from ..policy.approvals import ApprovalAnswer, ApprovalPolicy, ApprovalRequest, Approver, HeadlessApprover, suggested_rule
+from ..policy.approvals import POLICY_SOURCE, ApprovalAnswer, ApprovalPolicy, ApprovalRequest, Approver, HeadlessApprover, suggested_rule
 from ..policy.floor import HardlineFloor
 from ..tools.base import ToolContext, ToolRegistry
 
@@ -208,11 +208,12 @@ class CallPath:
         request = ApprovalRequest(
             call_id=call.id, tool=call.name, arguments=dict(call.arguments), policy=self.policy.policy,
             reason=verdict.reason, suggested_rule=suggested_rule(call.name, call.arguments, cwd=call.cwd, workspace=call.workspace),
+            asked_by=verdict.source or POLICY_SOURCE,
         )
         answer: ApprovalAnswer = await self.approver.ask(request)
         if answer.decision == "deny":
             return Verdict.deny("approver", answer.reason or f"the user denied this {call.name} call")
-        if answer.decision == "allow_always":
+        if answer.decision == "allow_always" and request.rememberable:
             from ..policy.rules import Rule, RuleError
 
             try:

@@ -5,11 +5,23 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from ..policy.approvals import ApprovalAnswer, ApprovalRequest
+from ..terminal_text import escaped
 from .transcript import format_arguments
+
+
+def _covers(rule: str) -> str:
+    """What the suggested rule covers (and, for a trailing `*`, what it does not)."""
+    from ..policy.rules import Rule, RuleError, describe
+
+    try:
+        return describe(Rule.parse(rule))
+    except RuleError as exc:
+        return str(exc)
 
 
 class ApprovalScreen(ModalScreen[ApprovalAnswer]):
@@ -40,15 +52,19 @@ class ApprovalScreen(ModalScreen[ApprovalAnswer]):
     def compose(self) -> ComposeResult:
         r = self.request
         with Vertical():
-            yield Label(f"[b]{r.tool}[/b] needs approval ({r.policy})", id="title")
+            yield Label(Content.assemble((escaped(r.tool), "bold"), f" needs approval ({r.policy})"), id="title")
+            if not r.rememberable:  # an interceptor's own question: say why it asks
+                yield Static(escaped(r.reason), markup=False, id="asked_by")
             with VerticalScroll(id="arguments"):
                 yield Static(format_arguments(r.arguments), markup=False)
             with Horizontal(id="choose"):
                 yield Button("Allow once \\[y]", id="allow_once", variant="success")
-                yield Button("Allow always \\[a]", id="allow_always", variant="primary")
+                if r.rememberable:  # no saved rule answers an interceptor's own question
+                    yield Button("Allow always \\[a]", id="allow_always", variant="primary")
                 yield Button("Deny \\[n]", id="deny", variant="error")
             with Vertical(id="scope", classes="hidden"):
-                yield Static(f"Always allow {r.suggested_rule}:", markup=False)
+                yield Static(escaped(f"Always allow {r.suggested_rule}:"), markup=False)
+                yield Static(escaped(_covers(r.suggested_rule)), markup=False, id="covers")
                 with Horizontal():
                     yield Button("In this project \\[p]", id="scope_project", variant="primary")
                     yield Button("Everywhere \\[g]", id="scope_global")
@@ -70,7 +86,7 @@ class ApprovalScreen(ModalScreen[ApprovalAnswer]):
             self.dismiss(ApprovalAnswer(decision="allow_once"))
 
     def action_allow_always(self) -> None:
-        if self.stage == "choose":
+        if self.stage == "choose" and self.request.rememberable:
             self.stage = "scope"
             self.query_one("#choose").add_class("hidden")
             self.query_one("#scope").remove_class("hidden")
