@@ -26,8 +26,6 @@ from osprey.extensions.custom_tools import (
     custom_tool,
     parameters_schema,
     parse_manifest,
-    program_identity,
-    program_paths,
     resolve_program,
 )
 from osprey.extensions.layers import ArtifactError
@@ -245,36 +243,34 @@ def test_program_resolution_and_identity(tmp_path: Path) -> None:
 
     ref = resolve_program(manifest(command=["./count.sh"]), tools)
     assert (ref.kind, ref.path, ref.workdir) == ("relative", tools / "count.sh", tools)
-    assert program_identity(ref, workspace) == ("file", os.path.realpath(tools / "count.sh"))
     ref = resolve_program(manifest(command=["count.sh"]), tools, search_path=search)  # beside the manifest first
     assert (ref.kind, ref.path) == ("relative", tools / "count.sh")
     ref = resolve_program(manifest(command=["bin/inner.sh"]), tools)
     assert (ref.kind, ref.workdir) == ("relative", tools / "bin")
     ref = resolve_program(manifest(command=["../../run.sh"]), tools)  # leaves the manifest dir, stays in the workspace
-    assert program_identity(ref, workspace) == ("file", os.path.realpath(workspace / "run.sh"))
     ref = resolve_program(manifest(command=["./shell"]), tools)  # a link beside the manifest to a system program
-    assert program_identity(ref, workspace) == ("path", os.path.realpath("/bin/sh"))
     ref = resolve_program(manifest(command=[str(system / "systool")]), tools)
     assert (ref.kind, ref.workdir) == ("absolute", system)
-    assert program_identity(ref, workspace) == ("path", os.path.realpath(system / "systool"))
     ref = resolve_program(manifest(command=["systool"]), tools, search_path=search)
     assert (ref.kind, ref.path, ref.workdir) == ("search", system / "systool", tools)
-    assert program_identity(ref, workspace) == ("path", os.path.realpath(system / "systool"))
     ref = resolve_program(manifest(command=["no-such-tool-osprey"]), tools, search_path=search)
     assert (ref.kind, ref.path) == ("search", None)
-    assert program_identity(ref, workspace) == ("name", "no-such-tool-osprey")
 
 
-def test_program_paths_cover_the_program_and_the_files_its_arguments_name(tmp_path: Path) -> None:
+def test_a_pin_covers_the_program_and_the_files_its_arguments_name(tmp_path: Path) -> None:
+    from osprey.extensions.pins import plan_tool, scope_of
+
     tools = tmp_path / "tools"
     write(tools / "tool.py", "print('hi')\n")
     write(tools / "lib" / "conf.json", "{}\n")
     script(tools / "run.sh", "echo hi\n")
-    m = manifest(command=["python3", "tool.py", "--config", "lib/conf.json", "--verbose", "lib", "/etc/hostname-osprey-missing"])
-    paths = program_paths(m, tools, search_path=os.path.dirname(sys.executable))
-    assert paths == [Path(os.path.dirname(sys.executable)) / "python3", tools / "tool.py", tools / "lib" / "conf.json"]
-    assert program_paths(manifest(command=["./run.sh", "./run.sh"]), tools) == [tools / "run.sh"]
-    assert program_paths(manifest(command=["no-such-program-osprey", "tool.py"]), tools, search_path="/nowhere") == [tools / "tool.py"]
+    scope = scope_of([tmp_path], tmp_path)
+    python = os.path.join(os.path.dirname(sys.executable), "python3")
+    plan = plan_tool(["python3", "tool.py", "--config", "lib/conf.json", "--verbose", "/etc/hostname-osprey-missing"], python,
+                     workdir=str(tools), scope=scope)
+    assert [(f.local, f.shown) for f in plan.files] == [(False, python), (True, "tools/tool.py"), (True, "tools/lib/conf.json")]
+    plan = plan_tool(["./run.sh", "./run.sh", "--rc=lib/conf.json"], str(tools / "run.sh"), workdir=str(tools), scope=scope)
+    assert [f.shown for f in plan.files] == ["tools/run.sh", "tools/lib/conf.json"]
 
 
 # --- running on the host ------------------------------------------------------------------------

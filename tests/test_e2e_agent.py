@@ -595,7 +595,8 @@ def test_record_and_replay_resolve_a_relative_path_the_same_way(project: Path, t
 
 
 def test_a_bad_config_key_names_the_file_and_the_key(project: Path, model_server: ModelServer, osprey_env: dict[str, str]) -> None:
-    path = write_config(project, "[retry]\ndelay = [1, 2]\n")
+    path = Path(osprey_env["OSPREY_HOME"]) / "config.toml"
+    path.write_text("[retry]\ndelay = [1, 2]\n")
     run = agent(osprey_env, project, model_server, "openai")
     assert run.rc == 1, run
     assert str(path) in run.stderr and "retry.delay" in run.stderr and "unknown key" in run.stderr
@@ -604,10 +605,22 @@ def test_a_bad_config_key_names_the_file_and_the_key(project: Path, model_server
 
 
 def test_a_bad_config_value_names_the_key_and_the_value(project: Path, model_server: ModelServer, osprey_env: dict[str, str]) -> None:
-    path = write_config(project, 'approval_policy = "sometimes"\n')
+    path = Path(osprey_env["OSPREY_HOME"]) / "config.toml"
+    path.write_text('approval_policy = "sometimes"\n')
     run = agent(osprey_env, project, model_server, "openai")
     assert run.rc == 1, run
     assert str(path) in run.stderr and "approval_policy" in run.stderr and "sometimes" in run.stderr
+
+
+def test_a_project_config_osprey_cannot_use_is_skipped_and_the_run_goes_on(project: Path, model_server: ModelServer,
+                                                                            osprey_env: dict[str, str]) -> None:
+    """A cloned repository's config.toml must not stop Osprey from running in it."""
+    path = write_config(project, "[retry]\ndelay = [1, 2]\n")
+    model_server.add(Reply.text("ran anyway"))
+    run = agent(osprey_env, project, model_server, "openai")
+    assert run.rc == 0, run
+    assert str(path) in run.stderr and "unknown key 'retry.delay'" in run.stderr and "skipped" in run.stderr
+    assert "Traceback" not in run.stderr
 
 
 @pytest.mark.parametrize(("dialect_", "variable"), [("openai", "OPENAI_API_KEY"), ("anthropic", "ANTHROPIC_API_KEY")])

@@ -488,7 +488,7 @@ def test_concurrent_replaces_from_two_processes_one_wins(home: Home) -> None:
 # Project collisions
 
 
-def test_project_collisions_are_refused_for_tools_system_prompt_and_hooks(home: Home) -> None:
+def test_project_collisions_are_refused_for_tools_and_system_prompt_but_not_hooks(home: Home) -> None:
     project = home.root / ".osprey"  # the farther project layer: it still hides the user's
     (project / "tools").mkdir(parents=True)
     (project / "SYSTEM.md").write_text("project prompt")
@@ -497,7 +497,7 @@ def test_project_collisions_are_refused_for_tools_system_prompt_and_hooks(home: 
     (project / "tools" / "counting.toml").write_text(TOOL)  # declares word_count under another file name
     (project / "tools" / "lint.toml").write_text("not even TOML [")  # its file name still claims `lint`
     assert "name_collision" in home.refused("name_collision", operation="create", kind="system_prompt", content="x").text
-    home.refused("name_collision", operation="create", kind="hooks", content=HOOKS)
+    home.ok(operation="create", kind="hooks", content=HOOKS)  # a project's hooks run beside the user's: no collision
     assert "counting.toml" in home.refused("name_collision", operation="create", kind="tool", name="word_count", content=TOOL).text
     home.refused("name_collision", operation="create", kind="tool", name="lint", content=TOOL.replace("word_count", "lint"))
     home.ok(operation="create", kind="append_system", content="user append")  # appends coexist

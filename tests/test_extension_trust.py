@@ -171,13 +171,17 @@ def test_the_nearest_hooks_file_wins_and_an_untrusted_one_means_no_hooks(project
     assert [a.trust for a in project.discover().artifacts if a.kind == "hooks"][0] == "modified"
 
 
-def test_a_malformed_nearest_hooks_file_is_skipped_without_a_farther_one(project: Project) -> None:
+def test_a_malformed_project_hooks_file_is_skipped_and_the_users_hooks_still_run(project: Project) -> None:
     (project.home / "hooks.toml").write_text(HOOKS)
     (project.root / ".osprey").mkdir()
-    (project.root / ".osprey" / "hooks.toml").write_text('[[hooks.PreToolUse]]\nmatcher = "("\n')
+    bad = project.root / ".osprey" / "hooks.toml"
+    bad.write_text('[[hooks.PreToolUse]]\nmatcher = "("\n')
     found = project.discover()
-    assert [(a.layer, a.status) for a in found.artifacts if a.kind == "hooks"] == [("project", "skipped"), ("user", "shadowed")]
-    assert found.hooks is None
+    assert [(a.layer, a.status) for a in found.artifacts if a.kind == "hooks"] == [("project", "skipped"), ("user", "active")]
+    assert found.hooks_paths == [project.home.resolve() / "hooks.toml"]
+    # The warning names the file once.
+    [warning] = [w for w in found.warnings if "hooks.toml" in w]
+    assert warning.startswith(f"{bad}: ") and warning.count(str(bad)) == 1, warning
 
 
 def test_trusting_something_that_is_not_there_says_what_is(project: Project) -> None:

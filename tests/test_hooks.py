@@ -23,7 +23,6 @@ from osprey.extensions.hooks import (
     HooksInterceptor,
     hook_commands,
     parse_hooks,
-    referenced_program,
     run_hook,
 )
 from osprey.policy.approvals import ApprovalAnswer, ApprovalRequest
@@ -116,33 +115,27 @@ def test_size_and_count_bounds() -> None:
         parse_hooks(b"\xff\xfe", source="h")
 
 
-@pytest.mark.parametrize(("command", "program"), [
-    ("./guard.sh", "./guard.sh"),
-    ("./guard.sh --strict", "./guard.sh"),
-    ("/usr/local/bin/check arg", "/usr/local/bin/check"),
-    ("scripts/lint.py", "scripts/lint.py"),
-    ("FOO=1 ./x.sh", "./x.sh"),
-    ("'./with space.sh' a", "./with space.sh"),
-    ("python3 scripts/x.py", None),
-    ("jq -r .tool_name", None),
-    ("FOO=1 jq .", None),
-    ("'unbalanced", None),
-    ("# only a comment", None),
+@pytest.mark.parametrize(("command", "named"), [
+    ("./guard.sh", ["guard.sh"]),
+    ("./guard.sh --strict", ["guard.sh"]),
+    ("FOO=1 ./guard.sh", ["guard.sh"]),
+    ("'./with space.sh' a", ["with space.sh"]),
+    ("python3 scripts/x.py", ["scripts/x.py"]),
+    ("sh -e scripts/x.py guard.sh", ["scripts/x.py", "guard.sh"]),
+    ('"$CLAUDE_PROJECT_DIR"/guard.sh', ["guard.sh"]),
+    ("${OSPREY_PROJECT_DIR}/scripts/x.py arg", ["scripts/x.py"]),
+    ("jq -r .tool_name", []),
+    ("cat > guard.sh", []),  # written, not run
+    ("# only a comment", []),
 ])
-def test_referenced_program_is_the_path_bearing_first_word_only(command: str, program: str | None) -> None:
-    assert referenced_program(command) == program
+def test_a_hook_pin_names_every_workspace_file_of_its_command(tmp_path: Path, command: str, named: list[str]) -> None:
+    from osprey.extensions.pins import plan_hook, scope_of
 
-
-@pytest.mark.parametrize(("command", "program"), [
-    ('"$CLAUDE_PROJECT_DIR"/.claude/hooks/guard.sh', "/w/p/.claude/hooks/guard.sh"),
-    ("${OSPREY_PROJECT_DIR}/hooks/x.sh arg", "/w/p/hooks/x.sh"),
-    ("$OSPREY_PROJECT_DIRX/x.sh", "$OSPREY_PROJECT_DIRX/x.sh"),
-    ("$HOME/bin/x", "$HOME/bin/x"),
-    ("python3 $CLAUDE_PROJECT_DIR/x.py", None),
-])
-def test_referenced_program_expands_the_project_dir_variables(command: str, program: str | None) -> None:
-    assert referenced_program(command, project_dir="/w/p") == program
-    assert referenced_program(command) == (None if program is None else command.split()[0].replace('"', ""))
+    (tmp_path / "scripts").mkdir()
+    for name in ("guard.sh", "with space.sh", "scripts/x.py"):
+        (tmp_path / name).write_text("echo\n")
+    plan = plan_hook(command, cwd=str(tmp_path), project_dir=str(tmp_path), scope=scope_of([tmp_path], tmp_path))
+    assert [f.shown for f in plan.files] == named
 
 
 # ------------------------------------------------------------------ running a hook

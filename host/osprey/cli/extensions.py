@@ -78,9 +78,12 @@ def trust(ctx: click.Context, name: str, yes: bool) -> None:
     """Trust the executable artifact NAME (a custom tool's name, `hooks`, or a path): show its
     digest and what it runs, ask, then record the pin in $OSPREY_HOME/trust.toml.
 
-    The pin covers the artifact's bytes and the bytes of the program it runs
-    inside the workspace (the path of one outside it): any change makes it
-    `modified` and inactive until trusted again.
+    The pin covers the artifact's bytes and the bytes of every workspace file
+    its commands name (the program, an interpreter's script, `--option=FILE`;
+    the path of a program outside it): any change makes it `modified` and
+    inactive until trusted again, and each run checks those files again first.
+    A command that runs inline code or code found by a lookup (`sh -c`,
+    `python3 -m`, `$VAR` paths) cannot be pinned, and is refused.
     """
     from ..errors import OspreyError
     from ..trust import pin_artifact
@@ -89,6 +92,9 @@ def trust(ctx: click.Context, name: str, yes: bool) -> None:
     wanted = "hooks.toml" if name == "hooks" else name
     candidates = [a for a in found.find(wanted) if a.kind in ("tool", "hooks") and a.status != "skipped"]
     if not candidates:
+        unusable = [a for a in found.find(wanted) if a.kind in ("tool", "hooks")]
+        if unusable:
+            _fail("\n".join(f"{a.path} cannot be trusted: {a.reason}" for a in unusable))
         executable = sorted({a.name for a in found.artifacts if a.kind in ("tool", "hooks")})
         _fail(f"no custom tool or hooks file named {name!r} was found" + (f"; found: {', '.join(executable)}" if executable else ""))
     if len(candidates) > 1:

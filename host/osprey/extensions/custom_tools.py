@@ -18,10 +18,10 @@ What this module does, in the order the session uses it:
 1. `parse_manifest` reads the bytes of one manifest into a `ToolManifest` (or a `ManifestError`
    whose message is a short, sanitized reason for the `osprey extensions` report);
 2. `check_name` refuses a name that would shadow a built-in tool;
-3. `resolve_program` says where the program is (`ProgramRef`); `program_paths` lists the files a
-   call runs (the program, and files its fixed arguments name), and `program_identity` what a
-   trust pin must cover of a program: the bytes of one that lives in the workspace or beside its
-   manifest, only the path of one that lives elsewhere (a system program);
+3. `resolve_program` says where the program is (`ProgramRef`); `pins.plan_tool` lists what a
+   trust pin covers: the bytes of the program and of every file its fixed arguments name when
+   they live in the workspace (or the user's layer), only the path of a program that lives
+   elsewhere (a system program);
 4. `custom_tool` builds the `Tool` the model calls.
 
 A call writes the model's input as one JSON object and a newline to the program's stdin, then
@@ -38,6 +38,7 @@ label, when there is any); anything else is a failed call that is never repeated
 | `tool_failed`        | the program could not be started or waited for                              |
 | `invalid_arguments`  | the input could not be encoded, or is over 1 MiB as JSON                    |
 | `sandbox_unavailable`| `sandbox = true` and the session has no lane, or the lane cannot see it     |
+| `modified`           | a file the tool's trust pin covers changed since it was trusted; nothing ran |
 
 Local runs (`sandbox = false`) happen on the host in a new process group. A timeout or a cancel
 of the call sends that group SIGTERM, then SIGKILL after a short grace, grandchildren included;
@@ -52,6 +53,7 @@ lane refuses the call and says to run with `--sandbox`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Collection, Mapping, Sequence
@@ -67,6 +69,7 @@ from ..errors import ConfigError, ToolError, ToolTimeout
 from ..hostrun import Output, StartFailed, run_program
 from ..tools.base import Invocation, Tool, ToolContext, ToolOutcome
 from .layers import ArtifactError
+from .pins import Pin, PinMismatch, Prepared, prepare_tool
 from .report import sanitize
 
 MAX_MANIFEST_BYTES = 64 * 1024
@@ -274,44 +277,9 @@ def resolve_program(manifest: ToolManifest, manifest_dir: Path, *, search_path: 
     return ProgramRef(spelled, "search", found, manifest_dir, manifest_dir)
 
 
-IdentityKind = Literal["file", "path", "name"]
-
-
 def _inside(path: str, directory: Path | str) -> bool:
     base = os.path.realpath(directory)
     return path == base or path.startswith(base.rstrip(os.sep) + os.sep)
-
-
-def program_identity(ref: ProgramRef, workspace_root: Path) -> tuple[IdentityKind, str]:
-    """What a trust pin of the tool must cover besides its manifest, as (kind, text):
-
-    - `("file", real path)`: the program lives inside `workspace_root` or the manifest directory
-      (whoever can edit the manifest can edit it): pin the BYTES of the file at that path;
-    - `("path", real path)`: the program lives elsewhere (a system program, found by absolute
-      path or on PATH): pin only the path;
-    - `("name", name)`: a bare name that was not found on PATH when resolved: pin the name.
-
-    Real paths are used, so a symbolic link beside the manifest that points at /usr/bin/python3
-    is a `path`, and one in /usr/local/bin that points into the workspace is a `file`."""
-    if ref.path is None:
-        return "name", ref.spelled
-    real = os.path.realpath(ref.path)
-    if _inside(real, workspace_root) or _inside(real, ref.manifest_dir):
-        return "file", real
-    return "path", real
-
-
-def program_paths(manifest: ToolManifest, manifest_dir: Path, *, search_path: str | None = None) -> list[Path]:
-    """The files a call of the tool runs, for its trust pin: the program (when it was found), then
-    every regular file that a fixed argument names (relative to the program's working directory),
-    so that the script of `["python3", "tool.py"]` is pinned as well as its interpreter."""
-    ref = resolve_program(manifest, manifest_dir, search_path=search_path)
-    found: list[Path] = [ref.path] if ref.path is not None else []
-    for argument in manifest.command[1:]:
-        candidate = Path(os.path.normpath(ref.workdir / argument))  # an absolute argument stays itself
-        if candidate not in found and os.path.isfile(candidate):
-            found.append(candidate)
-    return found
 
 
 # --- output ---------------------------------------------------------------------------------------
@@ -440,12 +408,16 @@ async def _run_in_lane(manifest: ToolManifest, ref: ProgramRef, stdin: bytes, ct
     return _outcome(manifest.name, finished, manifest.timeout_secs)
 
 
-def custom_tool(manifest: ToolManifest, manifest_dir: Path, *, env: Mapping[str, str] | None = None, program: ProgramRef | None = None) -> Tool:
+def custom_tool(manifest: ToolManifest, manifest_dir: Path, *, env: Mapping[str, str] | None = None, program: ProgramRef | None = None,
+                pin: Pin | None = None) -> Tool:
     """The model tool of `manifest`, found in `manifest_dir`.
 
     `env` is the environment of a host run (the session's host tool environment; None: Osprey's
     own, without credentials, as `config.tool_environment()` gives it). `program` is the
-    `resolve_program` result when the caller has one already (the one its trust pin covers)."""
+    `resolve_program` result when the caller has one already (the one its trust pin covers).
+    With `pin` (the tool is trusted through a trust pin), each host run first checks the files
+    its command names against the pin and runs private copies of the bytes it checked
+    (`pins.prepare_tool`); a mismatch refuses the call with the category `modified`."""
     ref = program if program is not None else resolve_program(manifest, manifest_dir, search_path=None if env is None else env.get("PATH", os.defpath))
 
     async def run(call: Invocation, ctx: ToolContext) -> ToolOutcome:
@@ -464,18 +436,36 @@ def custom_tool(manifest: ToolManifest, manifest_dir: Path, *, env: Mapping[str,
             run_env: Mapping[str, str] = tool_environment()
         else:
             run_env = env
-        executable = _host_executable(ref, run_env)
-        if isinstance(executable, ToolOutcome):
-            return executable
-        # argv[0] is the program's absolute path (a script that finds files from its $0 finds
-        # them from its own directory), or the name that was looked up on PATH.
-        argv = [ref.spelled if ref.kind == "search" else executable, *manifest.command[1:]]
+        prepared: Prepared | None = None
+        if pin is not None:
+            try:
+                if ref.path is None:
+                    raise PinMismatch(f"its program {ref.spelled!r} was not found when it was trusted")
+                prepared = await asyncio.to_thread(prepare_tool, manifest.command, str(ref.path), pin.identities, workdir=str(ref.workdir), scope=pin.scope)
+            except PinMismatch as exc:
+                return ToolOutcome(f"Error: {manifest.name} was not run: {exc}. The person can review its manifest and what it runs, "
+                                   f"then run `osprey extensions trust {manifest.name}`.", True, "modified")
         try:
-            finished = await _run_local(argv, executable, ref.workdir, run_env, stdin, float(manifest.timeout_secs))
-        except StartFailed as exc:
-            return _start_failure(ref, exc.error)
-        except OSError as exc:
-            return ToolOutcome(f"Error: waiting for {manifest.name} failed: {exc.strerror or exc}; its process group was stopped.", True, "tool_failed")
-        return _outcome(manifest.name, finished, manifest.timeout_secs)
+            if prepared is not None:
+                assert prepared.executable is not None
+                executable: str | ToolOutcome = prepared.executable
+                fixed = prepared.argv[1:]
+            else:
+                executable, fixed = _host_executable(ref, run_env), list(manifest.command[1:])
+            if isinstance(executable, ToolOutcome):
+                return executable
+            # argv[0] is the program's absolute path (a script that finds files from its $0 finds
+            # them from its own directory), or the name that was looked up on PATH.
+            argv = [ref.spelled if ref.kind == "search" else executable, *fixed]
+            try:
+                finished = await _run_local(argv, executable, ref.workdir, run_env, stdin, float(manifest.timeout_secs))
+            except StartFailed as exc:
+                return _start_failure(ref, exc.error)
+            except OSError as exc:
+                return ToolOutcome(f"Error: waiting for {manifest.name} failed: {exc.strerror or exc}; its process group was stopped.", True, "tool_failed")
+            return _outcome(manifest.name, finished, manifest.timeout_secs)
+        finally:
+            if prepared is not None:
+                prepared.close()
 
     return Tool(manifest.name, manifest.description, parameters_schema(manifest), run, read_only=False, trusted=False, schema_checked=True)

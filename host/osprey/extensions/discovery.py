@@ -4,7 +4,7 @@ trust for the executable ones, into what a session uses and a report of everythi
 | artifact | where | resolution |
 | --- | --- | --- |
 | custom tools | `tools/*.toml` | the first valid and trusted manifest with a name wins |
-| lifecycle hooks | `hooks.toml` | the nearest file; malformed or untrusted: none (never a farther one) |
+| lifecycle hooks | `hooks.toml` | the user's own file always runs (when valid and trusted); the nearest project file runs in addition once trusted, after the user's (a malformed or untrusted one: no project hooks, never a farther one) |
 | replacement prompt | `SYSTEM.md` | `OSPREY_SYSTEM_PROMPT_FILE`, then the nearest file |
 | prompt appends | `APPEND_SYSTEM.md` | every readable file, in layer order |
 | tool descriptions | `tool-descriptions.toml` | `OSPREY_TOOL_DESCRIPTIONS_FILE`, then the nearest file, then the built-in ones |
@@ -13,9 +13,13 @@ trust for the executable ones, into what a session uses and a report of everythi
 
 Trust: a project's executable artifacts (tools, hooks) are active only with a matching pin in
 `$OSPREY_HOME/trust.toml` (`osprey extensions trust NAME`); the pin covers the artifact's
-project-relative path and bytes, and the bytes of the program it runs when that is inside the
-workspace (the path of one outside it). Bundled ones are trusted; the user's are trusted unless
-the agent wrote them (a provenance sidecar), which takes a pin too.
+project-relative path and bytes, and the bytes of every workspace file its commands name (the
+program, an interpreter's script, a file read through `<`, `--option=FILE`; the path of a program
+outside the workspace), found by `pins.plan_hook` and `pins.plan_tool`. A command that cannot be
+pinned (inline code, a module run by name, unresolvable expansions) makes the artifact skipped.
+Before each host run the files are checked again and private copies of the checked bytes run
+(`pins.prepare_hook`, `pins.prepare_tool`). Bundled ones are trusted; the user's are trusted
+unless the agent wrote them (a provenance sidecar), which takes a pin too.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from .descriptions import MAX_DESCRIPTIONS_BYTES, parse_descriptions
-from .layers import ArtifactError, Layer, forget_real_paths, inside, layers, list_dir, read_inside, real_path
+from .layers import ArtifactError, Layer, forget_real_paths, layers, list_dir, read_inside, real_path
+from .pins import Pin, Plan, Scope, Unpinnable, plan_hook, plan_tool, scope_of
 from .prompts import PromptParts, resolve_prompt
 from .provenance import read_provenance
 from .report import Artifact, Report, Trust, sanitize, sha256
@@ -43,7 +48,6 @@ if TYPE_CHECKING:
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_HOOKS_BYTES = 64 * 1024
 MAX_TOOLS_PER_LAYER = 200
-MAX_PROGRAM_BYTES = 64 * 1024 * 1024
 
 
 @dataclass
@@ -54,6 +58,8 @@ class FoundTool:
     manifest_dir: Path
     path: Path
     layer: Layer
+    program: Any = None  # custom_tools.ProgramRef, the one its pin covers
+    pin: Pin | None = None  # what is checked before each host run (None: trusted without a pin)
 
 
 @dataclass
@@ -62,8 +68,8 @@ class Extensions:
 
     layers: list[Layer]
     tools: list[FoundTool] = field(default_factory=list)
-    hooks: Any = None  # hooks.HooksFile of the active hooks.toml
-    hooks_path: Path | None = None
+    hooks: Any = None  # hooks.HooksFile: the active hooks files' groups together (the user's first)
+    hook_sets: list[Any] = field(default_factory=list)  # hooks.HookSet of each active hooks.toml, in run order
     prompt: PromptParts = field(default_factory=PromptParts)
     descriptions: dict[str, str] = field(default_factory=dict)
     toolsets: ToolsetsFile | None = None
@@ -78,6 +84,15 @@ class Extensions:
             artifacts=self.artifacts, warnings=self.warnings,
         )
 
+    @property
+    def hooks_path(self) -> Path | None:
+        """The first active hooks file (`hook_sets` has them all)."""
+        return Path(self.hook_sets[0].source) if self.hook_sets else None
+
+    @property
+    def hooks_paths(self) -> list[Path]:
+        return [Path(item.source) for item in self.hook_sets]
+
     def find(self, name: str) -> list[Artifact]:
         """Report entries by tool name, or by file name or path."""
         return [a for a in self.artifacts if name in (a.name, a.path) or a.path.endswith(os.sep + name)]
@@ -85,22 +100,10 @@ class Extensions:
 
 def pin_digest(key: str, manifest: bytes, programs: list[tuple[str, str]]) -> str:
     """The trust pin of an executable artifact: its key (project-relative path), its bytes, and
-    each program it runs, as ("bytes", "<path>:<sha256>") inside the boundary or ("path", path)."""
+    each file its commands name, as ("bytes", "<path>:<sha256>") inside the boundary or ("path", path)
+    (`pins.Plan.identities`)."""
     framed = json.dumps({"key": key, "manifest": sha256(manifest), "programs": programs}, sort_keys=True)
     return "sha256:" + hashlib.sha256(b"osprey-extension-pin-v1\n" + framed.encode()).hexdigest()
-
-
-def _program_identity(program: Path, boundary: Path, base: Path) -> tuple[str, str]:
-    """How a program counts in a pin: its bytes when it lies inside `boundary`, else its path."""
-    real = Path(real_path(program))
-    if inside(str(real), boundary):
-        try:
-            data = read_inside(real, boundary, MAX_PROGRAM_BYTES)
-        except ArtifactError as exc:
-            raise ArtifactError(f"its program {program} {exc}") from None
-        rel = real.relative_to(base).as_posix() if real.is_relative_to(base) else str(real)
-        return ("bytes", f"{rel}:{sha256(data or b'')}")
-    return ("path", str(program))
 
 
 class _Context:
@@ -109,11 +112,22 @@ class _Context:
         self.store = store
         self.root = Path(real_path(settings.workspace_root))
 
-    def trust(self, layer: Layer, path: Path, data: bytes, programs: list[Path]) -> tuple[Trust, str | None, str]:
+    def scope(self, layer: Layer) -> Scope:
+        """Where the files an artifact's commands name count with their bytes: the workspace,
+        and for the user's own artifacts $OSPREY_HOME too."""
+        if layer.kind == "project":
+            return scope_of([self.root], self.root)
+        return scope_of([layer.boundary, self.root], layer.root)
+
+    def pinned(self, layer: Layer, path: Path) -> bool:
+        """Whether the artifact is trusted only through a pin (so it is checked before each run)."""
+        if layer.kind == "bundled":
+            return False
+        return layer.kind == "project" or read_provenance(path, layer.boundary)[0] != "legacy"
+
+    def trust(self, layer: Layer, path: Path, data: bytes, identities: list[tuple[str, str]]) -> tuple[Trust, str | None, str]:
         """(trust, reason when not trusted, pin digest) of an executable artifact."""
         key = layer.key(path, self.root)
-        base = self.root if layer.kind == "project" else layer.root
-        identities = [_program_identity(p, layer.boundary if layer.kind != "project" else self.root, base) for p in programs]
         digest = pin_digest(key, data, identities)
         if layer.kind == "bundled":
             return "trusted", None, digest
@@ -129,7 +143,7 @@ class _Context:
         if status == "trusted":
             return "trusted", None, digest
         if status == "modified":
-            return "modified", "it (or the program it runs) changed since it was trusted: review it, then `osprey extensions trust`", digest
+            return "modified", "it (or a file its commands name) changed since it was trusted: review it, then `osprey extensions trust`", digest
         who = "agent-written " if layer.kind == "user" else ""
         return "untrusted", f"{who}executable artifacts need trust: review it, then `osprey extensions trust {path.stem if path.name != 'hooks.toml' else 'hooks'}`", digest
 
@@ -159,7 +173,7 @@ def _tools(found: Extensions, context: _Context, builtin: Collection[str]) -> No
             found.warnings.append(f"{layer.root / 'tools'}: more than {MAX_TOOLS_PER_LAYER} manifests; only the first {MAX_TOOLS_PER_LAYER} by name are read")
         if paths:
             # Loaded only when there are manifests: a session without custom tools never needs it.
-            from .custom_tools import ManifestError, check_name, parse_manifest, program_paths
+            from .custom_tools import ManifestError, check_name, parse_manifest, resolve_program
         for path in paths:
             entry = Artifact(kind="tool", name=path.stem, layer=layer.kind, path=str(path), activation="session_start")
             found.artifacts.append(entry)
@@ -180,8 +194,17 @@ def _tools(found: Extensions, context: _Context, builtin: Collection[str]) -> No
             except ManifestError as exc:
                 entry.status, entry.reason = "skipped", sanitize(str(exc))
                 continue
+            ref = resolve_program(manifest, path.parent)
+            scope = context.scope(layer)
+            pinned = context.pinned(layer, path) and not manifest.sandbox  # a lane run stays in the lane
             try:
-                trust, why, pin = context.trust(layer, path, data, program_paths(manifest, path.parent))
+                plan = plan_tool(manifest.command, None if ref.path is None else str(ref.path), workdir=str(ref.workdir), scope=scope)
+                trust, why, pin = context.trust(layer, path, data, plan.identities())
+            except Unpinnable as exc:
+                if context.pinned(layer, path):
+                    entry.trust, entry.status, entry.reason = "untrusted", "skipped", sanitize(f"it cannot be pinned: {exc}")
+                    continue
+                plan, (trust, why, pin) = None, context.trust(layer, path, data, [])
             except ArtifactError as exc:
                 entry.trust, entry.status, entry.reason = "untrusted", "inactive", sanitize(str(exc))
                 continue
@@ -195,11 +218,18 @@ def _tools(found: Extensions, context: _Context, builtin: Collection[str]) -> No
                 entry.status, entry.reason = "inactive", why
                 continue
             active[manifest.name] = entry
-            found.tools.append(FoundTool(manifest, path.parent, path, layer))
+            checked = Pin(tuple(plan.identities()), scope) if pinned and plan is not None else None
+            found.tools.append(FoundTool(manifest, path.parent, path, layer, ref, checked))
 
 
 def _hooks(found: Extensions, context: _Context) -> None:
-    chosen: Artifact | None = None
+    """The user's hooks.toml (and a bundled one) always run when valid and trusted; the nearest
+    project hooks.toml runs in addition once trusted (a farther project file never instead)."""
+    from .hooks import HooksError, HookSet, hook_commands, merge_hooks, parse_hooks
+
+    nearest: Artifact | None = None
+    own: list[HookSet] = []
+    project: list[HookSet] = []
     for layer in found.layers:
         path = layer.root / "hooks.toml"
         problem: str | None = None
@@ -209,41 +239,58 @@ def _hooks(found: Extensions, context: _Context) -> None:
             data, problem = b"", sanitize(str(exc))
         if data is None:
             continue
-        from .hooks import HooksError, hook_commands, parse_hooks, referenced_program
-
         entry = Artifact(kind="hooks", name="hooks.toml", layer=layer.kind, path=str(path), digest=sha256(data) if data else None)
         found.artifacts.append(entry)
-        if chosen is not None:
-            entry.status, entry.reason = "shadowed", "a nearer hooks.toml comes first"
-            chosen.shadowed.append(str(path))
-            continue
-        chosen = entry
+        farther = ""
+        if layer.kind == "project":
+            if nearest is not None:
+                entry.status, entry.reason = "shadowed", "a nearer project hooks.toml comes first"
+                nearest.shadowed.append(str(path))
+                continue
+            nearest, farther = entry, "; farther project hooks files are not used"
         if problem is not None:
-            entry.status, entry.reason = "skipped", problem
+            entry.status, entry.reason = "skipped", problem + farther
+            found.warnings.append(f"{path}: {entry.reason}")
             continue
         try:
             hooks = parse_hooks(data, source=str(path))
         except HooksError as exc:
-            entry.status, entry.reason = "skipped", sanitize(f"{exc}; farther hooks files are not used")
+            entry.status, entry.reason = "skipped", sanitize(str(exc).removeprefix(f"{path}: ") + farther)
             found.warnings.append(f"{path}: {entry.reason}")
             continue
         commands = hook_commands(hooks)
         entry.runs = commands
-        programs = []
-        for command in commands:
-            program = referenced_program(command, project_dir=str(context.root))
-            if program is not None:
-                programs.append(Path(program) if os.path.isabs(program) else Path(context.settings.cwd) / program)
-        try:
-            trust, why, pin = context.trust(layer, path, data, programs)
-        except ArtifactError as exc:
-            trust, why, pin = "untrusted", sanitize(str(exc)), entry.digest or ""
-        entry.trust, entry.digest = trust, pin
         entry.provenance = read_provenance(path, layer.boundary)[0] if layer.kind == "user" else "none"
-        if trust != "trusted":
-            entry.status, entry.reason = "inactive", f"{why}; farther hooks files are not used"
+        scope = context.scope(layer)
+        plans: dict[str, Plan] | None = None
+        try:
+            made: dict[str, Plan] = {}
+            for command in commands:
+                if command not in made:
+                    made[command] = plan_hook(command, cwd=str(context.settings.cwd), project_dir=str(context.root), scope=scope)
+            identities = [item for command in commands for item in made[command].identities()]
+            plans = made
+        except Unpinnable as exc:
+            if context.pinned(layer, path):
+                entry.trust, entry.status, entry.reason = "untrusted", "skipped", sanitize(f"it cannot be pinned: {exc}{farther}")
+                entry.digest = None
+                found.warnings.append(f"{path}: {entry.reason}")
+                continue
+            plans, identities = None, []
+        except ArtifactError as exc:
+            entry.trust, entry.status, entry.reason = "untrusted", "inactive", sanitize(f"{exc}{farther}")
             continue
-        found.hooks, found.hooks_path = hooks, path
+        trust, why, pin = context.trust(layer, path, data, identities)
+        entry.trust, entry.digest = trust, pin
+        if trust != "trusted":
+            entry.status, entry.reason = "inactive", f"{why}{farther}"
+            continue
+        checked = None
+        if plans is not None and context.pinned(layer, path):
+            checked = {command: Pin(tuple(plan.identities()), scope) for command, plan in plans.items()}
+        (project if layer.kind == "project" else own).append(HookSet(hooks, str(path), checked))
+    found.hook_sets = own + project  # the user's own hooks (and bundled ones) run first
+    found.hooks = merge_hooks(found.hook_sets) if found.hook_sets else None
 
 
 def _descriptions(found: Extensions, env_file: Path | None) -> None:

@@ -11,8 +11,12 @@ one JSON line on standard input. Its exit status and output are its verdict:
 - exit 2: blocks, with standard error as the reason (empty standard error: a warning, allowed);
 - any other exit, a spawn failure, a timeout: a warning, and the action is allowed.
 
+The user's own hooks file and a trusted project's run together (`HookSet`s, the user's first).
 The hooks matching one event run in parallel; deny beats ask beats allow beats no decision, and
-the first hook (in file order) that replaces a tool's input or result wins. The `claude` dialect
+the first hook (the user's file first, then file order) that replaces a tool's input or result
+wins. A hook whose file is trusted through a pin runs only after the files its command names were
+checked against the pin, from private copies of the checked bytes (`pins.prepare_hook`); when
+they differ it does not run, and a PreToolUse call is denied. The `claude` dialect
 speaks Claude Code's vocabulary (tool names, `file_path`, `transcript_path`, ...) so that hook
 scripts written for it run unchanged. `docs/hooks.md` is the user's description of all this.
 """
@@ -45,6 +49,8 @@ from ..interception import (
     PromptVerdict,
     Verdict,
 )
+from .guard import changes_user_hooks
+from .pins import Pin, PinMismatch, prepare_hook
 
 if TYPE_CHECKING:
     from ..events import Event, SessionEnd, SessionStart
@@ -217,35 +223,26 @@ def parse_hooks(data: bytes, *, source: str) -> HooksFile:
     return HooksFile(source=source, events={name: groups for name, groups in events.items() if groups})
 
 
+@dataclass(frozen=True)
+class HookSet:
+    """One active hooks file: its groups, where it is, and, when its trust is a pin, what the pin
+    covers of each command (the identities of the files it names, and where they are judged),
+    checked again before each run. `pins` None: trusted as written (the user's own file)."""
+
+    hooks: HooksFile
+    source: str
+    pins: Mapping[str, Pin] | None = None
+
+
+def merge_hooks(sets: Sequence[HookSet]) -> HooksFile:
+    """The groups of several hooks files as one, in the order given (per event)."""
+    events = {name: tuple(group for item in sets for group in item.hooks.groups(name)) for name in EVENTS}
+    return HooksFile(source=" + ".join(item.source for item in sets), events={name: groups for name, groups in events.items() if groups})
+
+
 def hook_commands(hooks_file: HooksFile) -> list[str]:
     """Every command string of the file, in file order (events in their fixed order)."""
     return [entry.command for name in EVENTS for group in hooks_file.groups(name) for entry in group.hooks]
-
-
-_PROJECT_VARIABLE = re.compile(r"\$(?:\{(OSPREY_PROJECT_DIR|CLAUDE_PROJECT_DIR)\}|(OSPREY_PROJECT_DIR|CLAUDE_PROJECT_DIR)(?![A-Za-z0-9_]))")
-
-
-def referenced_program(command: str, project_dir: str | None = None) -> str | None:
-    """The executable a command names by path, for trust hashing: its first word when that word
-    holds a `/` (`./guard.sh`, `/usr/local/bin/check`, `scripts/lint`). A bare name resolved
-    through PATH (`python3 x.py`, `jq ...`) contributes none. Leading `VAR=value` assignments are
-    skipped; a first word that cannot be split (unbalanced quotes) gives None. With
-    `project_dir`, `$OSPREY_PROJECT_DIR` and `$CLAUDE_PROJECT_DIR` (also `${...}`) in that word
-    become it, as they do when the hook runs (`"$CLAUDE_PROJECT_DIR"/.claude/hooks/guard.sh`);
-    other variables stay as written."""
-    import shlex
-
-    try:
-        words = shlex.split(command, comments=True)
-    except ValueError:
-        return None
-    for word in words:
-        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", word, flags=re.DOTALL):
-            continue
-        if project_dir is not None:
-            word = _PROJECT_VARIABLE.sub(lambda _: project_dir, word)
-        return word if "/" in word else None
-    return None
 
 
 # ------------------------------------------------------------------ running one hook
@@ -378,6 +375,15 @@ def interpret(event: EventName, dialect: Dialect, command: str, run: HookRun) ->
         result.warning = f"its output is not a valid verdict ({_shown(where + ': ' if where else '', 60)}{_shown(str(first['msg']), 100)}); the action goes on"
         return result
     _apply(event, dialect, verdict, result)
+    return result
+
+
+def refused(event: EventName, command: str, reason: str) -> HookResult:
+    """A pinned hook that was not run because what it would run is not what was trusted: a
+    warning, and a PreToolUse call is denied (a guard that cannot run must not let the call by)."""
+    result = HookResult(command, warning=reason)
+    if event == "PreToolUse":
+        result.decision, result.reason = "deny", _cut(reason)
     return result
 
 
@@ -593,7 +599,7 @@ class HooksInterceptor(Interceptor):
 
     def __init__(
         self,
-        hooks_file: HooksFile,
+        hooks_file: HooksFile | Sequence[HookSet],
         *,
         cwd: str,
         session_id: str,
@@ -606,7 +612,17 @@ class HooksInterceptor(Interceptor):
         stop_cap: int = STOP_CONTINUATION_CAP,
         warn: Callable[[str], None] | None = None,
     ) -> None:
-        self.hooks_file = hooks_file
+        sets = [HookSet(hooks_file, hooks_file.source)] if isinstance(hooks_file, HooksFile) else list(hooks_file)
+        self.hooks_file = merge_hooks(sets)
+        # The pinned entries, by identity: what their trust covers, checked before each run.
+        self._pins: dict[int, tuple[str, Pin | None]] = {}
+        for item in sets:
+            if item.pins is None:
+                continue
+            for name in EVENTS:
+                for group in item.hooks.groups(name):
+                    for entry in group.hooks:
+                        self._pins[id(entry)] = (item.source, item.pins.get(entry.command))
         self.cwd = cwd
         self.session_id = session_id
         if env is None:
@@ -681,7 +697,24 @@ class HooksInterceptor(Interceptor):
                  for d in {g.dialect for g, _ in chosen}}
 
         async def one(group: HookGroup, entry: HookEntry) -> HookResult:
-            run = await run_hook(entry.command, lines[group.dialect], cwd=self.cwd, env=self._env(group.dialect), timeout=entry.timeout_secs)
+            env = self._env(group.dialect)
+            pinned = self._pins.get(id(entry))
+            if pinned is None:
+                run = await run_hook(entry.command, lines[group.dialect], cwd=self.cwd, env=env, timeout=entry.timeout_secs)
+            else:
+                source, pin = pinned
+                try:
+                    if pin is None:
+                        raise PinMismatch("its trust pin does not cover this command")
+                    prepared = await asyncio.to_thread(prepare_hook, entry.command, pin.identities, cwd=self.cwd, project_dir=self.project_dir,
+                                                       scope=pin.scope, search_path=env.get("PATH", os.defpath))
+                except PinMismatch as exc:
+                    return refused(event, entry.command, f"it was not run: {exc}. Review {source} and what it runs, then "
+                                   "`osprey extensions trust hooks`")
+                try:
+                    run = await run_hook(prepared.line, lines[group.dialect], cwd=self.cwd, env=env, timeout=entry.timeout_secs)
+                finally:
+                    prepared.close()
             result = interpret(event, group.dialect, entry.command, run)
             if result.updated_input is not None and group.dialect == "claude":
                 result.updated_input = osprey_tool_input(tool, result.updated_input)
@@ -736,6 +769,8 @@ class HooksInterceptor(Interceptor):
         replaced = next((r.updated_input for r in combined.results if r.updated_input is not None), None)
         if replaced is not None:
             call.arguments = dict(replaced)  # the floor judges the call again when its input changed
+        if decision in ("allow", "ask") and changes_user_hooks(call.name, call.arguments):
+            decision = None  # only the person allows a change to their own hooks (`guard.UserHooksGuard` asks)
         if decision == "ask":
             return Verdict("ask", combined.reasons("ask") or "a PreToolUse hook asks for approval", source, arguments=replaced, context=context)
         if decision == "allow":

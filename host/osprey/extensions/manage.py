@@ -13,7 +13,9 @@ that marks them agent-written.
 Rules: content is complete, at most 256 KiB of UTF-8, without NUL bytes or anything that looks
 like a credential, and must pass the production parser of its kind. `expected_digest` guards
 replace and delete. Symbolic links and non-regular files are never written through. Project
-layers that would shadow the user's tool, `SYSTEM.md` or `hooks.toml` refuse the write. One lock
+layers that would shadow the user's tool or `SYSTEM.md` refuse the write (a project's `hooks.toml`
+runs beside the user's, so it shadows nothing). A change to the user's `hooks.toml` runs only after
+the person approved it, under every policy (`guard.UserHooksGuard`). One lock
 file in the home serialises operations, across threads and processes.
 
 Write order: the sidecar first, then the artifact, each staged beside its target, fsynced and
@@ -438,7 +440,7 @@ def _tool_files_named(directory: Path, boundary: Path, name: str, skip: Path | N
 
 def _check_collisions(settings: Settings, home: Path, where: Target) -> None:
     for layer in _project_layers(settings):
-        if where.kind in ("system_prompt", "hooks"):
+        if where.kind == "system_prompt":
             path = layer.root / where.name
             if os.path.lexists(path):
                 raise ManageError("name_collision", f"the project layer already has {path}, which comes before the user's {where.name} "

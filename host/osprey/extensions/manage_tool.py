@@ -53,7 +53,8 @@ DESCRIPTION = (
     "(SYSTEM.md), the appended prompt (APPEND_SYSTEM.md), custom tool manifests and hooks.toml. Operations: list "
     "(metadata and digests, never bodies), create, replace and delete (pass expected_digest from list). Content is "
     "validated like Osprey loads it. Changes take effect at the next turn boundary. Tools and hooks written here stay "
-    "inactive until the person reviews them and runs `osprey extensions trust NAME`; this tool never grants trust."
+    "inactive until the person reviews them and runs `osprey extensions trust NAME`; this tool never grants trust. "
+    "Creating, replacing or deleting hooks.toml (the person's own hooks) always asks the person first, whatever the approval policy."
 )
 
 

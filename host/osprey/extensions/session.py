@@ -55,6 +55,7 @@ class SessionExtensions(ToolSource):
         self.reload_pending = False
         self.wanted: set[str] | None = None  # the toolset's tool names, when one was asked for
         self._hooks: Interceptor | None = None
+        self._guard: Interceptor | None = None
         self._custom: list[Tool] = []
 
     async def start(self) -> None:
@@ -84,7 +85,7 @@ class SessionExtensions(ToolSource):
             from .custom_tools import custom_tool
 
             for item in found.tools:
-                self._custom.append(custom_tool(item.manifest, item.manifest_dir, env=self.env))
+                self._custom.append(custom_tool(item.manifest, item.manifest_dir, env=self.env, program=item.program, pin=item.pin))
                 tools[item.manifest.name] = self._custom[-1]
         for name, text in found.descriptions.items():
             if name in tools:
@@ -100,14 +101,21 @@ class SessionExtensions(ToolSource):
             tools = {name: tool for name, tool in tools.items() if name in self.only}
         registry.tools.clear()
         registry.tools.update(tools)
+        from .manage_tool import TOOL_NAME
+
+        if TOOL_NAME in tools and self._guard not in interceptors:
+            from .guard import UserHooksGuard
+
+            self._guard = UserHooksGuard(self.settings.home)
+            interceptors.add(self._guard)
         if self._hooks is not None:
             interceptors.remove(self._hooks)
         self._hooks = None
-        if found.hooks is not None:
+        if found.hook_sets:
             from .hooks import HooksInterceptor, claude_permission_mode
 
             self._hooks = HooksInterceptor(
-                found.hooks, cwd=str(self.settings.cwd), session_id=self.session_id, env=self.env, warn=self.warn,
+                found.hook_sets, cwd=str(self.settings.cwd), session_id=self.session_id, env=self.env, warn=self.warn,
                 emit=self.emit, messages=self.messages, transcript_dir=self.settings.home / "transcripts",
                 permission_mode=claude_permission_mode(self.permission_mode), project_dir=str(self.settings.workspace_root),
             )

@@ -223,7 +223,13 @@ def remove_socket_dir(path: str | Path) -> None:
         shutil.rmtree(p, ignore_errors=True)
 
 
-PROTECTED = (".git", ".gitmodules", ".osprey")
+PROTECTED = (".git", ".gitmodules", ".osprey", ".claude/hooks")
+# Files the extension programs name that a lane sees read-only: at most this many, each found
+# through at most this many manifests of this size.
+MAX_EXTENSION_FILES = 128
+MAX_EXTENSION_MANIFESTS = 200
+EXTENSION_MANIFEST_BYTES = 64 * 1024
+_PROJECT_DIR_VARIABLE = re.compile(r"\$(?:\{(?:OSPREY|CLAUDE)_PROJECT_DIR\}|(?:OSPREY|CLAUDE)_PROJECT_DIR(?![A-Za-z0-9_]))")
 
 
 MAX_SUBMODULES = 256
@@ -251,16 +257,82 @@ def _submodule_gitfiles(workspace: str) -> list[str]:
     return out
 
 
-def protected_paths(workspace: str, options: SandboxSettings) -> list[str]:
+def _extension_commands(workspace: str, home: Path | None) -> list[tuple[str, list[str]]]:
+    """(base directory, words) of each command the hooks files and tool manifests of the
+    workspace's `.osprey` and of Osprey's home run on the host: words split the way a shell would
+    (roughly; what a lane writes is also checked against its trust pin before each run)."""
+    import shlex
+
+    from .. import tomlfile
+
+    out: list[tuple[str, list[str]]] = []
+    for layer in [os.path.join(workspace, ".osprey"), *([str(home)] if home is not None else [])]:
+        raw = read_no_follow(os.path.join(layer, "hooks.toml"), EXTENSION_MANIFEST_BYTES)
+        try:
+            hooks = tomlfile.loads(raw.decode("utf-8")).get("hooks", {}) if raw else {}
+        except (ValueError, UnicodeDecodeError):
+            hooks = {}
+        for groups in hooks.values() if isinstance(hooks, dict) else ():
+            for group in groups if isinstance(groups, list) else ():
+                for entry in group.get("hooks", []) if isinstance(group, dict) and isinstance(group.get("hooks"), list) else ():
+                    command = entry.get("command") if isinstance(entry, dict) else None
+                    if isinstance(command, str):
+                        command = _PROJECT_DIR_VARIABLE.sub(lambda _: workspace, command)
+                        try:
+                            words = shlex.split(command, comments=True)
+                        except ValueError:
+                            words = command.split()
+                        out.append((workspace, [w for word in words for w in re.split(r"[;&|<>()]+", word) if w]))
+        tools = os.path.join(layer, "tools")
+        try:
+            names = sorted(name for name in os.listdir(tools) if name.endswith(".toml"))[:MAX_EXTENSION_MANIFESTS]
+        except OSError:
+            names = []
+        for name in names:
+            raw = read_no_follow(os.path.join(tools, name), EXTENSION_MANIFEST_BYTES)
+            try:
+                command = tomlfile.loads(raw.decode("utf-8")).get("command") if raw else None
+            except (ValueError, UnicodeDecodeError):
+                command = None
+            if isinstance(command, list) and all(isinstance(word, str) for word in command):
+                out.append((tools, list(command)))
+    return out
+
+
+def extension_files(workspace: str, home: Path | None) -> list[str]:
+    """The workspace files that the project's and the user's hooks and custom tools name (a
+    script, an interpreter's argument, `--option=FILE`): a lane must not rewrite what runs on
+    the host."""
+    found: list[str] = []
+    for base, words in _extension_commands(workspace, home):
+        for word in words:
+            value = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
+            if not value or "\x00" in value:
+                continue
+            for directory in (base, workspace):
+                real = os.path.realpath(os.path.join(directory, value))
+                if _inside(real, workspace) and os.path.isfile(real) and real not in found:
+                    found.append(real)
+            if len(found) >= MAX_EXTENSION_FILES:
+                return found
+    return found
+
+
+def protected_paths(workspace: str, options: SandboxSettings, home: Path | None = None) -> list[str]:
     """The workspace paths a lane sees read-only: what would let it get code run on the host
-    (git's config and hooks, submodules' git files, Osprey's project files). Empty with
+    (git's config and hooks, submodules' git files, Osprey's project files, `.claude/hooks`, and
+    the files the project's and the user's hooks and custom tools name). Empty with
     `protect_git = false`."""
     if not options.protect_git:
         return []
     out = []
     for name in PROTECTED:
         path = os.path.join(workspace, name)
-        if os.path.islink(path):
+        if "/" in name:
+            real = os.path.realpath(path)
+            if os.path.exists(real) and _inside(real, workspace) and real not in out:
+                out.append(real)
+        elif os.path.islink(path):
             # A link into the workspace: protect what it names (the link itself lies in a
             # directory the lane can write; `changed_paths` reports a replaced link).
             real = os.path.realpath(path)
@@ -268,7 +340,8 @@ def protected_paths(workspace: str, options: SandboxSettings) -> list[str]:
                 out.append(real)
         elif os.path.lexists(path):
             out.append(path)
-    return out + [p for p in _submodule_gitfiles(workspace) if p not in out]
+    out += [p for p in _submodule_gitfiles(workspace) if p not in out]
+    return out + [p for p in extension_files(workspace, home) if p not in out and not any(_inside(p, q) for q in out)]
 
 
 def protected_state(workspace: str) -> dict[str, str | None]:
@@ -309,10 +382,12 @@ def check_home_outside(workspace: str, options: SandboxSettings, home: Path | No
         raise SandboxError(f"Osprey's home {real} is inside the workspace {workspace}, so a lane could rewrite your settings and trust; set OSPREY_HOME elsewhere, or run in a project directory")
 
 
-def lane_run_options(image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path) -> dict[str, Any]:
-    """The docker run options of a lane: every hardening setting is here, in one place."""
+def lane_run_options(image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path,
+                     home: Path | None = None) -> dict[str, Any]:
+    """The docker run options of a lane: every hardening setting is here, in one place. `home`
+    is Osprey's home, whose hooks and tools may name workspace files the lane must not rewrite."""
     uid, gid = workspace_owner(workspace)
-    protected = {path: {"bind": path, "mode": "ro"} for path in protected_paths(workspace, options)}
+    protected = {path: {"bind": path, "mode": "ro"} for path in protected_paths(workspace, options, home)}
     memory = size_bytes(options.memory_limit)
     return {
         "command": [
@@ -494,10 +569,11 @@ async def _lane_image(client: Any, options: SandboxSettings, progress: Progress,
     return image
 
 
-async def _create_and_start_shielded(client: Any, image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path) -> str:
+async def _create_and_start_shielded(client: Any, image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path,
+                                     home: Path | None = None) -> str:
     # The thread finishes even if we are cancelled meanwhile; wait for it, so that a
     # container it made is known to the caller and removed.
-    create = asyncio.ensure_future(asyncio.to_thread(_create_and_start, client, image, workspace, session_id, options, socket_dir))
+    create = asyncio.ensure_future(asyncio.to_thread(_create_and_start, client, image, workspace, session_id, options, socket_dir, home))
     try:
         return await asyncio.shield(create)
     except asyncio.CancelledError:
@@ -509,13 +585,14 @@ async def _create_and_start_shielded(client: Any, image: str, workspace: str, se
         raise
 
 
-def _create_and_start(client: Any, image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path) -> str:
+def _create_and_start(client: Any, image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path,
+                      home: Path | None = None) -> str:
     """Create the lane's container with all its options in one call and start it (two engine
     calls: no inspection in between); its id."""
     import docker
     from docker.models.containers import _create_container_args
 
-    run_options = lane_run_options(image, workspace, session_id, options, socket_dir)
+    run_options = lane_run_options(image, workspace, session_id, options, socket_dir, home)
     try:
         args = _create_container_args({"image": image, "version": client.api._version, **run_options})
         container_id: str = client.api.create_container(**args)["Id"]
@@ -579,7 +656,7 @@ class LocalDockerBackend(LaneBackend):
             name = f"osprey-lane-{session_id}"
             for attempt in range(2):
                 try:
-                    container_id = await _create_and_start_shielded(client, image, workspace, session_id, options, socket_dir)
+                    container_id = await _create_and_start_shielded(client, image, workspace, session_id, options, socket_dir, home)
                     break
                 except _NameTaken:
                     if attempt:

@@ -14,6 +14,7 @@ from ..choices import EFFORTS, MODEL_PROVIDERS
 from ..config import Settings
 from ..errors import OspreyError
 from ..sessions.journal import find_session, list_sessions
+from ..terminal_text import clean
 from . import commands
 from .presenter import DIFF_COMMAND
 from .screens import ModelPicker, SessionsScreen
@@ -42,7 +43,7 @@ class SlashCommands:
             return
         handler = getattr(self, f"cmd_{name}", None) if name in commands.BY_NAME else None
         if handler is None:
-            self.app.notify(f"unknown command /{name}: /help lists them", severity="error")
+            self.app.notify(clean(f"unknown command /{name}: /help lists them"), severity="error", markup=False)
             return
         await handler(argument)
 
@@ -209,8 +210,7 @@ class SlashCommands:
         lines = [f"{item.manifest.name}: {item.path} ({item.layer.kind})" for item in found.tools] or ["no custom tools are loaded"]
         for artifact in (a for a in found.artifacts if a.kind == "tool" and a.status != "active"):
             lines.append(f"not loaded: {artifact.name} ({artifact.status}): {artifact.reason or ''}")
-        if found.hooks_path is not None:
-            lines.append(f"hooks: {found.hooks_path}")
+        lines += [f"hooks: {path}" for path in found.hooks_paths]
         if session.extensions is not None and session.extensions.reload_pending:
             lines.append("a reload is pending: it happens at the next turn boundary")
         lines.append("`osprey extensions` shows every artifact and why it is or is not used")
