@@ -11,87 +11,24 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import require_docker
+from tmux_pane import Tmux, serve
 
 from osprey.testing.model_server import ModelServer, Reply
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
 
 OSPREY = str(Path(sys.executable).with_name("osprey"))
-TIMEOUT = 120.0
-
-
-class Tmux:
-    """A private tmux server (its own socket, in the test's directory) running commands in detached
-    sessions of 100x30."""
-
-    def __init__(self, directory: Path) -> None:
-        self.socket = str(directory / "tmux.sock")
-        self.config = directory / "tmux.conf"
-        self.config.write_text("set -g remain-on-exit on\nset -g status off\n")
-
-    def run(self, *args: str) -> str:
-        done = subprocess.run(["tmux", "-S", self.socket, "-f", str(self.config), *args], capture_output=True, text=True, timeout=30)
-        if done.returncode != 0:
-            raise AssertionError(f"tmux {' '.join(args)}: {done.stderr.strip()}")
-        return done.stdout
-
-    def start(self, name: str, command: list[str], env: dict[str, str], *, hold: bool = False) -> None:
-        """Run `command` in session `name`. With `hold` a shell runs it, prints its exit status and waits
-        for Enter before exiting with it: the pane stays alive, so its terminal state can be read (a
-        dead pane always reports a hidden cursor, and tmux 3.3 does not always record a dead pane's
-        exit status, so the shell's line is the status that is checked)."""
-        wrapped = ["env", "-i", *(f"{k}={v}" for k, v in {**env, "TERM": "xterm-256color"}.items()), *command]
-        if hold:
-            wrapped = ["sh", "-c", '"$@"; s=$?; echo "exit-status=$s"; read _; exit $s', "sh", *wrapped]
-        self.run("new-session", "-d", "-s", name, "-x", "100", "-y", "30", *wrapped)
-
-    def child_pid(self, name: str) -> int:
-        """The pid of the command a `hold` shell runs."""
-        shell = int(self.show(name, "#{pane_pid}"))
-        children = Path(f"/proc/{shell}/task/{shell}/children").read_text().split()
-        assert len(children) == 1, children
-        return int(children[0])
-
-    def screen(self, name: str) -> str:
-        return self.run("capture-pane", "-p", "-t", name)
-
-    def show(self, name: str, fmt: str) -> str:
-        return self.run("display", "-p", "-t", name, fmt).strip()
-
-    def keys(self, name: str, *keys: str) -> None:
-        self.run("send-keys", "-t", name, *keys)
-
-    def text(self, name: str, text: str) -> None:
-        self.run("send-keys", "-t", name, "-l", text)
-
-    def wait(self, name: str, condition: Callable[[str], bool], what: str) -> str:
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            screen = self.screen(name)
-            if condition(screen):
-                return screen
-            if self.show(name, "#{pane_dead}") == "1" or time.monotonic() > deadline:
-                raise AssertionError(f"waiting for {what}: screen {screen!r}")
-            time.sleep(0.1)
-
-    def kill_server(self) -> None:
-        subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True, timeout=30)
 
 
 @pytest.fixture
 def tmux(tmp_path: Path) -> Iterator[Tmux]:
-    server = Tmux(tmp_path)
-    try:
-        yield server
-    finally:
-        server.kill_server()
+    yield from serve(tmp_path)
 
 
 def _lanes_of(pid: int) -> list[Any]:

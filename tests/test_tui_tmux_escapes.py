@@ -6,20 +6,19 @@ from __future__ import annotations
 
 import base64
 import shutil
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tmux_pane import Tmux, serve
 
 from osprey.testing.model_server import ModelServer, Reply
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
 
 OSPREY = str(Path(sys.executable).with_name("osprey"))
-TIMEOUT = 120.0
 CLIPBOARD = base64.b64encode(b"pwned-clipboard").decode()
 ANSWER = ("Answer begins \x1b]0;pwned-title-0\x07 and \x1b]2;pwned-title-2\x1b\\ then "
           f"\x1b]52;c;{CLIPBOARD}\x07 and \x1b[2J\x1b[H last \x9d0;pwned-title-c1\x9c words. Answer ends.")
@@ -28,69 +27,17 @@ COMMAND = (r"printf 'tool says \033]0;pwned-title-tool\007 \033]52;c;" + CLIPBOA
            r"echo failing-tool-output; exit 3")
 
 
-class Tmux:
-    """A private tmux server (its own socket, in the test's directory) with `set-clipboard on`, so an
-    OSC 52 sequence a program prints would reach tmux's paste buffers."""
-
-    def __init__(self, directory: Path) -> None:
-        self.socket = str(directory / "tmux.sock")
-        self.config = directory / "tmux.conf"
-        self.config.write_text("set -g remain-on-exit on\nset -g status off\nset -g set-clipboard on\n")
-
-    def run(self, *args: str) -> str:
-        done = subprocess.run(["tmux", "-S", self.socket, "-f", str(self.config), *args], capture_output=True, text=True, timeout=30)
-        if done.returncode != 0:
-            raise AssertionError(f"tmux {' '.join(args)}: {done.stderr.strip()}")
-        return done.stdout
-
-    def start(self, name: str, command: list[str], env: dict[str, str]) -> None:
-        wrapped = ["env", "-i", *(f"{k}={v}" for k, v in {**env, "TERM": "xterm-256color"}.items()), *command]
-        wrapped = ["sh", "-c", '"$@"; s=$?; echo "exit-status=$s"; read _; exit $s', "sh", *wrapped]
-        self.run("new-session", "-d", "-s", name, "-x", "100", "-y", "30", *wrapped)
-
-    def screen(self, name: str) -> str:
-        return self.run("capture-pane", "-p", "-t", name)
-
-    def show(self, name: str, fmt: str) -> str:
-        return self.run("display", "-p", "-t", name, fmt).strip()
-
-    def buffers(self) -> str:
-        return self.run("list-buffers", "-F", "#{buffer_name}: #{buffer_sample}")
-
-    def keys(self, name: str, *keys: str) -> None:
-        self.run("send-keys", "-t", name, *keys)
-
-    def text(self, name: str, text: str) -> None:
-        self.run("send-keys", "-t", name, "-l", text)
-
-    def wait(self, name: str, condition: Callable[[str], bool], what: str) -> str:
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            screen = self.screen(name)
-            if condition(screen):
-                return screen
-            if self.show(name, "#{pane_dead}") == "1" or time.monotonic() > deadline:
-                raise AssertionError(f"waiting for {what}: screen {screen!r}")
-            time.sleep(0.1)
-
-    def kill_server(self) -> None:
-        subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True, timeout=30)
-
-
 @pytest.fixture
 def tmux(tmp_path: Path) -> Iterator[Tmux]:
-    server = Tmux(tmp_path)
-    try:
-        yield server
-    finally:
-        server.kill_server()
+    """With `set-clipboard on`, so an OSC 52 sequence a program prints reaches tmux's paste buffers."""
+    yield from serve(tmp_path, "set -g set-clipboard on\n")
 
 
 def test_the_rig_sees_a_title_and_a_clipboard_set_by_a_program(tmux: Tmux, tmp_path: Path) -> None:
     """The probes below can fail: a program that prints the sequences does change both."""
     script = tmp_path / "emit.sh"
     script.write_text(f"printf '\\033]2;probe-title\\033\\\\\\033]52;c;{CLIPBOARD}\\007'; echo probe-done; read _\n")
-    tmux.start("probe", ["sh", str(script)], {"PATH": "/usr/bin:/bin"})
+    tmux.start("probe", ["sh", str(script)], {"PATH": "/usr/bin:/bin"}, hold=True)
     tmux.wait("probe", lambda s: "probe-done" in s, "the probe to print")
     deadline = time.monotonic() + 10
     while "pwned-clipboard" not in tmux.buffers() and time.monotonic() < deadline:
@@ -104,7 +51,7 @@ def test_escape_sequences_from_the_model_and_a_failed_tool_reach_neither_the_tit
     workspace = tmp_path / "ws"
     workspace.mkdir()
     model_server.add(Reply.tool_call("bash", {"command": COMMAND}), Reply.text(ANSWER))
-    tmux.start("ui", [OSPREY, "-C", str(workspace), "--base-url", model_server.base_url], osprey_env)
+    tmux.start("ui", [OSPREY, "-C", str(workspace), "--base-url", model_server.base_url], osprey_env, hold=True)
     tmux.wait("ui", lambda s: "· ready" in s, "the session to start")
     title = tmux.show("ui", "#{pane_title}")
     assert "pwned" not in title and tmux.buffers() == ""
