@@ -242,6 +242,12 @@ async def test_a_tool_runs_the_bytes_that_were_checked(project: Project, monkeyp
     ("python3 .claude", "directory"),
     ("timeout 60 make lint", "runs make"),
     ("env -S 'sh -c true'", "inline code"),
+    # code that comes from data: commands built from input, file names found, a shell fed by a pipe
+    ("find .claude/hooks -name '*.sh' -exec sh {} ';'", "for each file found"),
+    ("ls .claude/hooks | xargs -I% sh .claude/hooks/%", "runs xargs"),
+    ("git ls-files | sh", "reads its program from standard input"),
+    ("cat .claude/hooks/guard.sh | bash", "reads its program from standard input"),
+    ("python3 - < /dev/stdin", "reads its program from standard input"),
 ])
 def test_a_hook_that_cannot_be_pinned_is_refused_with_the_reason(project: Project, command: str, why: str) -> None:
     project.write(".claude/hooks/guard.sh", GUARD)
@@ -258,6 +264,9 @@ def test_a_hook_that_cannot_be_pinned_is_refused_with_the_reason(project: Projec
     ('["sh", "-c", ". ./helper.sh"]', "-c"),
     ('["env", "NODE_ENV=test", "npm", "test"]', "runs npm"),
     ('["node", "."]', "directory"),
+    ('["find", ".", "-name", "*.sh", "-exec", "sh", "{}", ";"]', "for each file found"),
+    ('["xargs", "sh"]', "runs xargs"),
+    ('["bash"]', "reads its program from standard input"),
 ])
 def test_a_tool_that_cannot_be_pinned_is_refused_with_the_reason(project: Project, command: str, why: str) -> None:
     project.write(".osprey/tools/inline.toml", f'name = "inline"\ndescription = "d"\ncommand = {command}\n')
@@ -294,3 +303,21 @@ def test_plain_hook_lines_stay_pinnable(tmp_path: Path) -> None:
         plan_hook(line, cwd=str(tmp_path), project_dir=str(tmp_path), scope=scope)
     with pytest.raises(Unpinnable):
         plan_hook("cat <<EOF\nx\nEOF", cwd=str(tmp_path), project_dir=str(tmp_path), scope=scope)
+
+
+def test_a_program_found_through_a_relative_path_entry_is_pinned(tmp_path: Path) -> None:
+    """`PATH=bin:/usr/bin`: a bare program name can be a workspace file, so it is pinned like one."""
+    from osprey.extensions.pins import plan_hook, scope_of
+
+    (tmp_path / "bin").mkdir()
+    program = tmp_path / "bin" / "myguard"
+    program.write_text("#!/bin/sh\nexit 0\n")
+    program.chmod(0o755)
+    scope = scope_of([tmp_path], tmp_path)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # shutil.which answers a relative PATH entry from the process's directory
+    try:
+        plan = plan_hook("myguard", cwd=str(tmp_path), project_dir=str(tmp_path), scope=scope, search_path="bin:/usr/bin")
+    finally:
+        os.chdir(cwd)
+    assert [os.path.realpath(f.path) for f in plan.files] == [str(program.resolve())]

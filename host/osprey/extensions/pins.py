@@ -66,6 +66,11 @@ _RUNNERS = frozenset({
     "gradlew", "mvn", "mvnw", "rake", "just", "task", "invoke", "pre-commit", "ant", "cmake", "ninja", "meson", "poetry", "uv", "uvx",
     "pipenv", "hatch", "pdm", "bundle", "composer", "mix", "dotnet", "sbt", "lein", "direnv", "scons", "bazel", "bazelisk", "buck",
 })
+# Programs that build the commands they run from their input, and the options that make a
+# finder run a command per file found.
+_FROM_INPUT = frozenset({"xargs", "parallel", "entr", "watchexec", "sem"})
+_FINDERS = frozenset({"find", "gfind", "bfs", "fd", "fdfind"})
+_FIND_EXEC = re.compile(r"-(?:exec|execdir|ok|okdir)|-[xX]|--exec(?:-batch)?(?:=.*)?")
 # Variables that make programs load code from where they point.
 _CODE_VARIABLES = re.compile(r"PYTHON(?:PATH|STARTUP|HOME|USERBASE)|LD_[A-Z_]+|BASH_ENV|ENV|NODE_(?:PATH|OPTIONS)|PERL5?LIB|PERL5OPT|"
                              r"RUBYLIB|RUBYOPT|LUA_(?:C?PATH)[A-Z0-9_]*|CLASSPATH|GIT_[A-Z_]+|PATH|IFS|PS4|PROMPT_COMMAND|SHELLOPTS|BASHOPTS")
@@ -256,6 +261,7 @@ def plan_hook(command: str, *, cwd: str, project_dir: str | None, scope: Scope, 
     spans: list[tuple[int, int]] = []
     words: list[tuple[_Word, bool, str]] = []  # (word, at command position, redirection before it)
     simple: list[list[str]] = [[]]  # the words of each simple command, for the inline-code check
+    stdin_files: list[bool] = [False]  # whether each reads its standard input from a file it names
     at_command, redirect = True, ""
     for token in tokens:
         if isinstance(token, str):
@@ -264,11 +270,13 @@ def plan_hook(command: str, *, cwd: str, project_dir: str | None, scope: Scope, 
             else:
                 at_command, redirect = True, ""
                 simple.append([])
+                stdin_files.append(False)
             continue
         if token.digits:
             continue
         if redirect:
             words.append((token, False, redirect))
+            stdin_files[-1] = stdin_files[-1] or (redirect == "<" and not token.value.startswith(("/dev/", "/proc/")))
             redirect = ""
             continue
         assignment = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", token.value, flags=re.DOTALL)
@@ -285,9 +293,10 @@ def plan_hook(command: str, *, cwd: str, project_dir: str | None, scope: Scope, 
             raise Unpinnable(f"it uses {token.value}, which runs text as code Osprey cannot pin")
         # Wrappers keep the next word a program: `nice -n 5 make`, `timeout 10 ./x.sh`.
         at_command = at_command and (token.value in _RESERVED or re.fullmatch(r"-.*|[0-9.]+[smhd]?", token.value) is not None)
-    for argv in simple:
+    for argv, stdin_file in zip(simple, stdin_files, strict=True):
         _check_inline(argv)
         _interpreter_directories(argv, cwd, scope)
+        _check_indirect(argv, stdin_file)
     for index, (word, command_position, redirect_) in enumerate(words):
         spans.append((word.start, word.end))
         if redirect_ in (">", ">>", ">|", ">&", "<&"):
@@ -302,8 +311,10 @@ def plan_hook(command: str, *, cwd: str, project_dir: str | None, scope: Scope, 
             continue
         if command_position and "/" not in value:
             found = shutil.which(value, path=search_path if search_path is not None else os.environ.get("PATH", os.defpath))
-            if found is None or not os.path.isabs(found):
+            if found is None:
                 continue
+            if not os.path.isabs(found):  # a relative PATH entry: found from the working directory
+                found = os.path.join(cwd, found)
             real = real_path(found)
             if scope.local(real) is None:
                 continue  # a system program found on PATH: its name is in the pinned line
@@ -325,6 +336,30 @@ def _check_runner(program: str) -> None:
     if name in _RUNNERS:
         raise Unpinnable(f"it runs {name}, which runs code it finds in the workspace by convention (a Makefile, package scripts, "
                          "tests), not code the command names, so Osprey cannot pin it; name a script file that does the work")
+
+
+def _check_indirect(words: Sequence[str], stdin_file: bool = False) -> None:
+    """Unpinnable when a simple command runs code it gets from data rather than from its own
+    words: commands built from input (`xargs`, `find -exec`), or an interpreter given no script
+    operand, which reads its program from standard input (`git ls-files | sh`) unless that is a
+    file the line names (`sh < guard.sh`, pinned like any named file)."""
+    for i, word in enumerate(words):
+        name = os.path.basename(word)
+        if name in _FROM_INPUT:
+            raise Unpinnable(f"it runs {name}, which builds the commands it runs from its input, so Osprey cannot know the code; "
+                             "name a script file that does the work")
+        if name in _FINDERS and any(_FIND_EXEC.fullmatch(later) for later in words[i + 1:]):
+            raise Unpinnable(f"it runs {name} with a command for each file found, so the files it finds decide the code; "
+                             "name a script file that does the work")
+    start = next((i for i, w in enumerate(words) if os.path.basename(w) not in _RESERVED and not w.startswith("-")
+                  and not re.fullmatch(r"[0-9.]+[smhd]?", w)), None)
+    if start is None or not _INTERPRETER.fullmatch(os.path.basename(words[start])):
+        return
+    name = os.path.basename(words[start])
+    operands = [w for w in words[start + 1:] if not w.startswith("-") or (w.startswith("--") and "=" in w)]
+    if not operands and not stdin_file:
+        raise Unpinnable(f"it runs {name} without a script file it names, so {name} reads its program from standard input "
+                         "(or finds it by name), which Osprey cannot pin; name the script file")
 
 
 def _check_inline(words: Sequence[str]) -> None:
@@ -391,6 +426,7 @@ def plan_tool(argv: Sequence[str], program: str | None, *, workdir: str, scope: 
     found), then each fixed argument that names a file (relative to `workdir`)."""
     _check_inline(argv)
     _interpreter_directories(argv, workdir, scope)
+    _check_indirect(argv)
     for word in argv:
         _check_runner(word)
         if os.path.basename(word) not in _RESERVED and not word.startswith("-") and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*|[0-9.]+[smhd]?", word):
