@@ -79,7 +79,7 @@ def remove_containers(label: str) -> list[str]:
     api = docker_api()
     try:
         removed = []
-        for c in api.containers.list(all=True, filters={"label": label}):
+        for c in api.containers.list(all=True, filters={"label": label}, ignore_removed=True):
             try:
                 c.remove(force=True)
             except docker.errors.NotFound:

@@ -50,7 +50,8 @@ def lanes_of(pid: int) -> list[Any]:
     """Containers (running or not) whose owner is the broker `pid`."""
     api = docker_api()
     try:
-        return api.containers.list(all=True, filters={"label": f"osprey.owner_pid={pid}"})
+        # A lane removed between the listing and its inspection is gone, not an error.
+        return api.containers.list(all=True, filters={"label": f"osprey.owner_pid={pid}"}, ignore_removed=True)
     finally:
         api.close()
 

@@ -154,7 +154,7 @@ def test_sigterm_removes_the_lane(workspace: Path, model_server: ModelServer, os
     client = docker_client()
 
     def lanes() -> list[object]:
-        return [c for c in client.containers.list(all=True, filters={"label": LABEL}) if c.labels.get("osprey.owner_pid") == str(proc.pid)]
+        return [c for c in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True) if c.labels.get("osprey.owner_pid") == str(proc.pid)]
 
     assert lanes(), "the run should have a lane"
     proc.send_signal(signal.SIGTERM)

@@ -36,7 +36,7 @@ def _lanes_of(pid: int) -> list[Any]:
 
     api = docker.from_env(timeout=120)
     try:
-        return api.containers.list(all=True, filters={"label": f"osprey.owner_pid={pid}"})
+        return api.containers.list(all=True, filters={"label": f"osprey.owner_pid={pid}"}, ignore_removed=True)
     finally:
         api.close()
 
