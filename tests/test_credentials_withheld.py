@@ -32,7 +32,13 @@ JWT = "eyJhbGciOiJSUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJwcm9qZWN0X3BhdGg6c2hvcC9h
 # name -> value: what a developer's or a CI runner's environment really holds. Many names say
 # nothing of a credential, so the value alone must give it away.
 CREDENTIALS: dict[str, str] = {
-    # connection strings
+    # connection strings without a URL's user part: Azure's, a SAS URL, npm's and netrc's forms
+    "AZURE_STORAGE_CONNECTION_STRING": "DefaultEndpointsProtocol=https;AccountName=shopdata;AccountKey=q8Zk3R0pLm2vX9tB4nW7yE1uI6oA5sD8fG2hJ0kL3zX4cV7bN9mQ1wE5rT8yU2iO6pA3sD9fG1hJ4kL7zX0cV==;EndpointSuffix=core.windows.net",
+    "AzureWebJobsStorage": "DefaultEndpointsProtocol=https;AccountName=fn01;AccountKey=Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2RlZmdoaWprbG1ub3A=",
+    "SERVICEBUS_CONNECTION": "Endpoint=sb://orders.servicebus.windows.net/;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=k3yV4lu3Abc123Def456Ghi789=",
+    "BLOB_SAS": "https://shopdata.blob.core.windows.net/exports?sv=2022-11-02&ss=b&srt=co&sp=rl&se=2027-01-01&sig=Tq8%2BbZk3R0pLm2vX9tB4nW7yE1uI6oA5sD8%3D",
+    "NPM_RC": "//registry.npmjs.org/:_authToken=123e4567-e89b-12d3-a456-426614174000",
+    "NETRC": "machine api.example.com login deploy password Hs7dK2mQ9x",
     "DATABASE_URL": "postgres://app:Xk29fhq3Lp@db.internal:5432/shop",
     "REDIS_URL": "redis://:Qw8sd7f6g5h4@cache.internal:6379/0",
     "MONGODB_URI": "mongodb+srv://svc:Pa55w0rdZq@cluster0.ab1cd.mongodb.net/prod?retryWrites=true&w=majority",

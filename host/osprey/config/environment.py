@@ -63,7 +63,11 @@ _CREDENTIAL_IN_VALUE = re.compile(
     r"|(?i:(?<![A-Za-z0-9_-])(?:proxy-)?authorization[ \t]{0,8}:|(?<![A-Za-z0-9_-])bearer[ \t]{1,8}[A-Za-z0-9._~+/=-]{8}"
     r"|(?<![A-Za-z0-9_-])(?:x-api-key|private-token|x-auth-token|x-access-token)[ \t]{0,8}:"
     r"|\"(?:private_key|client_secret|password|passwd|secret|api_?key|access_token|refresh_token|auth|token)\"[ \t\r\n]{0,8}:"
-    r"|(?:password|passwd|(?<![A-Za-z0-9_.])pwd)[ \t]{0,4}=[ \t]{0,4}[^\s;&'\"])",  # connection strings, --password=, PGPASSWORD=
+    r"|(?:password|passwd|(?<![A-Za-z0-9_.])pwd)[ \t]{0,4}=[ \t]{0,4}[^\s;&'\"]"  # connection strings, --password=, PGPASSWORD=
+    # Azure connection strings and SAS tokens, npm's _authToken, a .netrc's `password p`
+    r"|(?<![A-Za-z0-9_])(?:accountkey|sharedaccesskey|sharedaccesssignature|_authtoken|_auth|_password)[ \t]{0,4}=[ \t]{0,4}[^\s;&'\"]"
+    r"|(?<![A-Za-z0-9_])sig=[A-Za-z0-9%+/]{20}"
+    r"|(?<![A-Za-z0-9_-])(?:machine|default)[ \t]+\S{1,253}(?:[ \t]+\S{1,253}){0,6}?[ \t]+password[ \t]+\S)",
 )
 _BASE64_JSON = re.compile(r"eyJ[A-Za-z0-9+/_-]{17,}={0,2}")  # a whole value that is base64 of a JSON object
 
