@@ -300,6 +300,9 @@ class RiskyOptions:
     subcommand_short: Mapping[str, str] | None = None
     # Options before the subcommand that count (git's `-c`, `-C`); None: no subcommands.
     global_short: str | None = None
+    # Subcommands that write configuration or run commands they are given (`git config`,
+    # `git bisect run`, `npm config set`): not covered when a rule does not name the subcommand.
+    risky_subcommands: frozenset[str] = frozenset()
 
     def shown(self, subcommand: str | None = None) -> list[str]:
         """The options, as docs and messages list them: all of them, or with a `subcommand` (git's
@@ -309,7 +312,8 @@ class RiskyOptions:
             shorts = self.short + (self.global_short or "") + "".join((self.subcommand_short or {}).values())
         else:
             shorts = self.short + (self.subcommand_short or {}).get(subcommand, "")
-        return [dash + n for n in self.long] + [f"-{c}" for c in dict.fromkeys(shorts)]
+        return ([dash + n for n in self.long] + [f"-{c}" for c in dict.fromkeys(shorts)]
+                + ([] if subcommand is not None else sorted(self.risky_subcommands)))
 
 
 _GIT = RiskyOptions(
@@ -317,11 +321,13 @@ _GIT = RiskyOptions(
         "output", "ext-diff", "exec-path", "upload-pack", "receive-pack", "config", "config-env", "output-directory",
         "exec", "template", "separate-git-dir", "open-files-in-pager", "extcmd", "git-dir", "work-tree", "namespace",
         "super-prefix", "env-filter", "tree-filter", "index-filter", "parent-filter", "msg-filter", "commit-filter",
-        "tag-name-filter", "sendmail-cmd", "to-cmd", "cc-cmd", "header-cmd", "smtp-server",
+        "tag-name-filter", "sendmail-cmd", "to-cmd", "cc-cmd", "header-cmd", "smtp-server", "no-index",
     ),
     exact=frozenset({"cc", "to", "index", "commit", "tag", "tree", "msg", "env", "parent", "name"}),
     subcommand_short={"clone": "cu", "format-patch": "o", "archive": "o", "rebase": "x", "grep": "O", "difftool": "x"},
     global_short="cC",
+    risky_subcommands=frozenset({"config", "submodule", "bisect", "filter-branch", "filter-repo", "difftool", "mergetool",
+                                 "credential", "hook", "daemon", "instaweb", "send-email", "alias"}),
 )
 _PYTEST = RiskyOptions(
     long=(
@@ -338,6 +344,7 @@ _NPM = RiskyOptions(
         "global-dir", "global-folder", "store-dir", "modules-dir", "modules-folder", "virtual-store-dir", "node-arg",
     ),
     short="gcCp",
+    risky_subcommands=frozenset({"config", "set", "exec", "x", "explore", "edit", "dlx"}),
     single_dash_long=True,
     dashdash_ends=False,
     dashdash_hands_on=True,
@@ -357,11 +364,13 @@ _GO = RiskyOptions(
     long=(
         "exec", "toolexec", "o", "C", "modfile", "overlay", "pkgdir", "ldflags", "gcflags", "asmflags", "gccgoflags",
         "compiler", "coverprofile", "cpuprofile", "memprofile", "blockprofile", "mutexprofile", "trace", "outputdir",
-        "fuzzcachedir",
+        "fuzzcachedir", "vettool",
     ),
     no_prefixes=True,
     single_dash_long=True,
     dashdash_ends=False,
+    global_short="",
+    subcommand_short={"env": "wu"},  # `go env -w GOFLAGS=-toolexec=...` persists for every later go command
 )
 
 # Programs by name (the last part of the command word), and what `python -m NAME` runs.
@@ -409,6 +418,12 @@ def risky_option(argv: list[str], fixed: int) -> str | None:
 
 def _risky_for(options: RiskyOptions, argv: list[str], start: int, fixed: int) -> str | None:
     subcommand = _git_subcommand(argv, start) if options.global_short is not None else None
+    if subcommand is not None and subcommand[0] >= fixed and subcommand[1] in options.risky_subcommands:
+        return subcommand[1]
+    if options.risky_subcommands and options.global_short is None:
+        first = next((w for w in argv[start:] if not w.startswith("-")), None)
+        if first is not None and first in options.risky_subcommands and argv.index(first, start) >= fixed:
+            return first
     for index in range(start, len(argv)):
         word = argv[index]
         if word == "--":
