@@ -3,10 +3,14 @@ run (`Settings`), and the defaults and orders they use."""
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr
+from pydantic_core import PydanticCustomError
 
 from .environment import ShellEnvironmentPolicy
 
@@ -27,6 +31,69 @@ APPROVAL_STRICTNESS: tuple[ApprovalPolicy, ...] = ("never", "on-failure", "unles
 # stops at 150; the terminal UI, where a person watches and can stop it, effectively never.
 HEADLESS_MAX_TURNS = 150
 INTERACTIVE_MAX_TURNS = 4_294_967_295
+
+
+MAX_URL_CHARS = 2048
+
+
+def _scheme_for(host: str, port: int | None) -> str:
+    """The scheme a base URL written without one most likely meant: https for a public name on the
+    default port (an API such as api.openai.com), http for an address, a name without a dot (a
+    local one) or another port (a server on this machine or the network)."""
+    try:
+        ipaddress.ip_address(host)
+        return "http"
+    except ValueError:
+        pass
+    return "https" if "." in host and host != "localhost" and not host.endswith(".localhost") and port in (None, 443) else "http"
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_HTTP_WITHOUT_SLASHES = re.compile(r"(https?):/*", re.IGNORECASE)
+
+
+def base_url_problem(value: str) -> str | None:
+    """What is wrong with `value` as a model server's base URL (an http:// or https:// URL with a
+    host), with the fix; None when nothing is."""
+    if len(value) > MAX_URL_CHARS:
+        return f"a base URL is at most {MAX_URL_CHARS} characters"
+    if any(c.isspace() or not c.isprintable() for c in value):
+        return "a base URL holds no spaces or control characters"
+    if not _SCHEME.match(value):
+        http = _HTTP_WITHOUT_SLASHES.match(value)  # http:127.0.0.1 or http:/127.0.0.1
+        rest = value[http.end():] if http else value.lstrip("/")
+        try:
+            parts = urlsplit("//" + rest)
+            host, port = parts.hostname or "", parts.port
+        except ValueError:
+            host, port = "", None
+        if not host:
+            return "not a URL: a base URL starts with http:// or https:// and names a host, e.g. http://127.0.0.1:8080/v1"
+        scheme = http.group(1).lower() if http else _scheme_for(host, port)
+        return f"the URL has no scheme (http:// or https://); did you mean {scheme}://{rest}?"
+    try:
+        parts = urlsplit(value)
+        named = parts.hostname
+        parts.port  # noqa: B018 - a port that is not a number from 0 to 65535 raises ValueError here
+    except ValueError as exc:
+        what = "its port is not a number from 0 to 65535" if "port" in str(exc).lower() else str(exc)
+        return f"not a URL ({what}); write it as http://HOST:PORT/PATH, e.g. http://127.0.0.1:8080/v1"
+    if parts.scheme.lower() not in ("http", "https"):
+        return f"the scheme {parts.scheme}:// is not one a model server is spoken to with: use http:// or https://"
+    if not named:
+        return f"the URL names no host; write it as {parts.scheme.lower()}://HOST:PORT/PATH, e.g. {parts.scheme.lower()}://127.0.0.1:8080/v1"
+    return None
+
+
+def _checked_base_url(value: str) -> str:
+    problem = base_url_problem(value)
+    if problem is not None:
+        raise PydanticCustomError("base_url", problem)
+    return value
+
+
+# A model server's base URL, checked when the configuration loads.
+BaseURL = Annotated[str, AfterValidator(_checked_base_url)]
 
 
 class _Strict(BaseModel):
@@ -95,7 +162,7 @@ class ResolvedWebSearch(_Strict):
 
 
 class ProviderOverrides(_Strict):
-    base_url: str | None = None
+    base_url: BaseURL | None = None
     api_key_env: str | None = None
     model: str | None = None
 
@@ -105,7 +172,7 @@ class FileConfig(_Strict):
 
     provider: ProviderName | None = None
     model: str | None = None
-    base_url: str | None = None
+    base_url: BaseURL | None = None
     effort: Effort | None = None
     max_turns: int | None = Field(None, ge=1)
     max_tokens: int | None = Field(None, ge=1)

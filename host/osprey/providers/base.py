@@ -388,8 +388,27 @@ async def model_answer(
                     await _drain(chunks)
     except httpx.TimeoutException as exc:
         raise ProviderError(f"{label} did not answer in time ({type(exc).__name__} at {url})", retryable=True) from None
+    except httpx.ConnectError as exc:
+        raise await connect_error(label, url, exc) from None
     except httpx.HTTPError as exc:
         raise ProviderError(f"{label} could not be reached at {url}: {exc or type(exc).__name__}", retryable=True) from None
+
+
+async def connect_error(label: str, url: str, exc: httpx.ConnectError) -> ProviderError:
+    """The ProviderError for a connection that could not be made. A local server (this machine or
+    a private network) that refuses it is not running: that fails at once, saying so, since
+    retrying cannot help. Anything else (a public host refusing, no route, a name that does not
+    resolve) may pass, and is retried."""
+    from .addresses import refused, resolves_locally
+
+    target = httpx.URL(url)
+    if refused(exc) and await resolves_locally(target.host):
+        where = f"{target.scheme}://{target.netloc.decode('ascii', 'replace')}"
+        return ProviderError(
+            f"{label} refused the connection at {url}: is the server running? Nothing listens at {where}, "
+            "a local address, so this is not retried; start the server, or point --base-url (base_url) at the one that runs."
+        )
+    return ProviderError(f"{label} could not be reached at {url}: {exc or type(exc).__name__}", retryable=True)
 
 
 MAX_RETRY_AFTER_S = 3600.0

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..config import ApprovalPolicy, Effort, ProviderName, Settings, load_home, load_settings
+from ..config.schema import BaseURL
 from ..errors import ConfigError, OspreyError
 from ..events import Event
 
@@ -45,7 +46,7 @@ class Flags(BaseModel):
     cwd: str | None = None
     provider: ProviderName | None = None
     model: str | None = None
-    base_url: str | None = None
+    base_url: BaseURL | None = None
     effort: Effort | None = None
     max_turns: int | None = Field(None, ge=1)
     approval_policy: ApprovalPolicy | None = None
