@@ -26,7 +26,9 @@ What this module does, in the order the session uses it:
 
 A call writes the model's input as one JSON object and a newline to the program's stdin, then
 closes it. The program runs with no shell: argv is the program and the manifest's fixed arguments.
-Its working directory is the program's own directory. stdout and stderr are each kept as a
+Its working directory is the program's own directory; `OSPREY_PROJECT_DIR` (the workspace root)
+and `OSPREY_CWD` (the session's working directory) say where the workspace is, as paths valid
+where the program runs (`tool_paths`). stdout and stderr are each kept as a
 512 KiB head and a 512 KiB tail with a marker of the dropped bytes between them, so however much
 a program writes, a call holds at most 1 MiB of each. Exit 0 returns stdout (and stderr, under a
 label, when there is any); anything else is a failed call that is never repeated by itself:
@@ -282,6 +284,30 @@ def _inside(path: str, directory: Path | str) -> bool:
     return path == base or path.startswith(base.rstrip(os.sep) + os.sep)
 
 
+# --- where the workspace is -----------------------------------------------------------------------
+
+PROJECT_DIR_VARIABLE = "OSPREY_PROJECT_DIR"
+CWD_VARIABLE = "OSPREY_CWD"
+
+
+def tool_paths(cwd: str, roots: Sequence[str], *, in_lane: bool) -> dict[str, str]:
+    """`OSPREY_PROJECT_DIR` and `OSPREY_CWD` for a call of a session working in `cwd`.
+
+    On the host they are the workspace root (as hooks get it: the nearest directory at or above
+    `cwd` holding `.git`, else `cwd`) and `cwd`. A lane sees only its roots (the directory the
+    session started in, at the same path, links resolved): the variables are real paths there,
+    and a workspace root above what the lane sees is given as the lane's root that holds `cwd`."""
+    from ..config import workspace_root
+
+    project = str(workspace_root(Path(cwd)))
+    if not in_lane:
+        return {PROJECT_DIR_VARIABLE: project, CWD_VARIABLE: cwd}
+    real_cwd, real_project = os.path.realpath(cwd), os.path.realpath(project)
+    if not _inside_any(real_project, roots):
+        real_project = next((os.path.realpath(root) for root in roots if _inside(real_cwd, root)), real_cwd)
+    return {PROJECT_DIR_VARIABLE: real_project, CWD_VARIABLE: real_cwd}
+
+
 # --- output ---------------------------------------------------------------------------------------
 
 
@@ -382,6 +408,11 @@ def _inside_any(path: str, roots: Sequence[str]) -> bool:
     return any(_inside(path, root) for root in roots)
 
 
+# The lane's Exec takes no environment: `env` sets the two variables, then runs the program.
+LANE_ENV_PROGRAM = "/usr/bin/env"
+_LANE_ENV_FAILURES = {127: "not_found", 126: "permission_denied"}  # env's exit when it cannot run the program
+
+
 async def _run_in_lane(manifest: ToolManifest, ref: ProgramRef, stdin: bytes, ctx: ToolContext) -> ToolOutcome:
     workdir = os.path.realpath(ref.workdir)
     if ref.kind == "search":
@@ -396,7 +427,11 @@ async def _run_in_lane(manifest: ToolManifest, ref: ProgramRef, stdin: bytes, ct
             f"Error: {manifest.name} has sandbox = true, but {where} is outside the workspace the sandbox lane can see "
             f"({', '.join(ctx.roots)}). Move the tool into the project's .osprey/tools, or set sandbox = false to run it on the host.",
             True, "sandbox_unavailable")
-    argv = [program, *manifest.command[1:]]
+    if "=" in program:
+        return ToolOutcome(f"Error: could not run {manifest.name} in the sandbox lane: its program {program!r} has '=' in its name, "
+                           "which cannot be started with the OSPREY_* variables set; rename it.", True, "tool_failed")
+    variables = [f"{name}={value}" for name, value in tool_paths(ctx.cwd, ctx.roots, in_lane=True).items()]
+    argv = [LANE_ENV_PROGRAM, "--", *variables, program, *manifest.command[1:]]
     try:
         r = await ctx.client.exec(argv, stdin=stdin, workdir=workdir, timeout_ms=manifest.timeout_secs * 1000,
                                   max_output_bytes=STREAM_HEAD_BYTES + STREAM_TAIL_BYTES)
@@ -404,7 +439,11 @@ async def _run_in_lane(manifest: ToolManifest, ref: ProgramRef, stdin: bytes, ct
         raise  # the lane did not answer: the client has probed it, and the registry says so
     except ToolError as exc:
         return ToolOutcome(f"Error: could not run {manifest.name} in the sandbox lane ({exc.category}): {exc.message}", True, "tool_failed")
-    finished = _Finished(r.stdout.text(), r.stderr.text(), r.exit_code, r.signal, r.timed_out, r.killed_background)
+    stderr = r.stderr.text()
+    if r.exit_code in _LANE_ENV_FAILURES and not r.signal and not r.stdout.text() and stderr.startswith(f"{LANE_ENV_PROGRAM}: "):
+        reason = stderr.removeprefix(f"{LANE_ENV_PROGRAM}: ").strip()[:500]
+        return ToolOutcome(f"Error: could not run {manifest.name} in the sandbox lane ({_LANE_ENV_FAILURES[r.exit_code]}): {reason}", True, "tool_failed")
+    finished = _Finished(r.stdout.text(), stderr, r.exit_code, r.signal, r.timed_out, r.killed_background)
     return _outcome(manifest.name, finished, manifest.timeout_secs)
 
 
@@ -433,9 +472,11 @@ def custom_tool(manifest: ToolManifest, manifest_dir: Path, *, env: Mapping[str,
         if env is None:
             from ..config import tool_environment
 
-            run_env: Mapping[str, str] = tool_environment()
+            base: Mapping[str, str] = tool_environment()
         else:
-            run_env = env
+            base = env
+        # Set after the credential filter (which withholds every OSPREY_* name).
+        run_env = {**base, **tool_paths(ctx.cwd, ctx.roots, in_lane=False)}
         prepared: Prepared | None = None
         if pin is not None:
             try:

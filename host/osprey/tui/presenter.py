@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from textual.widget import AwaitMount, Widget
 
+from .. import workspace_diff
 from ..catalog import ModelInfo, estimated_cost
 from ..events import (
     Advisory,
@@ -39,8 +40,7 @@ from .transcript import Transcript, format_arguments, question_markdown, todo_ma
 from .widgets import MAX_RESULT_SHOWN, AnswerMarkdown, AnswerRow, FoldRow, NoticeRow, QuestionRow, ToolRow, UserRow, diff_text, todo_progress
 
 # `/diff` runs this through the session as a call the person asked for; its result is shown as the diff.
-DIFF_COMMAND = "git --no-pager diff --stat --no-color && echo && git --no-pager diff --no-color"
-MAX_FAILURE_SHOWN = 500  # characters of a failed /diff's output in its note
+DIFF_COMMAND = workspace_diff.COMMAND
 
 
 def status_line(*, provider: str, model: str, policy: str, home: str, input_tokens: int, output_tokens: int, state: str, cost: float | None = None,
@@ -317,20 +317,13 @@ class Presenter:
 
     def _diff(self, result: ToolResultEvent, at: datetime) -> None:
         output, code = bash_output(result.output)
-        if result.error_category == "cancelled":
-            self.note("/diff: stopped before git finished")
-        elif not result.ok and code is not None:
-            self.note(f"/diff: git failed (exit {code}): {output.strip()[:MAX_FAILURE_SHOWN]}", "error")
-        elif not result.ok:
-            self.note(f"/diff: {result.output.strip()[:MAX_FAILURE_SHOWN]}", "error")  # refused, timed out, unreachable
-        elif not output.strip():
-            self.note("/diff: no changes in the workspace")
-        else:
-            cut = f"\n[cut: {result.truncated_chars:,} characters more; run git diff for all of it]" if result.truncated_chars else ""
-            self.transcript.add("tool", f"git diff\n{output}", at)
-            stat = output.split("\n\n", 1)[0].strip().splitlines()
-            title = f"git diff  {stat[-1].strip() if stat else ''}"
-            self._show(FoldRow(title, diff_text(output + cut), collapsed=False, classes="diff"))
+        view = workspace_diff.read(output, exit_code=code, ok=result.ok, error_category=result.error_category,
+                                   truncated_chars=result.truncated_chars)
+        if view.note:
+            self.note(view.note, view.level)
+            return
+        self.transcript.add("tool", f"{view.title}\n{view.body}", at)
+        self._show(FoldRow(view.title, diff_text(view.body), collapsed=False, classes="diff"))
 
     # ------------------------------------------------------------------ live text and output
 

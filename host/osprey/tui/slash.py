@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import workspace_diff
 from ..catalog import Catalog
 from ..choices import EFFORTS, MODEL_PROVIDERS
 from ..config import Settings
@@ -22,7 +23,7 @@ from .screens import ModelPicker, SessionsScreen
 if TYPE_CHECKING:
     from .app import OspreyApp
 
-DIFF_TIMEOUT_MS = 30_000
+DIFF_TIMEOUT_MS = workspace_diff.TIMEOUT_MS
 
 
 class SlashCommands:
@@ -128,8 +129,9 @@ class SlashCommands:
             driver.set_state("ready")
 
     async def cmd_diff(self, argument: str) -> None:
-        """The workspace's git diff, run through the session as a call the person asked for: the
-        floor and the hooks judge it, the journal records it, and the presenter shows its result."""
+        """The workspace's changes, tracked and new files (`workspace_diff`), run through the session
+        as a call the person asked for: the floor and the hooks judge it, the journal records it,
+        and the presenter shows its result."""
         session = self.driver.session
         if session is None or not session.started:
             self.note("/diff: the session has not started yet")
