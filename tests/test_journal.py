@@ -317,7 +317,7 @@ def test_a_lock_held_past_the_busy_timeout_then_released_loses_nothing(tmp_path:
     path = journal_path(tmp_path)
     warnings: list[str] = []
     journal = Journal(path, warn=warnings.append, busy_timeout_ms=100)
-    events = [start_event("s5"), *numbered(30)]
+    events = [start_event("s5"), UserMessageEvent(text="go"), *numbered(29)]  # a prompt: the session is kept
     for event in events[:5]:
         journal.record(event, "s5")
     assert journal.flush()
@@ -358,7 +358,7 @@ def test_a_journal_that_cannot_be_opened_retries_quietly_until_it_can(tmp_path: 
         path.write_bytes(garbage)
     warnings: list[str] = []
     journal = Journal(path, warn=warnings.append, retry_delays=(0.01, 0.02))
-    events = [start_event("s6"), *numbered(20)]
+    events = [start_event("s6"), UserMessageEvent(text="go"), *numbered(19)]  # a prompt: the session is kept
     for event in events:
         journal.record(event, "s6")
     time.sleep(0.5)  # some twenty retries of opening it
@@ -382,7 +382,7 @@ def test_past_the_bound_the_session_is_sealed_and_its_record_says_where_it_stops
     path = journal_path(tmp_path / "home")
     path.parent.mkdir()
     path.mkdir()
-    events = [start_event("s7"), *numbered(29)]
+    events = [start_event("s7"), UserMessageEvent(text="go"), *numbered(28)]  # a prompt: the session is kept
     kept = 10
     if bound == "events":
         limits: dict[str, Any] = {"max_unsaved_events": kept}
@@ -514,5 +514,6 @@ def test_a_journal_from_before_child_sessions_is_read_and_then_gains_its_parent_
     journal = Journal(path)
     journal.record(SessionStart(session_id="child1", provider="openai", model="m", cwd="/w", tool_service="local", tools=[],
                                 approval_policy="never", max_turns=1, agent_id="child1", parent_id="old1"), "child1", "/w")
+    journal.record(UserMessageEvent(text="the child's task"), "child1", "/w")  # a child always has its task as its prompt
     journal.close()
     assert [(depth, r.id) for depth, r in journal_module.session_tree(path, "old1")] == [(0, "old1"), (1, "child1")]

@@ -18,7 +18,7 @@ from helpers import require_docker
 from test_tui import SIZE, notices, started, type_prompt, until
 
 from osprey.config import Settings, load_settings
-from osprey.events import Event, ModelSwitch, SessionStart
+from osprey.events import Event, ModelSwitch, SessionStart, UserMessageEvent
 from osprey.session.core import SessionOptions
 from osprey.sessions.journal import journal_path, load_events, read_events
 from osprey.sessions.resume import recorded_model
@@ -260,6 +260,7 @@ def test_resume_refuses_a_recorded_model_that_no_longer_resolves(tmp_path: Path,
     journal = Journal(db)
     journal.record(SessionStart(session_id="abc123", provider="anthropic", model="claude-test", cwd=str(tmp_path), tool_service="local",
                                 tools=[], approval_policy="never", max_turns=5), "abc123", str(tmp_path))
+    journal.record(UserMessageEvent(text="a prompt"), "abc123", str(tmp_path))  # a session without one is not kept
     journal.close()
     env = {k: v for k, v in osprey_env.items() if k != "ANTHROPIC_API_KEY"}
     status, output = _osprey_tui("-C", str(tmp_path), "--resume", "abc123", env=env)
@@ -267,7 +268,7 @@ def test_resume_refuses_a_recorded_model_that_no_longer_resolves(tmp_path: Path,
     assert "cannot go on with anthropic · claude-test" in output and "--provider/--model" in output
     conn = sqlite3.connect(db)
     try:
-        assert conn.execute("SELECT count(*) FROM events WHERE session_id = 'abc123'").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM events WHERE session_id = 'abc123'").fetchone() == (2,)  # nothing added
     finally:
         conn.close()
 

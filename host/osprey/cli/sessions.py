@@ -41,9 +41,10 @@ def sessions() -> None:
     """List the saved sessions and show their transcripts.
 
     \b
-    Every session is saved in $OSPREY_HOME/sessions.db as it runs;
-    `osprey --resume ID` (the terminal UI) or `osprey agent --resume ID "PROMPT"`
-    goes on with one, with the model it ran with.
+    Every session is saved in $OSPREY_HOME/sessions.db as it runs (one
+    closed without a prompt is not kept); `osprey --resume ID` (the terminal
+    UI) or `osprey agent --resume ID "PROMPT"` goes on with one, with the
+    model it ran with.
     """
 
 
@@ -52,7 +53,7 @@ def sessions() -> None:
 @click.option("--all", "all_dirs", is_flag=True, help="Sessions of every working directory, not only this one.")
 @click.option("-C", "--cwd", type=click.Path(file_okay=False), help="The working directory whose sessions to list (default: the current one).")
 def list_command(as_json: bool, all_dirs: bool, cwd: str | None) -> None:
-    """The sessions run in this working directory (or all), newest first."""
+    """The sessions run in this working directory (or all) that have a prompt, newest first."""
     from ..sessions.journal import JournalError, list_sessions
 
     where = None if all_dirs else str(Path(cwd or os.getcwd()).resolve())

@@ -29,6 +29,12 @@ the process ends, the record just stops at its last saved event, as after a cras
 
 `close()` makes one last attempt, waits at most CLOSE_TIMEOUT for the writer, never raises, and
 warns with the number of events that were not saved and where each session's saved record stops.
+
+A session with no prompt (started and closed without a `user_message`) is not kept: once its
+events are all saved, `close()` deletes it, unless it started a child session. A session killed
+before its first prompt leaves such a record behind (as older journals hold them); `list_sessions`,
+and so `--continue` and the terminal UI's /sessions, pass over every session without a prompt. A
+session killed after its first prompt is kept: the prompt was committed within milliseconds.
 """
 
 from __future__ import annotations
@@ -221,6 +227,7 @@ class Journal:
         self._next_seq: dict[str, int] = {}
         self._saved_seq: dict[str, int] = {}  # the last seq committed by this journal, per session
         self._titled: set[str] = set()
+        self._started: set[str] = set()  # sessions whose `session_start` this journal saved (writer thread)
         self._checked: set[str] = set()  # sessions whose earlier record was looked at for an incomplete mark
         self._lock = threading.Condition()
         self._unsaved = 0  # items recorded and not committed (the markers among them too)
@@ -350,6 +357,8 @@ class Journal:
                     if self.failing:
                         self._recovered()
                         delay = first
+                    if stop:
+                        conn = self._forget_unprompted(conn)
                 if stop:
                     return
         finally:
@@ -386,6 +395,34 @@ class Journal:
             raise
         return conn
 
+    def _forget_unprompted(self, conn: sqlite3.Connection) -> sqlite3.Connection | None:
+        """Delete each session this journal started (saved a `session_start` of) that has no prompt
+        and started no child (the check and the delete in one transaction, so a prompt another
+        process adds keeps it). Best effort: a session left behind is passed over by `list_sessions`."""
+        if not self._started:
+            return conn
+        sessions = sorted(self._started)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for session_id in sessions:
+                    if conn.execute(f"SELECT {_PROMPTED} OR EXISTS (SELECT 1 FROM sessions WHERE parent_id = ?)",
+                                    (session_id, session_id)).fetchone()[0]:
+                        continue
+                    conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
+                    conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+                conn.execute("COMMIT")
+            except BaseException:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                raise
+        except sqlite3.Error:
+            conn.close()
+            return None
+        return conn
+
     def _fail(self, exc: BaseException) -> None:
         self._failure = f"{type(exc).__name__}: {exc}"
         if self.failing:
@@ -410,6 +447,7 @@ class Journal:
         """Commit `items` in one transaction; the warnings about earlier incomplete records found."""
         notes: list[str] = []
         written: dict[str, int] = {}
+        started: set[str] = set()
         conn.execute("BEGIN IMMEDIATE")
         try:
             for item in items:
@@ -427,6 +465,8 @@ class Journal:
                 self._next_seq[session_id] = seq + 1
                 if not item.marker:
                     written[session_id] = seq
+                if item.kind == "session_start":
+                    started.add(session_id)
                 self._update_session(conn, session_id, item.workspace, item.kind, item.ts, data)
             conn.execute("COMMIT")
         except BaseException:
@@ -438,6 +478,7 @@ class Journal:
                 pass
             raise
         self._saved_seq.update(written)
+        self._started.update(started)
         return notes
 
     def _incomplete_record(self, conn: sqlite3.Connection, session_id: str) -> list[str]:
@@ -519,18 +560,24 @@ def _columns(conn: sqlite3.Connection) -> str:
 
 
 _COLUMNS = "id, cwd, workspace, title, provider, model, created, updated, outcome, parent_id"
+# True for a session (bound as the one parameter) that has a prompt: a `user_message` event.
+_PROMPTED = "EXISTS (SELECT 1 FROM events WHERE events.session_id = ? AND events.type = 'user_message')"
+# The same in a query over `sessions`: a title comes from the person's first prompt.
+_HAS_PROMPT = "(title != '' OR EXISTS (SELECT 1 FROM events WHERE events.session_id = sessions.id AND events.type = 'user_message'))"
 
 
 def list_sessions(path: Path, cwd: str | None = None, limit: int = 1000) -> list[SessionRow]:
-    """Journaled sessions, newest first; only those run in `cwd` when it is given."""
+    """Journaled sessions that have a prompt, newest first; only those run in `cwd` when it is given.
+    A session without a prompt (one killed before its first, or saved by an older Osprey) is left out."""
     try:
         conn = _read(path)
     except _Empty:
         return []
     try:
         if cwd is None:
-            return _rows(conn, f"SELECT {_columns(conn)} FROM sessions ORDER BY updated DESC LIMIT ?", (limit,))
-        return _rows(conn, f"SELECT {_columns(conn)} FROM sessions WHERE cwd = ? ORDER BY updated DESC LIMIT ?", (cwd, limit))
+            return _rows(conn, f"SELECT {_columns(conn)} FROM sessions WHERE {_HAS_PROMPT} ORDER BY updated DESC LIMIT ?", (limit,))
+        return _rows(conn, f"SELECT {_columns(conn)} FROM sessions WHERE cwd = ? AND {_HAS_PROMPT} ORDER BY updated DESC LIMIT ?",
+                     (cwd, limit))
     except sqlite3.Error as exc:
         raise JournalError(f"cannot read the session journal {path}: {exc}") from None
     finally:
@@ -581,6 +628,21 @@ def session_tree(path: Path, session_id: str, limit: int = 10_000) -> list[tuple
         return tree
     except sqlite3.Error as exc:
         raise JournalError(f"cannot read the session journal {path}: {exc}") from None
+    finally:
+        conn.close()
+
+
+def has_prompt(path: Path, session_id: str) -> bool:
+    """Whether the journal holds session `session_id` (its full id) with a prompt; False when the
+    journal cannot be read."""
+    try:
+        conn = _read(path)
+    except JournalError:
+        return False
+    try:
+        return bool(conn.execute(f"SELECT {_PROMPTED}", (session_id,)).fetchone()[0])
+    except sqlite3.Error:
+        return False
     finally:
         conn.close()
 

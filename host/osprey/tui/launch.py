@@ -15,7 +15,8 @@ failed (the terminal, the catalog, the dispatcher, the tools; a failed session s
 TUI before the agent starts). A lane that fails to come up in the background stops the TUI with
 its error. On exit the app denies open approvals, closes an open question unanswered and
 interrupts the running task; the terminal is restored; then teardown closes the session (journal
-drained and checkpointed), then the lane.
+drained and checkpointed), then the lane. Last, when the session the app ended with was kept (it
+has a prompt), a line on the restored terminal says how to go on with it (`osprey --resume ID`).
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ async def launch(plan: Launch, *, run: RunApp | None = None, stderr: TextIO | No
     first_id = plan.resume.row.id if plan.resume is not None else new_session_id()
     lane: ToolServiceHome | None = None
     first = True
+    last_id: str | None = None  # the session the app opened last: the one it ends with
     app: OspreyApp | None = None
     previous_hook = sys.excepthook
 
@@ -130,12 +132,13 @@ async def launch(plan: Launch, *, run: RunApp | None = None, stderr: TextIO | No
         trace("capabilities")
 
         def factory(hooks: Hooks) -> Session:
-            nonlocal first
+            nonlocal first, last_id
             assert app is not None
             current = app.current_settings or settings
             # The first session has the id the lane was named for; every session borrows the lane.
             session_id, first = (first_id if first else new_session_id()), False
             options = session_options(plan, current, session_id, hooks.resume)
+            last_id = options.session_id
             compose_system_prompt(current)
             trace("system_prompt")
             session = Session(options, journal=Journal(plan.journal, warn=hooks.warn), home=lane, trace=trace, **hooks.kwargs())
@@ -167,4 +170,17 @@ async def launch(plan: Launch, *, run: RunApp | None = None, stderr: TextIO | No
         return 1
     if app.start_error is not None:
         out.write(f"osprey: error: {clean(app.start_error)}\n")
+    elif last_id is not None:
+        await way_back(plan.journal, last_id, out)
     return status if isinstance(status, int) else app.exit_status
+
+
+async def way_back(journal: Path, session_id: str, out: TextIO) -> None:
+    """Say how to go on with session `session_id`, when the journal kept it (it has a prompt)."""
+    import asyncio
+
+    from ..sessions.journal import has_prompt
+
+    if await asyncio.to_thread(has_prompt, journal, session_id):
+        out.write(f"osprey: to go on with this session: osprey --resume {clean(session_id)} (or osprey --continue in this directory)\n")
+        out.flush()
