@@ -98,7 +98,7 @@ async def _session(options: SessionOptions, prompt: str, jsonl: bool, *, journal
     out = JsonlWriter() if jsonl else TerminalRenderer()
     try:
         recorder = Journal(journal_path(options.settings.home), warn=_warn) if journal else None
-        session = Session(options, emit=out, on_text=out.text, progress=_progress, warn=_warn, journal=recorder)
+        session = Session(options, emit=out, on_text=out.text, on_tool_output=out.tool_output, progress=_progress, warn=_warn, journal=recorder)
         async with session:
             end = await session.submit(prompt)
         if jsonl and end.error:

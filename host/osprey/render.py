@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import sys
+from dataclasses import dataclass, field
 from typing import TextIO
 
 from .events import AssistantText, Compaction, Event, Notice, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent
@@ -11,6 +13,8 @@ from .messages import scrub
 from .terminal_text import StreamCleaner, clean
 
 PREVIEW_LINES = 8
+# Lines of a command's live output shown as it runs; past them its result shows the end.
+LIVE_LINES = 200
 
 
 class JsonlWriter:
@@ -35,6 +39,20 @@ class JsonlWriter:
     def text(self, delta: str) -> None:
         """Streaming text is not an event; the whole text arrives as assistant_text."""
 
+    def tool_output(self, call_id: str, chunk: bytes) -> None:
+        """Live output is not an event either; the whole output arrives in tool_result."""
+
+
+@dataclass
+class _Live:
+    """A running command's output as it is shown: decoded and cleaned across chunks."""
+
+    decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"))
+    cleaner: StreamCleaner = field(default_factory=StreamCleaner)
+    lines: int = 0
+    at_line_start: bool = True
+    shown: bool = False  # some output was written
+
 
 class TerminalRenderer:
     """Readable progress for a person watching a terminal."""
@@ -45,6 +63,7 @@ class TerminalRenderer:
         self.color = color
         self._streaming = False
         self._stream = StreamCleaner()  # streamed text may cut an escape sequence in two
+        self._live: dict[str, _Live] = {}  # the lead session's calls still running, by id
 
     def _style(self, text: str, code: str) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if self.color else text
@@ -65,6 +84,37 @@ class TerminalRenderer:
         except (OSError, ValueError):
             pass
 
+    def tool_output(self, call_id: str, chunk: bytes) -> None:
+        """Live output of a running call (bash), shown indented as it comes."""
+        live = self._live.get(call_id)
+        if live is None or live.lines >= LIVE_LINES:
+            return
+        text = live.cleaner.feed(live.decoder.decode(chunk))
+        pieces: list[str] = []
+        for line in text.splitlines(keepends=True):
+            if live.lines >= LIVE_LINES:
+                break
+            if live.at_line_start:
+                pieces.append("  ")
+            pieces.append(line)
+            live.at_line_start = line.endswith("\n")
+            if live.at_line_start:
+                live.lines += 1
+                if live.lines >= LIVE_LINES:
+                    pieces.append(self._style("  … (more output; the result shows its end)", "2") + "\n")
+        if pieces:
+            live.shown = True
+            self._write(self.out, "".join(pieces))
+
+    def _end_live(self, call_id: str) -> bool:
+        """Close a call's live output; whether any was shown."""
+        live = self._live.pop(call_id, None)
+        if live is None or not live.shown:
+            return False
+        if not live.at_line_start:
+            self._write(self.out, "\n")
+        return True
+
     def _end_stream(self) -> None:
         if self._streaming:
             self._write(self.out, self._stream.end() + "\n")
@@ -84,12 +134,18 @@ class TerminalRenderer:
             self._end_stream()
             args = ", ".join(f"{clean(k)}={_short(v)}" for k, v in event.arguments.items())
             self._write(self.out, self._style(f"▸ {clean(event.name)}({args})", "36") + "\n")
+            if event.requested_by is None:
+                self._live[event.id] = _Live()
         elif isinstance(event, ToolResultEvent):
             lines = _clean_lines(event.output) or [""]
+            style = "2" if event.ok else "31"
+            if self._end_live(event.id):
+                # Its output is on the screen already: its status line (exit code, stopped) follows.
+                self._write(self.out, self._style("  " + lines[-1], "33" if event.error_category == "cancelled" else style) + "\n")
+                return
             shown = lines[:PREVIEW_LINES]
             if len(lines) > PREVIEW_LINES:
                 shown.append(f"… {len(lines) - PREVIEW_LINES} more lines")
-            style = "2" if event.ok else "31"
             self._write(self.out, "\n".join(self._style("  " + line, style) for line in shown) + "\n")
         elif isinstance(event, Compaction):
             self._end_stream()

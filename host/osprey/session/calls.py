@@ -7,6 +7,7 @@ order. Results are reported and returned in the model's order whatever finished 
 from __future__ import annotations
 
 import asyncio
+import codecs
 import copy
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -18,9 +19,12 @@ from ..interception import Interceptor, PendingCall, Verdict, in_order
 from ..messages import Message, ToolCall, ToolResultMessage
 from ..policy.approvals import POLICY_SOURCE, ApprovalAnswer, ApprovalPolicy, ApprovalRequest, Approver, HeadlessApprover, suggested_rule
 from ..policy.floor import HardlineFloor
-from ..tools.base import ToolContext, ToolRegistry
+from ..tools.base import ToolContext, ToolRegistry, limit_text
 
 CANCELLED_TEXT = "Error (cancelled): the user interrupted this call before it finished."
+# Live output kept for a call that may be stopped; the ToolService streams at most the command's
+# output limit, this bounds what a misbehaving one could make the broker hold.
+MAX_STOPPED_OUTPUT_BYTES = 8 * 1024 * 1024
 
 
 @dataclass
@@ -30,6 +34,34 @@ class CallResult:
     text: str
     truncated_chars: int = 0
     duration_ms: int = 0
+
+
+class Progress:
+    """What a running call has done so far: when it started and the live output it streamed, so a
+    call stopped half-way keeps both."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.output = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = MAX_STOPPED_OUTPUT_BYTES - len(self.output)
+        self.output += chunk[:max(room, 0)]
+        self.dropped += max(len(chunk) - max(room, 0), 0)
+
+    def stopped(self, max_chars: int) -> CallResult:
+        """The `cancelled` result of the call stopped now: its output so far, then a line saying it
+        was stopped and after how long."""
+        duration_ms = int((time.monotonic() - self.started) * 1000)
+        if not self.output:
+            return CallResult(False, "cancelled", CANCELLED_TEXT, duration_ms=duration_ms)
+        text = codecs.decode(bytes(self.output), "utf-8", "replace").rstrip("\n")
+        if self.dropped:
+            text += f"\n[… {self.dropped} more bytes of output not kept]"
+        text, truncated = limit_text(text, max_chars)
+        status = f"[stopped after {duration_ms / 1000:.1f} s: the task was interrupted while this call ran; the output above is what it printed until then]"
+        return CallResult(False, "cancelled", f"{text}\n{status}", truncated, duration_ms)
 
 
 @dataclass
@@ -64,10 +96,11 @@ class CallPath:
         `tools`: where the tool is found (the session's built-in tools, whatever the model's
         catalogue offers); default the model's catalogue."""
         self.emit(ToolCallEvent(turn=turn, id=call.id, name=call.name, arguments=call.arguments, requested_by="user"))
+        progress = Progress()
         try:
-            result = await self._one(turn, call, approved=True, tools=tools)
+            result = await self._one(turn, call, approved=True, tools=tools, progress=progress)
         except asyncio.CancelledError:
-            result = CallResult(False, "cancelled", CANCELLED_TEXT)
+            result = progress.stopped(self.registry.max_result_chars)
             self._report(turn, call, result, requested_by="user")
             raise
         self._report(turn, call, result, requested_by="user")
@@ -75,14 +108,20 @@ class CallPath:
 
     async def run_batch(self, turn: int, calls: Sequence[ToolCall], into: list[Message]) -> None:
         """Run one model turn's calls; each result is appended to `into` in the model's order. When
-        the batch is cancelled, calls that finished keep their results, the others get a cancelled
-        result, and the cancellation propagates: the conversation stays valid."""
+        the batch is cancelled, calls that finished keep their results, calls that were running get
+        a cancelled result with the output they printed and how long they ran, the others a
+        cancelled result, and the cancellation propagates: the conversation stays valid."""
         for interceptor in self.chain():
             interceptor.begin_batch(turn)
         finished: dict[int, CallResult] = {}  # by position: a model may repeat a call id
 
         async def one(position: int) -> None:
-            finished[position] = await self._one(turn, calls[position])
+            progress = Progress()
+            try:
+                finished[position] = await self._one(turn, calls[position], progress=progress)
+            except asyncio.CancelledError:
+                finished[position] = progress.stopped(self.registry.max_result_chars)
+                raise
 
         reported = announced = 0
         try:
@@ -139,13 +178,12 @@ class CallPath:
         ))
         return ToolResultMessage(tool_call_id=call.id, name=call.name, content=result.text, is_error=not result.ok)
 
-    async def _one(self, turn: int, call: ToolCall, *, approved: bool = False, tools: ToolRegistry | None = None) -> CallResult:
-        started = time.monotonic()
-        result = await self._decide_and_run(turn, call, approved, tools or self.registry)
-        result.duration_ms = int((time.monotonic() - started) * 1000)
+    async def _one(self, turn: int, call: ToolCall, *, progress: Progress, approved: bool = False, tools: ToolRegistry | None = None) -> CallResult:
+        result = await self._decide_and_run(turn, call, approved, tools or self.registry, progress)
+        result.duration_ms = int((time.monotonic() - progress.started) * 1000)
         return result
 
-    async def _decide_and_run(self, turn: int, call: ToolCall, approved: bool, registry: ToolRegistry) -> CallResult:
+    async def _decide_and_run(self, turn: int, call: ToolCall, approved: bool, registry: ToolRegistry, progress: Progress) -> CallResult:
         if call.arguments_error:
             if call.name:
                 text = f"Error: the call to {call.name} could not be run: {call.arguments_error}. Send the arguments as a JSON object."
@@ -163,10 +201,13 @@ class CallPath:
                 category = verdict.category or "denied"
                 return CallResult(False, category, with_context(f"Error ({category}): {verdict.reason}", pending.context))
         sink = self.on_output
-        outcome = await registry.call(
-            pending.name, pending.arguments, self.context, call_id=call.id,
-            on_output=(lambda chunk: sink(call.id, chunk)) if sink else None,
-        )
+
+        def on_output(chunk: bytes) -> None:
+            progress.add(chunk)
+            if sink is not None:
+                sink(call.id, chunk)
+
+        outcome = await registry.call(pending.name, pending.arguments, self.context, call_id=call.id, on_output=on_output)
         if tool is not None:
             for interceptor in self.chain(approved=approved):
                 try:

@@ -36,7 +36,7 @@ from ..events import (
     Verification,
 )
 from ..terminal_text import StreamCleaner, clean
-from .transcript import Transcript, format_arguments, question_markdown, todo_markdown
+from .transcript import Transcript, format_arguments, question_markdown, result_mark, result_text, todo_markdown
 from .widgets import MAX_RESULT_SHOWN, AnswerMarkdown, AnswerRow, FoldRow, NoticeRow, QuestionRow, ToolRow, UserRow, diff_text, todo_progress
 
 # `/diff` runs this through the session as a call the person asked for; its result is shown as the diff.
@@ -243,8 +243,7 @@ class Presenter:
                 finished = self._tool_rows.pop(event.id, None)
                 if finished is not None:
                     finished.finish(event)
-                mark = "ok" if event.ok else f"error: {event.error_category}"
-                self.transcript.add("tool", f"{event.name} -> {mark}\n{event.output[:2000]}", at)
+                self.transcript.add("tool", f"{event.name} -> {result_mark(event)}\n{result_text(event.output)}", at)
             case UsageEvent():
                 self.tokens = (event.total.input_tokens, event.total.output_tokens)
                 turn_cost = estimated_cost(event.usage.input_tokens, event.usage.output_tokens, self._price)
@@ -312,7 +311,7 @@ class Presenter:
         call = call or ToolCallEvent(turn=result.turn, id=result.id, name=result.name, arguments={}, requested_by="user")
         row = ToolRow(call)
         row.finish(result)
-        self.transcript.add("tool", f"{call.name} (run by you)\n{format_arguments(call.arguments)}\n{result.output[:2000]}", at)
+        self.transcript.add("tool", f"{call.name} (run by you)\n{format_arguments(call.arguments)}\n{result_text(result.output)}", at)
         self._show(row)
 
     def _diff(self, result: ToolResultEvent, at: datetime) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from ..events import ToolResultEvent
 from ..terminal_text import clean, escaped
 
 Role = Literal["user", "assistant", "tool", "notice", "question", "todo"]
@@ -30,6 +31,27 @@ def format_arguments(arguments: dict[str, Any]) -> str:
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         lines.append(escaped(f"{key}: {shown}"))
     return "\n".join(lines)
+
+
+MAX_RESULT_CHARS = 2000  # of a tool's result, in an exported transcript
+
+
+def result_mark(result: ToolResultEvent) -> str:
+    """How a call ended, for the transcript: ok, stopped (with how long it ran) or its error."""
+    if result.ok:
+        return "ok"
+    if result.error_category == "cancelled":
+        return f"stopped after {result.duration_ms / 1000:.1f} s"
+    return f"error: {result.error_category}"
+
+
+def result_text(output: str, limit: int = MAX_RESULT_CHARS) -> str:
+    """A result's head within `limit`, and its last line (a command's status: its exit code, or
+    that it was stopped) when that falls past the cut."""
+    if len(output) <= limit:
+        return output
+    last = output.rstrip("\n").rsplit("\n", 1)[-1][:200]
+    return f"{output[:limit]}\n[… {len(output) - limit} more characters]\n{last}"
 
 
 # An edit's diff is shown up to this many lines (the arguments themselves are in the model's record).

@@ -156,6 +156,8 @@ class ToolRow(Collapsible):
     ToolRow .output { height: auto; }
     ToolRow.failed > CollapsibleTitle { color: $error; }
     ToolRow .category { color: $error; text-style: bold; }
+    ToolRow.stopped > CollapsibleTitle { color: $warning; }
+    ToolRow.stopped .category { color: $warning; }
     """
 
     def __init__(self, event: ToolCallEvent) -> None:
@@ -201,12 +203,16 @@ class ToolRow(Collapsible):
 
     def finish(self, result: ToolResultEvent) -> None:
         self._stop_live()
-        self.title = self._heading("✓" if result.ok else "✗")  # type: ignore[assignment]
+        stopped = result.error_category == "cancelled"  # stopped while it ran: what it printed is kept
+        self.title = self._heading("✓" if result.ok else "■" if stopped else "✗")  # type: ignore[assignment]
         shown = result.output[:MAX_RESULT_SHOWN]
         if len(result.output) > MAX_RESULT_SHOWN or result.truncated_chars:
             shown += "\n[…]"
         self.output.update(clean(shown))
-        if not result.ok:
+        if stopped:
+            self.add_class("stopped")
+            self.category.update(f"stopped after {result.duration_ms / 1000:.1f} s")
+        elif not result.ok:
             self.add_class("failed")
             self.category.update(clean(f"error: {result.error_category or 'failed'}"))
         else:
