@@ -66,6 +66,8 @@ def extensions(ctx: click.Context, cwd: str | None, as_json: bool) -> None:
             click.echo(f"          shadows {shadowed}")
         if item.reason:
             click.echo(f"          why: {item.reason}")
+        if (command := found.trust_hint(item)) is not None:
+            click.echo(f"          to trust it once reviewed: {command}")
     for warning in report.warnings:
         click.echo(f"osprey: warning: {warning}", err=True)
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shlex
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_HOOKS_BYTES = 64 * 1024
 MAX_TOOLS_PER_LAYER = 200
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")  # a path may hold them; a notice is one line
 
 
 @dataclass
@@ -96,6 +99,47 @@ class Extensions:
     def find(self, name: str) -> list[Artifact]:
         """Report entries by tool name, or by file name or path."""
         return [a for a in self.artifacts if name in (a.name, a.path) or a.path.endswith(os.sep + name)]
+
+    def trust_command(self, artifact: Artifact) -> str:
+        """The command that trusts an executable artifact: by its name (`hooks` for a hooks file)
+        when that picks it alone, as `osprey extensions trust` does, else by its path."""
+        name = "hooks" if artifact.kind == "hooks" else artifact.name
+        same = [a for a in self.find("hooks.toml" if name == "hooks" else name) if a.kind in ("tool", "hooks") and a.status != "skipped"]
+        unique = len(same) <= 1 or len([a for a in same if a.trust != "trusted"]) == 1
+        return f"osprey extensions trust {name if unique and name.isprintable() and ' ' not in name else shlex.quote(artifact.path)}"
+
+    def trust_hint(self, artifact: Artifact) -> str | None:
+        """The trust command for a tool or hooks file that does not run and needs a pin to run (a
+        malformed file of yours needs only fixing); None otherwise."""
+        if artifact.kind not in ("tool", "hooks") or artifact.status not in ("inactive", "skipped"):
+            return None
+        if artifact.status == "inactive" or artifact.layer == "project" or artifact.provenance == "agent" or artifact.trust != "not_required":
+            return self.trust_command(artifact)
+        return None
+
+    def inactive(self) -> list[Artifact]:
+        """The custom tools and hooks files that are present but do not run: untrusted, modified,
+        malformed, or not pinnable (shadowed copies aside)."""
+        return [a for a in self.artifacts if a.kind in ("tool", "hooks") and a.status in ("inactive", "skipped")]
+
+    def notice(self, artifact: Artifact) -> str:
+        """One line for the person: which file does not run, why, and how to make it run."""
+        if artifact.status == "inactive" and artifact.trust == "modified":
+            why = "it changed since it was trusted"
+        elif artifact.status == "inactive" and artifact.trust == "untrusted" and "need trust" in (artifact.reason or ""):
+            why = "it was written by the agent and is not trusted" if artifact.provenance == "agent" else "it is not trusted"
+        else:
+            why = artifact.reason or artifact.status
+        command = self.trust_hint(artifact)
+        if command is None:
+            todo = "fix it"
+        else:
+            todo = f"{'review' if artifact.status == 'inactive' else 'fix'} it, then run `{command}`"
+        if artifact.kind == "hooks":
+            text = f"the hooks in {artifact.path} do not run ({why}): nothing they would block is blocked; {todo}"
+        else:
+            text = f"the custom tool {artifact.name!r} ({artifact.path}) is not offered ({why}); {todo}"
+        return _CONTROL.sub(" ", text)
 
 
 def pin_digest(key: str, manifest: bytes, programs: list[tuple[str, str]]) -> str:

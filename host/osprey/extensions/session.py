@@ -57,6 +57,7 @@ class SessionExtensions(ToolSource):
         self._hooks: Interceptor | None = None
         self._guard: Interceptor | None = None
         self._custom: list[Tool] = []
+        self.announced: set[str] = set()  # the notices already given, so a reload repeats none
 
     async def start(self) -> None:
         if self.found is None:
@@ -121,6 +122,32 @@ class SessionExtensions(ToolSource):
             )
             interceptors.add(self._hooks)
 
+    def announce(self, stopped: Sequence[str] = ()) -> None:
+        """Emit a warning notice for each custom tool and hooks file that is present but does not
+        run, naming it and the command that trusts it; one not given before, and for each hooks
+        file in `stopped` (active before a reload) that no longer runs."""
+        from ..events import Notice
+
+        found = self.found
+        if found is None:
+            return
+        lines: list[str] = []
+        running = {str(path) for path in found.hooks_paths}
+        for path in stopped:
+            if path in running:
+                continue
+            entry = next((a for a in found.artifacts if a.kind == "hooks" and a.path == path), None)
+            if entry is None:
+                lines.append(f"the hooks in {path} no longer run: the file is gone")
+            elif entry.status in ("inactive", "skipped"):
+                lines.append("since the reload, " + found.notice(entry))
+            else:
+                lines.append(f"the hooks in {path} no longer run ({entry.reason or entry.status})")
+        lines += [line for line in map(found.notice, found.inactive()) if line not in self.announced and f"since the reload, {line}" not in lines]
+        self.announced = set(map(found.notice, found.inactive()))  # one that runs again and stops again is told again
+        for line in lines:
+            self.emit(Notice(message=line, level="warning"))
+
     def request_reload(self) -> None:
         """Discover again at the next turn boundary."""
         self.reload_pending = True
@@ -131,12 +158,14 @@ class SessionExtensions(ToolSource):
         if not self.reload_pending:
             return False
         self.reload_pending = False
+        running = [str(path) for path in self.found.hooks_paths] if self.found is not None else []
         try:
             self.load()
         except Exception as exc:  # noqa: BLE001 - a broken layer must not end the session
             self.warn(f"the extensions were not reloaded: {exc}")
             return False
         self.apply(registry, interceptors)
+        self.announce(stopped=running)
         return True
 
     def compose(self, builtin_base: str) -> str:

@@ -278,6 +278,8 @@ class Session:
         )
         self._announced = True
         self.emit(event)
+        if self.extensions is not None and self.options.parent_id is None:
+            self.extensions.announce()  # what is present but does not run (a child's parent has told it)
         self.trace("agent")
         for interceptor in self.interceptors:
             await self._notify(interceptor, "session_start", interceptor.session_start(event))
