@@ -577,7 +577,7 @@ def test_a_replay_that_runs_out_of_turns_is_an_error(project: Path, tmp_path: Pa
     recording.write_text("\n".join(lines[:2]) + "\n")  # header and the first turn only
     run = osprey(osprey_env, "agent", "-C", str(project), "--replay", str(recording), "go")
     assert run.rc == 1, run
-    assert "only 1 turns" in check_stream(run)[-1]["error"]
+    assert "only 1 turn and" in check_stream(run)[-1]["error"]
 
 
 def test_record_and_replay_resolve_a_relative_path_the_same_way(project: Path, tmp_path: Path, model_server: ModelServer, osprey_env: dict[str, str]) -> None:
@@ -751,7 +751,7 @@ def test_a_terminal_gets_readable_progress_not_json(project: Path, model_server:
     assert "▸ read_file(path='calc.py')" in shown
     assert "▸ edit_file(" in shown and "Edited calc.py" in shown
     assert "Let me look at calc.py." in shown and "Fixed: add() subtracted instead of adding." in shown
-    assert "✔ Completed · 5 turns · 1500 input / 65 output tokens" in shown
+    assert "✔ Completed · 5 turns · 1,500 input / 65 output tokens" in shown
     assert "\x1b[" in shown  # styled for a person
 
 
@@ -798,7 +798,7 @@ def test_terminal_renderer_shows_a_failed_end_in_colour() -> None:
     out = io.StringIO()
     r = TerminalRenderer(out, io.StringIO(), color=True)
     r(SessionEnd(session_id="s", outcome="Error", exit_status=1, turns=1, usage=_usage(1, 0), error="HTTP 500: down"))
-    assert "\x1b[31m✘ Error · 1 turns · 1 input / 0 output tokens: HTTP 500: down\x1b[0m" in out.getvalue()
+    assert "\x1b[31m✘ Error · 1 turn · 1 input / 0 output tokens: HTTP 500: down\x1b[0m" in out.getvalue()
     out = io.StringIO()
     TerminalRenderer(out, io.StringIO(), color=False)(SessionEnd(session_id="s", outcome="MaxContinuations", exit_status=1, turns=2, usage=_usage(0, 0)))
     assert out.getvalue().startswith("✘ MaxContinuations")

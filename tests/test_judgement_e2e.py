@@ -139,7 +139,7 @@ def test_three_empty_answers_in_a_row_end_the_run_with_an_error(dirs: Dirs) -> N
     assert run.end["error"] == "the model returned 3 empty replies in a row"
     assert len(requests) == 3
     assert [told(r)[-1]["content"] for r in requests[1:]] == [EMPTY_CORRECTION] * 2
-    assert "Error: the model returned 3 empty replies in a row" in run.stderr
+    assert "osprey: error: the model returned 3 empty replies in a row" in run.stderr
 
 
 # --------------------------------------------------------------------------- the same call forever

@@ -408,4 +408,4 @@ def test_a_terminal_shows_a_childs_calls_and_ending_marked_with_its_id() -> None
                         approval_policy="never", max_turns=1, **ids))
     render(ToolCallEvent(turn=1, id="x", name="grep", arguments={"pattern": "a"}, **ids))
     render(TaskEnd(session_id="c1", outcome="Cancelled", exit_status=130, turns=1, usage=Usage(), **ids))
-    assert out.getvalue().splitlines() == ["[c1] ▸ grep", "[c1] Cancelled · 1 turns"]
+    assert out.getvalue().splitlines() == ["[c1] ▸ grep", "[c1] Cancelled · 1 turn"]

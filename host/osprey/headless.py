@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .errors import OspreyError
+from .outcomes import Outcome
 
 if TYPE_CHECKING:
     from .session.core import SessionOptions
@@ -96,13 +97,15 @@ async def _session(options: SessionOptions, prompt: str, jsonl: bool, *, journal
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, on_signal, signum)
     out = JsonlWriter() if jsonl else TerminalRenderer()
+    emit = _warnings_on_a_terminal(out) if jsonl and sys.stderr.isatty() else out
     try:
         recorder = Journal(journal_path(options.settings.home), warn=_warn) if journal else None
-        session = Session(options, emit=out, on_text=out.text, on_tool_output=out.tool_output, progress=_progress, warn=_warn, journal=recorder)
+        session = Session(options, emit=emit, on_text=out.text, on_tool_output=out.tool_output, progress=_progress, warn=_warn, journal=recorder)
         async with session:
             end = await session.submit(prompt)
         if jsonl and end.error:
-            _error(f"{end.outcome}: {end.error}")  # JSONL consumers see it in session_end too
+            # JSONL consumers see it in session_end too; the prefix already says it is an error.
+            _error(end.error if end.outcome == Outcome.ERROR else f"{end.outcome}: {end.error}")
         return end.exit_status
     except asyncio.CancelledError:
         # Cancelled before the task started (or during teardown).
@@ -125,3 +128,18 @@ def _flush_and_exit(status: int) -> None:
         except Exception:  # noqa: BLE001 - a closed pipe must not stop the exit
             pass
     os._exit(status)
+
+
+def _warnings_on_a_terminal(out: Any) -> Any:
+    """The JSON Lines writer, with the lead session's warning notices (an extension that does not
+    run) also on stderr, as the settings' warnings are, for a person at the terminal."""
+    from .events import Event, Notice
+    from .terminal_text import clean
+
+    def emit(event: Event) -> None:
+        out(event)
+        if isinstance(event, Notice) and event.level == "warning" and event.agent_id is None:
+            _warn(clean(event.message))
+
+    return emit
+

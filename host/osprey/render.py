@@ -10,6 +10,7 @@ from typing import TextIO
 
 from .events import AssistantText, Compaction, Event, Notice, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent
 from .messages import scrub
+from .numbers import counted, grouped
 from .terminal_text import StreamCleaner, clean
 
 PREVIEW_LINES = 8
@@ -156,7 +157,7 @@ class TerminalRenderer:
         elif isinstance(event, SessionEnd):
             self._end_stream()
             u = event.usage
-            summary = f"{event.outcome} · {event.turns} turns · {u.input_tokens} input / {u.output_tokens} output tokens"
+            summary = f"{event.outcome} · {counted(event.turns, 'turn')} · {grouped(u.input_tokens)} input / {grouped(u.output_tokens)} output tokens"
             if event.error:
                 self._write(self.out, self._style(f"✘ {summary}: {clean(event.error)}", "31") + "\n")
             else:
@@ -172,7 +173,7 @@ class TerminalRenderer:
             self._write(self.out, f"{who} " + self._style(f"▸ {clean(event.name)}", "36") + "\n")
         elif isinstance(event, TaskEnd):
             self._end_stream()
-            self._write(self.out, f"{who} " + self._style(f"{event.outcome} · {event.turns} turns", "2") + "\n")
+            self._write(self.out, f"{who} " + self._style(f"{event.outcome} · {counted(event.turns, 'turn')}", "2") + "\n")
         elif isinstance(event, Notice) and event.level == "warning":
             self._end_stream()
             self._write(self.err, f"{who} " + self._style(f"osprey: {clean(event.message)}", "33") + "\n")

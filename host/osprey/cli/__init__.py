@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -31,7 +32,38 @@ SUBCOMMANDS = {
 }
 
 
+def show_error(exc: click.ClickException) -> None:
+    """A click error as every osprey error prints: one `osprey: error: ` prefix (click's own
+    `Error: ` left out), after the usage lines for a usage error."""
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):
+        exc.show()  # a group run without its command: its help, which is no error message
+        return
+    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+        ctx = exc.ctx
+        hint = ""
+        if ctx.command.get_help_option(ctx) is not None:
+            hint = f"Try '{ctx.command_path} {max(ctx.command.get_help_option_names(ctx), key=len)}' for help.\n"
+        click.echo(f"{ctx.get_usage()}\n{hint}", err=True, color=ctx.color)
+    click.echo(f"osprey: error: {exc.format_message()}", err=True)
+
+
 class LazyGroup(click.Group):
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            # Not standalone, so click raises its errors here rather than printing them its way.
+            status = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        except click.ClickException as exc:
+            show_error(exc)
+            sys.exit(exc.exit_code)
+        # Commands end with sys.exit; an int here is the status of a click Exit (--help, --version).
+        sys.exit(status if isinstance(status, int) else 0)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(SUBCOMMANDS)
 

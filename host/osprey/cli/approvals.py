@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from ..policy import POLICIES
+
 if TYPE_CHECKING:
     from ..policy.store import ApprovalStore, SavedRule
 
@@ -161,21 +163,33 @@ def revoke(rule_id: str) -> None:
 
 @approvals.command(context_settings={"allow_interspersed_args": False})
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--policy", type=click.Choice(POLICIES),
+              help="For a TOOL(ARGS) call: the approval policy to judge it under (default: this directory's policy for the terminal UI).")
 @CWD_OPTION
 @click.argument("command", nargs=-1, required=True)
-def check(as_json: bool, cwd: str | None, command: tuple[str, ...]) -> None:
+def check(as_json: bool, policy: str | None, cwd: str | None, command: tuple[str, ...]) -> None:
     """Say whether the hardline floor refuses a bash COMMAND and which saved rule pre-approves it,
     without running it. Exit status 0: the floor allows it; 1: the floor refuses it.
 
     One argument is the command line as the model would send it; several are its words, quoted
     back as your shell split them (`-- rm -rf "/a b"` is judged as rm -rf '/a b').
 
+    One argument written as a call, TOOL(ARGS), is judged as that tool call: a path for a path
+    tool (`write_file(c.txt)`), a command line for bash or process (`bash(git push)`). It says
+    whether the call would run, be asked about or be denied, and which rule or policy decides;
+    exit status 1 when it would be denied.
+
     \b
     osprey approvals check -- rm -rf /
     osprey approvals check 'git status && git diff'
+    osprey approvals check 'write_file(src/app.py)'
     """
     from ..policy import hardline
 
+    call = _call_shape(command[0]) if len(command) == 1 else None
+    if call is not None:
+        _check_call(*call, as_json=as_json, policy=policy, cwd=cwd)
+        return
     line = command[0] if len(command) == 1 else shlex.join(command)
     store, here, workspace = _context(cwd)
     refusal = hardline.check(line)
@@ -205,3 +219,87 @@ def check(as_json: bool, cwd: str | None, command: tuple[str, ...]) -> None:
             else:
                 click.echo(f"no saved rule pre-approves it in {workspace}; the approval policy decides (on-request asks).")
     sys.exit(1 if refusal else 0)
+
+
+def _call_shape(text: str) -> tuple[str, str] | None:
+    """(tool, what is inside the parentheses) for an argument written as a call, TOOL(ARGS), of a
+    tool a rule can name a pattern for; None for anything else (a shell command)."""
+    from ..policy.rules import COMMAND_TOOLS, PATH_TOOLS
+
+    stripped = text.strip()
+    open_at = stripped.find("(")
+    if open_at <= 0 or not stripped.endswith(")"):
+        return None
+    tool = stripped[:open_at].rstrip()
+    if tool not in COMMAND_TOOLS + PATH_TOOLS:
+        return None
+    return tool, stripped[open_at + 1:-1].strip()
+
+
+def _check_call(tool: str, inside: str, *, as_json: bool, policy: str | None, cwd: str | None) -> NoReturn:
+    """What the hardline floor and the approval policy (with the saved rules) decide for one call."""
+    import asyncio
+
+    from ..config import load_settings
+    from ..errors import OspreyError
+    from ..interception import TRUSTED_READ_ONLY, PendingCall
+    from ..policy import hardline
+    from ..policy.approvals import ApprovalPolicy
+    from ..policy.floor import shell_command
+    from ..policy.rules import COMMAND_TOOLS, MAX_PATTERN
+    from ..tools.builtin import base_tools
+
+    shown_call = f"{tool}({inside})"
+    if not inside:
+        _fail(f"{_show(shown_call)} names no {'command' if tool in COMMAND_TOOLS else 'path'}: write the call as {tool}(...)")
+    if len(inside) > MAX_PATTERN:
+        _fail(f"the call is longer than {MAX_PATTERN} characters")
+    store, here, workspace = _context(cwd)
+    if policy is None:
+        try:
+            policy = load_settings(here, need_provider=False, interactive=True).approval_policy
+        except OspreyError as exc:
+            _fail(str(exc))
+        default = " (this directory's policy for the terminal UI; --policy judges under another)"
+    else:
+        default = ""
+    if tool == "process":
+        arguments: dict[str, Any] = {"action": "start", "command": inside}
+    elif tool == "bash":
+        arguments = {"command": inside}
+    else:
+        arguments = {"path": inside}
+    spec = next((t for t in base_tools(host_processes=True) if t.name == tool), None)
+    pending = PendingCall(id="check", name=tool, arguments=arguments, tool=spec, turn=0, cwd=str(here), workspace=str(workspace))
+    approvals_ = ApprovalPolicy(policy, store=store, workspace=str(workspace))
+
+    refusal = hardline.check(inside) if shell_command(tool, arguments) is not None else None
+    verdict = asyncio.run(approvals_.before_call(pending))
+    rule = None
+    if refusal is not None:
+        decision, decided_by = "deny", "hardline floor"
+        reason = (f"refused by the hardline floor (rule {refusal.rule}): {refusal.reason.rstrip('.')}. "
+                  "The floor applies under every approval policy, --yolo included.")
+    elif verdict.action == "allow" and verdict.reason:
+        rule = approvals_.covering_rule(pending, saved=policy != "deny-untrusted")
+        decision, decided_by = "allow", "saved rule"
+        reason = f"pre-approved in {workspace} by the saved rule {rule}"
+    elif verdict.action == "allow":
+        decision, decided_by = "allow", "approval policy"
+        reason = f"the policy {policy} runs {tool} without asking"
+    elif verdict.action == "deny":
+        decision, decided_by = "deny", "approval policy"
+        reason = (f"the policy {policy} runs only the trusted read-only tools ({', '.join(TRUSTED_READ_ONLY)}) without approval, "
+                  "and reads no saved rule; `--allow RULE` pre-approves calls for one run")
+    else:
+        decision, decided_by = "ask", "approval policy"
+        reason = f"no saved rule pre-approves it in {workspace}; the policy {policy} asks before {tool} runs"
+    if as_json:
+        click.echo(json.dumps({
+            "call": shown_call, "tool": tool, "arguments": arguments, "policy": policy,
+            "decision": decision, "decided_by": decided_by, "rule": rule, "reason": reason,
+        }, ensure_ascii=False))
+    else:
+        click.echo(f"{_show(shown_call)} under the approval policy {policy}{default}:")
+        click.echo(f"{decision}: {_show(reason)}")
+    sys.exit(1 if decision == "deny" else 0)

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..numbers import counted
+
 if TYPE_CHECKING:
     from ..events import Event
 
@@ -87,7 +89,8 @@ def _short_dir(path: str, limit: int = DIR_CHARS) -> str:
 @sessions.command("show")
 @click.argument("session_id", metavar="ID")
 @click.option("--json", "as_json", is_flag=True, help="Print the session's events as JSON Lines.")
-def show_command(session_id: str, as_json: bool) -> None:
+@click.option("--full", is_flag=True, help="Print every tool call's arguments and result whole (by default a result shows its first 6 lines).")
+def show_command(session_id: str, as_json: bool, full: bool) -> None:
     """The transcript of session ID (its full id, or the start of it)."""
     from ..sessions.journal import JournalError, find_session, load_events, read_events
 
@@ -104,20 +107,23 @@ def show_command(session_id: str, as_json: bool) -> None:
         raise click.ClickException(str(exc)) from None
     click.echo(f"session {row.id}  {_clean(row.cwd)}  {row.provider}/{_clean(row.model)}  started {_when(row.created)}")
     for event in events:
-        line = _transcript_line(event)
+        line = _transcript_line(event, full=full)
         if line:
             click.echo(line)
 
 
-def _preview(text: str) -> str:
+def _preview(text: str, *, full: bool = False) -> str:
+    if full:
+        return "\n".join("    " + line for line in _clean(text).splitlines())
     lines = _clean(text[:PREVIEW_CHARS]).splitlines()
     more = len(lines) > PREVIEW_LINES or len(text) > PREVIEW_CHARS
     shown = "\n".join("    " + line for line in lines[:PREVIEW_LINES])
     return shown + ("\n    ..." if more else "")
 
 
-def _transcript_line(e: Event) -> str:
-    """One event of the transcript (empty for an event it does not show)."""
+def _transcript_line(e: Event, *, full: bool = False) -> str:
+    """One event of the transcript (empty for an event it does not show); `full` keeps tool
+    arguments and results whole."""
     from ..events import AssistantText, Notice, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UserMessageEvent
 
     if isinstance(e, SessionStart):
@@ -129,17 +135,17 @@ def _transcript_line(e: Event) -> str:
         return f"\nassistant> {_clean(e.text)}" if e.text else ""
     if isinstance(e, ToolCallEvent):
         arguments = json.dumps(e.arguments, ensure_ascii=False)
-        if len(arguments) > 300:
+        if not full and len(arguments) > 300:
             arguments = arguments[:300] + "..."
         return f"  -> {_clean(e.name)} {_clean(arguments)}"
     if isinstance(e, ToolResultEvent):
         status = "ok" if e.ok else f"error ({e.error_category})"
-        return f"  <- {_clean(e.name)}: {_clean(status)}" + (f"\n{_preview(e.output)}" if e.output else "")
+        return f"  <- {_clean(e.name)}: {_clean(status)}" + (f"\n{_preview(e.output, full=full)}" if e.output else "")
     if isinstance(e, Notice):
         return f"  [{e.level}] {_clean(e.message)}"
     if isinstance(e, TaskEnd):
         error = f": {_clean(e.error)}" if e.error else ""
         return f"--- task ended: {_clean(e.outcome)}{error}"
     if isinstance(e, SessionEnd):
-        return f"--- session ended: {_clean(e.outcome)} after {e.turns} turns"
+        return f"--- session ended: {_clean(e.outcome)} after {counted(e.turns, 'turn')}"
     return ""

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from ..errors import ConfigError, ProviderError
 from ..messages import ModelRequest, ModelTurn
+from ..numbers import counted
 from .base import Provider, TextSink, loads
 
 FORMAT = "osprey-recording"
@@ -70,7 +71,7 @@ class ReplayProvider:
     async def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelTurn:
         if self.position >= len(self.turns):
             raise ProviderError(
-                f"the recording {self.path} has only {len(self.turns)} turns and the session asked for more; "
+                f"the recording {self.path} has only {counted(len(self.turns), 'turn')} and the session asked for more; "
                 "the session went differently from the recorded one"
             )
         turn = self.turns[self.position]

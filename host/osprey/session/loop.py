@@ -13,6 +13,7 @@ from ..errors import ProviderError
 from ..events import AssistantText, Compaction, Event, Notice, UsageEvent, UserMessageEvent
 from ..interception import CompletionCandidate, Continuation, Interceptor
 from ..messages import AssistantMessage, Message, ModelRequest, ModelTurn, ToolSpec, Usage, UserMessage, compacted
+from ..numbers import counted
 from ..outcomes import Outcome
 from ..providers.base import Provider, TextSink
 from .calls import CallPath
@@ -140,7 +141,7 @@ class AgentLoop:
                 await self.compact("auto")
                 self.add_user_message(CONTINUE_AFTER_COMPACTION, origin="loop")
             if task_turns >= self.max_turns:
-                return Outcome.MAX_CONTINUATIONS, "", f"the model was still working after {self.max_turns} turns (--max-turns)"
+                return Outcome.MAX_CONTINUATIONS, "", f"the model was still working after {counted(self.max_turns, 'turn')} (--max-turns)"
             task_turns += 1
             self.turns += 1
             turn_no = self.turns

@@ -125,9 +125,16 @@ def journal_path(home: Path) -> Path:
     return home / DB_NAME
 
 
+# Where the context interceptors add for the model (hooks, --output-schema) starts in a prompt's
+# user_message text (the session's `with_context`); a title leaves it out.
+CONTEXT_MARK = "\n\n[context] "
+
+
 def make_title(text: str) -> str:
-    """A session's title: its first prompt on one line, cut to about TITLE_CHARS characters."""
-    line = " ".join(text[: TITLE_CHARS * 8].split())
+    """A session's title: its first prompt as typed, without the context added for the model, on
+    one line, cut to about TITLE_CHARS characters."""
+    typed = text[: TITLE_CHARS * 8 + len(CONTEXT_MARK)].split(CONTEXT_MARK, 1)[0]
+    line = " ".join(typed[: TITLE_CHARS * 8].split())
     return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
 
 

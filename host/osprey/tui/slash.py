@@ -14,6 +14,7 @@ from ..catalog import Catalog
 from ..choices import EFFORTS, MODEL_PROVIDERS
 from ..config import Settings
 from ..errors import OspreyError
+from ..numbers import grouped
 from ..sessions.journal import find_session, list_sessions
 from ..terminal_text import clean
 from . import commands
@@ -190,7 +191,7 @@ class SlashCommands:
         self.note("\n".join([
             f"provider: {start.provider}", f"model: {start.model}", f"approval policy: {start.approval_policy}",
             f"home: {session.tool_service_kind}", f"session: {session.session_id}", f"cwd: {session.settings.cwd}",
-            f"usage: {usage.input_tokens} in, {usage.output_tokens} out",
+            f"usage: {grouped(usage.input_tokens)} in, {grouped(usage.output_tokens)} out",
         ]))
 
     async def cmd_tools(self, argument: str) -> None:
@@ -212,7 +213,13 @@ class SlashCommands:
         lines = [f"{item.manifest.name}: {item.path} ({item.layer.kind})" for item in found.tools] or ["no custom tools are loaded"]
         for artifact in (a for a in found.artifacts if a.kind == "tool" and a.status != "active"):
             lines.append(f"not loaded: {artifact.name} ({artifact.status}): {artifact.reason or ''}")
+            if (command := found.trust_hint(artifact)) is not None:
+                lines.append(f"  to trust it once reviewed: {command}")
         lines += [f"hooks: {path}" for path in found.hooks_paths]
+        for artifact in (a for a in found.artifacts if a.kind == "hooks" and a.status != "active"):
+            lines.append(f"hooks not running: {artifact.path} ({artifact.status}, {artifact.trust}): {artifact.reason or ''}")
+            if (command := found.trust_hint(artifact)) is not None:
+                lines.append(f"  to trust it once reviewed: {command}")
         if session.extensions is not None and session.extensions.reload_pending:
             lines.append("a reload is pending: it happens at the next turn boundary")
         lines.append("`osprey extensions` shows every artifact and why it is or is not used")
