@@ -253,3 +253,16 @@ async def test_a_killed_lane_is_replaced_behind_the_same_client(lane: ToolServic
     assert lane.client is client
     assert (await client.read_file("written.txt")).content.endswith("kept")  # the workspace is the same
     assert (await client.exec(["cat", "/tmp/lost.txt"])).exit_code != 0  # the lane's /tmp is not
+
+
+async def test_a_call_whose_channel_is_closed_under_it_fails_as_the_service_not_as_a_cancellation(local: ToolServiceHome) -> None:
+    """Another call's failure replaces the connection and closes the old channel: the calls still
+    running on it get a DispatcherError, never a CancelledError their caller did not ask for."""
+    client = local.client
+    running = asyncio.ensure_future(client.bash("sleep 5; echo done"))
+    await asyncio.sleep(0.5)
+    await client._current().close()  # what a recovery does to the connection it replaces
+    with pytest.raises(DispatcherError, match="was closed while the call ran"):
+        await asyncio.wait_for(running, 10)
+    assert not running.cancelled()
+    assert (await client.read_file("a.txt")).total_lines == 1  # the home brings a connection back

@@ -9,6 +9,7 @@ from pathlib import Path
 import docker
 from helpers import require_docker
 
+from osprey.testing.model_server import ModelServer, Reply
 from osprey.toolservice.lanes import LABEL
 
 
@@ -55,9 +56,15 @@ def test_commands_say_what_to_do_without_an_engine(tmp_path: Path) -> None:
         assert "no Docker engine answers" in result.stderr and "without --sandbox" in result.stderr
 
 
-def test_agent_sandbox_without_an_engine_fails_clearly(tmp_path: Path, osprey_env: dict[str, str]) -> None:
+def test_agent_sandbox_without_an_engine_fails_clearly(tmp_path: Path, osprey_env: dict[str, str], model_server: ModelServer) -> None:
+    # The lane starts while the model is asked: the model's answer is held so the lane's failure
+    # is what ends the run (a refused local model server would fail at once, first).
+    model_server.add(Reply.hold(1, then=Reply.text("never shown")))
     env = dict(osprey_env, DOCKER_HOST=f"unix://{tmp_path}/no-such.sock")
-    result = osprey("agent", "--sandbox", "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1", "-C", str(tmp_path), "hi", env=env)
+    try:
+        result = osprey("agent", "--sandbox", "--provider", "openai", "--base-url", model_server.base_url, "-C", str(tmp_path), "hi", env=env)
+    finally:
+        model_server.release()
     assert result.returncode == 1
     assert "no Docker engine answers" in result.stderr
 

@@ -107,6 +107,19 @@ def tls_refusal(details: str, where: str) -> DispatcherError | None:
 T = TypeVar("T")
 
 
+def _being_cancelled() -> bool:
+    """Inside `except CancelledError`: whether this task is being cancelled. When it is not, the
+    call was cancelled under it, by its channel closing (another call's failure replaced the
+    connection), which is the service's failure, not the caller's cancellation."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
+def _closed_under(connection: Connection) -> DispatcherError:
+    return DispatcherError(f"the connection to the ToolService at {connection.where} was closed while the call ran "
+                           "(the service stopped, and was replaced)")
+
+
 def _not_unicode(field: str, exc: UnicodeEncodeError) -> ToolError:
     return ToolError("invalid_argument", f"the {field.replace('_', ' ')} is not valid Unicode text: it holds a lone surrogate "
                                          f"({exc.object[exc.start:exc.end]!r} at character {exc.start}); send it as UTF-8 text")
@@ -321,6 +334,10 @@ class ToolClient:
                 return await getattr(connection.stub, method)(request, metadata=connection.metadata, timeout=deadline_s)
             except grpc.aio.AioRpcError as exc:
                 raise _map_rpc_error(exc, connection.where, deadline_s) from None
+            except asyncio.CancelledError:
+                if _being_cancelled():
+                    raise
+                raise _closed_under(connection) from None
             except grpc.aio.UsageError as exc:
                 raise DispatcherError(f"the connection to the ToolService at {connection.where} is closed ({exc})") from None
         except (DispatcherError, ToolTimeout) as exc:
@@ -365,6 +382,10 @@ class ToolClient:
             connection = self._current()
             try:
                 return await connection.stub.WriteFileStream(chunks(), metadata=connection.metadata, timeout=self.call_deadline_s)
+            except asyncio.CancelledError:
+                if _being_cancelled():
+                    raise
+                raise _closed_under(connection) from None
             except grpc.aio.AioRpcError as exc:
                 if unencodable:
                     raise _not_unicode("content", unencodable[0]) from None
@@ -416,6 +437,11 @@ class ToolClient:
         except grpc.aio.AioRpcError as exc:
             finished = True
             raise _map_rpc_error(exc, connection.where, deadline_s) from None
+        except asyncio.CancelledError:
+            if _being_cancelled():
+                raise
+            finished = True
+            raise _closed_under(connection) from None
         except grpc.aio.UsageError as exc:
             finished = True
             raise DispatcherError(f"the connection to the ToolService at {connection.where} is closed ({exc})") from None
