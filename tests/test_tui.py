@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -550,6 +551,25 @@ async def test_keys_queued_faster_than_the_prompt_reads_them_run_the_command_typ
             release.set()
         await until(pilot, lambda: "journal" in notices(app) or "Not available yet" in notices(app))
         assert "Not available yet" not in notices(app) and "journal" in notices(app) and area.text == ""
+
+
+async def test_the_slash_menu_shows_argument_hints_and_a_command_run_from_it_leaves_the_prompt_empty(rig: TuiRig) -> None:
+    rig.scripts.append([text("unused")])
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        area, menu = app.query_one(PromptArea), app.query_one(CompletionMenu)
+        await pilot.press(*"/ex")
+        assert menu.shown
+        await pilot.pause()
+        # What is drawn, without its styles: the hint is text, not markup.
+        shown = re.sub("\x1b\\[[0-9;?]*[A-Za-z]", "", app.screen._compositor.render_full_update().render_segments(app.console))
+        assert "[PATH]" in shown, shown
+        area.clear()
+        await pilot.press(*"/tools", "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert area.text == "" and not menu.shown and "read_file" in notices(app)
 
 
 async def test_old_rows_leave_the_screen_and_export_still_has_them(rig: TuiRig, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,6 +3,7 @@ down; Tab or Enter takes the highlighted command, Esc closes it, a click takes o
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.message import Message
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
@@ -55,7 +56,8 @@ class CompletionMenu(OptionList):
         if names != [c.name for c in self.found]:
             self.found = found
             width = max(len(c.usage) for c in found)
-            self.set_options([Option(f"{c.usage.ljust(width)}  {c.help}", id=c.name) for c in found])
+            # Plain text: `[PATH]`, `[all]` and `[NAME]` are argument hints, not markup.
+            self.set_options([Option(Text(f"{c.usage.ljust(width)}  {c.help}"), id=c.name) for c in found])
             self.highlighted = names.index(current.name) if current is not None and current.name in names else 0
         typed = text[1:].lower()
         if typed in names:  # a name typed in full is the one Enter takes
