@@ -17,6 +17,7 @@ from test_e2e_agent import OSPREY, RUN_TIMEOUT, Run, check_stream, osprey
 
 from osprey.sessions.resume import ENDED_TEXT
 from osprey.testing.model_server import ModelServer, Reply
+from osprey.testing.model_server import ToolCall as Call
 
 pytestmark = pytest.mark.e2e
 
@@ -176,3 +177,32 @@ def test_an_unusable_journal_warns_and_the_run_goes_on(workspace: Path, model_se
     assert run.stderr.count("events of this session were not saved") == 1, run
     assert "can be written again" not in run.stderr, run
     assert check_stream(run)[-1]["final_text"] == "Fine."
+
+
+def test_sessions_show_names_the_call_of_a_result_that_does_not_follow_it(workspace: Path, model_server: ModelServer,
+                                                                           osprey_env: dict[str, str]) -> None:
+    (workspace / "a.txt").write_text("alpha-content\n")
+    (workspace / "b.txt").write_text("beta-content\n")
+    (workspace / "c.txt").write_text("".join(f"c-line-{i}\n" for i in range(1, 11)))
+    model_server.add(Reply.tool_calls([Call("read_file", {"path": "a.txt"}), Call("read_file", {"path": "b.txt"})]),
+                     Reply.tool_calls([Call("read_file", {"path": "c.txt"})]), Reply.text("All read."))
+    run = agent(osprey_env, workspace, model_server, "Read the files.")
+    assert run.rc == 0, run
+    session_id = run.events[0]["session_id"]
+
+    shown = osprey(osprey_env, "sessions", "show", session_id)
+    assert shown.rc == 0, shown
+    lines = shown.stdout.splitlines()
+    at = lines.index('  -> read_file {"path": "a.txt"}')
+    assert lines[at + 1] == '  -> read_file {"path": "b.txt"}', shown
+    assert lines[at + 2] == '  <- read_file {"path": "a.txt"}: ok' and "alpha-content" in lines[at + 3], shown
+    assert lines[at + 4] == '  <- read_file {"path": "b.txt"}: ok' and "beta-content" in lines[at + 5], shown
+    # A result right under its call names only its tool, as before; its output is cut to 6 lines.
+    lone = lines.index('  -> read_file {"path": "c.txt"}')
+    assert lines[lone + 1] == "  <- read_file: ok", shown
+    assert "c-line-6" in lines[lone + 7] and lines[lone + 8] == "    ...", shown
+
+    whole = osprey(osprey_env, "sessions", "show", "--full", session_id)
+    assert whole.rc == 0, whole
+    assert '  <- read_file {"path": "a.txt"}: ok' in whole.stdout and '  <- read_file {"path": "b.txt"}: ok' in whole.stdout
+    assert "c-line-10" in whole.stdout and "\n    ...\n" not in whole.stdout, whole

@@ -55,6 +55,15 @@ class _Live:
     shown: bool = False  # some output was written
 
 
+@dataclass(eq=False)
+class _Call:
+    """A lead-session call whose header is on the screen and whose result has not come."""
+
+    id: str
+    label: str  # its name and first argument: the header repeated above output that does not follow it
+    live: _Live | None
+
+
 class TerminalRenderer:
     """Readable progress for a person watching a terminal."""
 
@@ -64,14 +73,38 @@ class TerminalRenderer:
         self.color = color
         self._streaming = False
         self._stream = StreamCleaner()  # streamed text may cut an escape sequence in two
-        self._live: dict[str, _Live] = {}  # the lead session's calls still running, by id
+        self._calls: list[_Call] = []  # the lead session's calls still running, in the order they came
+        # The call whose header, output or result was the last thing written to `out` (None: something
+        # else was). Calls run together print their headers first: a result that does not follow its
+        # own call gets the call's name again above it.
+        self._last: _Call | None = None
 
     def _style(self, text: str, code: str) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if self.color else text
 
     def text(self, delta: str) -> None:
-        self._write(self.out, self._stream.feed(delta))
+        shown = self._stream.feed(delta)
+        if shown:
+            self._out(shown)
         self._streaming = True
+
+    def _out(self, text: str, call: _Call | None = None) -> None:
+        """Write `text` to `out`, as part of `call`'s rows or of none."""
+        last = self._last
+        if last is not call and last is not None and last.live is not None and last.live.shown and not last.live.at_line_start:
+            # A call's live output stopped mid-line: end the line before anything else is written.
+            self._write(self.out, "\n")
+            last.live.at_line_start = True
+        self._write(self.out, text)
+        self._last = call
+
+    def _under(self, call: _Call) -> None:
+        """Make what comes next sit under `call`: its name again when something else came between."""
+        if self._last is not call:
+            self._out(self._style(f"↳ {call.label}", "36") + "\n", call)
+
+    def _find(self, call_id: str) -> _Call | None:
+        return next((call for call in self._calls if call.id == call_id), None)
 
     @staticmethod
     def _write(stream: TextIO, text: str) -> None:
@@ -87,10 +120,14 @@ class TerminalRenderer:
 
     def tool_output(self, call_id: str, chunk: bytes) -> None:
         """Live output of a running call (bash), shown indented as it comes."""
-        live = self._live.get(call_id)
-        if live is None or live.lines >= LIVE_LINES:
+        call = self._find(call_id)
+        live = call.live if call is not None else None
+        if call is None or live is None or live.lines >= LIVE_LINES:
             return
         text = live.cleaner.feed(live.decoder.decode(chunk))
+        if not text:
+            return
+        self._under(call)
         pieces: list[str] = []
         for line in text.splitlines(keepends=True):
             if live.lines >= LIVE_LINES:
@@ -105,49 +142,43 @@ class TerminalRenderer:
                     pieces.append(self._style("  … (more output; the result shows its end)", "2") + "\n")
         if pieces:
             live.shown = True
-            self._write(self.out, "".join(pieces))
+            self._out("".join(pieces), call)
 
-    def _end_live(self, call_id: str) -> bool:
+    def _end_live(self, call: _Call) -> bool:
         """Close a call's live output; whether any was shown."""
-        live = self._live.pop(call_id, None)
+        live = call.live
         if live is None or not live.shown:
             return False
         if not live.at_line_start:
-            self._write(self.out, "\n")
+            self._out("\n", call)
+            live.at_line_start = True
         return True
 
     def _end_stream(self) -> None:
         if self._streaming:
-            self._write(self.out, self._stream.end() + "\n")
+            self._out(self._stream.end() + "\n")
             self._streaming = False
 
     def __call__(self, event: Event) -> None:
         if event.agent_id is not None:
             self._child(event)
         elif isinstance(event, SessionStart):
-            self._write(self.out, self._style(clean(f"osprey · {event.provider}/{event.model} · tools on {event.tool_service} · {event.cwd}"), "2") + "\n")
+            self._out(self._style(clean(f"osprey · {event.provider}/{event.model} · tools on {event.tool_service} · {event.cwd}"), "2") + "\n")
         elif isinstance(event, AssistantText):
             if self._streaming:
                 self._end_stream()
             else:
-                self._write(self.out, clean(event.text) + "\n")
+                self._out(clean(event.text) + "\n")
         elif isinstance(event, ToolCallEvent):
             self._end_stream()
-            args = ", ".join(f"{clean(k)}={_short(v)}" for k, v in event.arguments.items())
-            self._write(self.out, self._style(f"▸ {clean(event.name)}({args})", "36") + "\n")
-            if event.requested_by is None:
-                self._live[event.id] = _Live()
+            args = [f"{clean(k)}={_short(v)}" for k, v in event.arguments.items()]
+            name = clean(event.name)
+            first = (args[0] + (", …" if len(args) > 1 else "")) if args else ""
+            call = _Call(event.id, f"{name}({first})", _Live() if event.requested_by is None else None)
+            self._calls.append(call)
+            self._out(self._style(f"▸ {name}({', '.join(args)})", "36") + "\n", call)
         elif isinstance(event, ToolResultEvent):
-            lines = _clean_lines(event.output) or [""]
-            style = "2" if event.ok else "31"
-            if self._end_live(event.id):
-                # Its output is on the screen already: its status line (exit code, stopped) follows.
-                self._write(self.out, self._style("  " + lines[-1], "33" if event.error_category == "cancelled" else style) + "\n")
-                return
-            shown = lines[:PREVIEW_LINES]
-            if len(lines) > PREVIEW_LINES:
-                shown.append(f"… {len(lines) - PREVIEW_LINES} more lines")
-            self._write(self.out, "\n".join(self._style("  " + line, style) for line in shown) + "\n")
+            self._result(event)
         elif isinstance(event, Compaction):
             self._end_stream()
             self._write(self.err, self._style(f"osprey: the conversation ({event.messages_before} messages) was compacted into a summary ({clean(event.reason)})", "33") + "\n")
@@ -159,10 +190,27 @@ class TerminalRenderer:
             u = event.usage
             summary = f"{event.outcome} · {counted(event.turns, 'turn')} · {grouped(u.input_tokens)} input / {grouped(u.output_tokens)} output tokens"
             if event.error:
-                self._write(self.out, self._style(f"✘ {summary}: {clean(event.error)}", "31") + "\n")
+                self._out(self._style(f"✘ {summary}: {clean(event.error)}", "31") + "\n")
             else:
-                self._write(self.out, self._style(f"{'✔' if event.exit_status == 0 else '✘'} {summary}", "32" if event.exit_status == 0 else "31") + "\n")
+                self._out(self._style(f"{'✔' if event.exit_status == 0 else '✘'} {summary}", "32" if event.exit_status == 0 else "31") + "\n")
 
+    def _result(self, event: ToolResultEvent) -> None:
+        """A call's result, under its call (after its output, if that was shown as it came)."""
+        call = self._find(event.id)
+        streamed = call is not None and self._end_live(call)
+        if call is not None:
+            self._calls.remove(call)
+            self._under(call)
+        lines = _clean_lines(event.output) or [""]
+        style = "2" if event.ok else "31"
+        if streamed:
+            # Its output is on the screen already: its status line (exit code, stopped) follows.
+            self._out(self._style("  " + lines[-1], "33" if event.error_category == "cancelled" else style) + "\n", call)
+            return
+        shown = lines[:PREVIEW_LINES]
+        if len(lines) > PREVIEW_LINES:
+            shown.append(f"… {len(lines) - PREVIEW_LINES} more lines")
+        self._out("\n".join(self._style("  " + line, style) for line in shown) + "\n", call)
 
     def _child(self, event: Event) -> None:
         """A child session's event: its calls and how it ended, marked with its id (its text, the
@@ -170,10 +218,10 @@ class TerminalRenderer:
         who = self._style(f"[{clean(event.agent_id or '')}]", "35")
         if isinstance(event, ToolCallEvent):
             self._end_stream()
-            self._write(self.out, f"{who} " + self._style(f"▸ {clean(event.name)}", "36") + "\n")
+            self._out(f"{who} " + self._style(f"▸ {clean(event.name)}", "36") + "\n")
         elif isinstance(event, TaskEnd):
             self._end_stream()
-            self._write(self.out, f"{who} " + self._style(f"{event.outcome} · {counted(event.turns, 'turn')}", "2") + "\n")
+            self._out(f"{who} " + self._style(f"{event.outcome} · {counted(event.turns, 'turn')}", "2") + "\n")
         elif isinstance(event, Notice) and event.level == "warning":
             self._end_stream()
             self._write(self.err, f"{who} " + self._style(f"osprey: {clean(event.message)}", "33") + "\n")

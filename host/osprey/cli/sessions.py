@@ -14,13 +14,16 @@ import click
 from ..numbers import counted
 
 if TYPE_CHECKING:
-    from ..events import Event
+    from collections.abc import Iterable, Iterator
+
+    from ..events import Event, ToolCallEvent
 
 # Control characters from a model or a workspace must not reach the terminal as escape sequences.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 PREVIEW_LINES = 6
 PREVIEW_CHARS = 2000
 DIR_CHARS = 40
+LABEL_CHARS = 60  # of a call's first argument, where a result names its call
 
 
 def _clean(text: str) -> str:
@@ -106,10 +109,8 @@ def show_command(session_id: str, as_json: bool, full: bool) -> None:
     except JournalError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"session {row.id}  {_clean(row.cwd)}  {row.provider}/{_clean(row.model)}  started {_when(row.created)}")
-    for event in events:
-        line = _transcript_line(event, full=full)
-        if line:
-            click.echo(line)
+    for line in _transcript(events, full=full):
+        click.echo(line)
 
 
 def _preview(text: str, *, full: bool = False) -> str:
@@ -121,9 +122,42 @@ def _preview(text: str, *, full: bool = False) -> str:
     return shown + ("\n    ..." if more else "")
 
 
-def _transcript_line(e: Event, *, full: bool = False) -> str:
+def _transcript(events: Iterable[Event], *, full: bool = False) -> Iterator[str]:
+    """The transcript's lines. A tool result whose call is not the line just before it (calls run
+    together show their calls first) names its call by its tool and first argument."""
+    from ..events import ToolCallEvent, ToolResultEvent
+
+    waiting: dict[str, list[ToolCallEvent]] = {}  # calls without a result yet, by id (a model may repeat one)
+    previous: Event | None = None  # the event of the last line shown
+    for event in events:
+        call: ToolCallEvent | None = None
+        if isinstance(event, ToolCallEvent):
+            waiting.setdefault(event.id, []).append(event)
+        elif isinstance(event, ToolResultEvent) and event.id in waiting:
+            call = waiting[event.id].pop(0)
+            if not waiting[event.id]:
+                del waiting[event.id]
+        line = _transcript_line(event, full=full, call=_call_label(call) if call is not None and call is not previous else None)
+        if line:
+            previous = event
+            yield line
+
+
+def _call_label(call: ToolCallEvent) -> str:
+    """A call in a few words: its tool and its first argument (shortened)."""
+    if not call.arguments:
+        return f"{call.name} {{}}"
+    key, value = next(iter(call.arguments.items()))
+    shown = json.dumps(value, ensure_ascii=False)
+    if len(shown) > LABEL_CHARS:
+        shown = shown[:LABEL_CHARS] + "..."
+    more = ", ..." if len(call.arguments) > 1 else ""
+    return f"{call.name} {{{json.dumps(key, ensure_ascii=False)}: {shown}{more}}}"
+
+
+def _transcript_line(e: Event, *, full: bool = False, call: str | None = None) -> str:
     """One event of the transcript (empty for an event it does not show); `full` keeps tool
-    arguments and results whole."""
+    arguments and results whole; `call` names a result's call in place of its tool alone."""
     from ..events import AssistantText, Notice, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent, UserMessageEvent
 
     if isinstance(e, SessionStart):
@@ -140,7 +174,7 @@ def _transcript_line(e: Event, *, full: bool = False) -> str:
         return f"  -> {_clean(e.name)} {_clean(arguments)}"
     if isinstance(e, ToolResultEvent):
         status = "ok" if e.ok else f"error ({e.error_category})"
-        return f"  <- {_clean(e.name)}: {_clean(status)}" + (f"\n{_preview(e.output, full=full)}" if e.output else "")
+        return f"  <- {_clean(call or e.name)}: {_clean(status)}" + (f"\n{_preview(e.output, full=full)}" if e.output else "")
     if isinstance(e, Notice):
         return f"  [{e.level}] {_clean(e.message)}"
     if isinstance(e, TaskEnd):
