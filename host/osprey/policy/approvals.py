@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import posixpath
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -57,12 +59,20 @@ class ApprovalRequest(BaseModel):
     arguments: dict[str, Any]
     policy: str
     reason: str
-    # A rule that "allow always" would save, e.g. `bash(git diff *)`.
+    # The narrowest rule for the call, e.g. `bash(git diff *)` (headless hints name it).
     suggested_rule: str
     # Who asks: the approval policy ("approvals"), or an interceptor that asks whatever the policy
     # (a hook's "ask", the guard on the user's own hooks file). Only the policy's question can be
     # answered once and for all by a saved rule, --allow or --yolo.
     asked_by: str = POLICY_SOURCE
+    # A broader rule to offer for "allow always" (`proposed_rule`), e.g. `write_file(src/pkg/**)`;
+    # empty: the suggested rule.
+    proposed_rule: str = ""
+
+    @property
+    def always_rule(self) -> str:
+        """The rule "allow always" offers to save (the person may edit it first)."""
+        return self.proposed_rule or self.suggested_rule
 
     @property
     def rememberable(self) -> bool:
@@ -73,7 +83,8 @@ class ApprovalRequest(BaseModel):
 class ApprovalAnswer(BaseModel):
     decision: Literal["allow_once", "allow_always", "deny"]
     scope: Literal["project", "global"] = "project"
-    # The rule to save with allow_always (default: the request's suggested rule).
+    # The rule to save with allow_always (default: the request's suggested rule); a front end that
+    # offers the proposed rule, edited or not, sends it here.
     rule: str | None = None
     # With deny: a reason the model sees.
     reason: str = ""
@@ -122,12 +133,12 @@ def suggested_rule(tool: str, arguments: Mapping[str, Any], *, cwd: str = "", wo
                 commands = []
             if len(commands) == 1 and commands[0]:
                 argv = commands[0]
-                if (len(argv) > 1 and not argv[1].startswith("-") and argv[0] not in BROAD_PROGRAMS
+                if (len(argv) > 1 and not argv[1].startswith("-") and posixpath.basename(argv[0]) not in BROAD_PROGRAMS
                         and risky_option(argv, 2) is None):
                     return f"{tool}({shlex.join(argv[:2])} *)"  # a program and its subcommand: `git diff`
                 return f"{tool}({shlex.join(argv)})"  # exactly this command
             programs = {c[0] for c in commands if c}
-            if len(programs) == 1 and not programs & BROAD_PROGRAMS:
+            if len(programs) == 1 and not {posixpath.basename(p) for p in programs} & BROAD_PROGRAMS:
                 return f"{tool}({shlex.quote(programs.pop())} *)"  # `make && make install`
         return tool
     path = arguments.get("path")
@@ -144,6 +155,139 @@ def suggested_rule(tool: str, arguments: Mapping[str, Any], *, cwd: str = "", wo
                 if relative != "." and not any(c in relative for c in "*?()[]\n"):
                     return f"{tool}({relative})"  # the file the service opens: a symlink's target
     return tool
+
+
+# What a proposed command prefix may fix: plain words, which the shell leaves as they are (no
+# quote, expansion, glob, `~` or space), so the rule names what the call ran.
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./-]{1,256}")
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}=[A-Za-z0-9_@%+=:,./-]{0,256}")
+_PYTHON = re.compile(r"python(?:[0-9]+(?:\.[0-9]+)?)?")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}(?:\.[A-Za-z_][A-Za-z0-9_]{0,63}){0,7}")
+MAX_ASSIGNMENTS = 4  # leading `NAME=value` words a proposed prefix may fix
+# `python -m MODULE` for these runs code or a script its arguments name: no prefix is proposed.
+CODE_MODULES = frozenset({"timeit", "pdb", "profile", "cProfile", "trace", "runpy", "code", "idlelib", "IPython", "doctest"})
+# Modules with subcommands: the subcommand is part of the proposal (`python3 -m pip install *`).
+SUBCOMMAND_MODULES = frozenset({"pip"})
+# Programs whose options come first and that have no subcommands: the program alone is proposed.
+NO_SUBCOMMANDS = frozenset({"pytest", "py.test"})
+# A subcommand whose next word names the script it runs: the script is part of the proposal.
+SCRIPT_RUNNERS = frozenset({("npm", "run"), ("npm", "run-script"), ("pnpm", "run"), ("yarn", "run"), ("go", "run")})
+# A subcommand whose next word is a program it runs: the proposal is made for that program.
+PROGRAM_RUNNERS = frozenset({("uv", "run"), ("poetry", "run"), ("pipenv", "run"), ("pdm", "run"), ("hatch", "run"), ("bundle", "exec")})
+
+
+def proposed_rule(tool: str, arguments: Mapping[str, Any], *, cwd: str = "", workspace: str = "") -> str:
+    """A rule to offer for "allow always", broader than `suggested_rule` where that is useful: for a
+    command, its program and subcommand or script (`bash(python3 -m unittest *)`, `bash(npm run test *)`),
+    else the exact command; for a file, its directory (`write_file(src/pkg/**)`) or, at the workspace
+    root, its extension (`write_file(*.txt)`). What it proposes in place of `suggested_rule` always
+    parses and covers this call; it falls back to `suggested_rule` when nothing else does (a line of
+    several commands, a protected name, a path outside the workspace, any other tool)."""
+    from .rules import Rule, RuleError
+
+    suggested = suggested_rule(tool, arguments, cwd=cwd, workspace=workspace)
+    base = workspace or cwd
+    if tool in ("bash", "process"):
+        candidates = _command_proposals(tool, arguments.get("command"))
+    elif tool in ("read_file", "write_file", "edit_file"):
+        candidates = _path_proposals(tool, arguments.get("path"), cwd=cwd, base=base)
+    else:
+        candidates = []
+    for text in candidates:
+        try:
+            rule = Rule.parse(text)
+        except RuleError:
+            continue
+        if rule.pattern is not None and rule.covers(tool, arguments, cwd=cwd or base, workspace=base):
+            return str(rule)
+    return suggested
+
+
+def _command_proposals(tool: str, command: Any) -> list[str]:
+    """For one simple command: its fixed prefix and `*` when it has a safe one, then the exact command."""
+    from .rules import MAX_COMMAND, risky_option
+    from .shell import ShellParseError, simple_commands
+
+    if not isinstance(command, str) or len(command) > MAX_COMMAND:
+        return []
+    try:
+        commands = simple_commands(command)
+    except (ShellParseError, RecursionError, ValueError):
+        return []
+    if len(commands) != 1 or not commands[0]:
+        return []
+    argv = commands[0]
+    exact = f"{tool}({shlex.join(argv)})"
+    fixed = _fixed_words(argv)
+    if fixed is None or risky_option(argv, 0) is not None:
+        return [exact]
+    return [f"{tool}({shlex.join(argv[:fixed])} *)", exact]
+
+
+def _fixed_words(argv: list[str], *, runner: bool = True) -> int | None:
+    """How many leading words of a command a proposed `words *` rule fixes, or None when only the
+    exact command fits: a broad program, options before the subcommand, words the shell changes."""
+    assignments = 0
+    while assignments < min(len(argv), MAX_ASSIGNMENTS) and _ASSIGNMENT.fullmatch(argv[assignments]):
+        assignments += 1  # `PYTHONPATH=src python3 -m unittest`: part of the command's meaning
+    rest = argv[assignments:]
+    if not rest or not _PLAIN_WORD.fullmatch(rest[0]) or rest[0].startswith("-"):
+        return None
+    name = rest[0].rsplit("/", 1)[-1]
+    if _PYTHON.fullmatch(name):  # only `python -m MODULE`, options after the module
+        if len(rest) < 3 or rest[1] != "-m" or not _MODULE.fullmatch(rest[2]) or rest[2] in CODE_MODULES:
+            return None
+        if rest[2] in SUBCOMMAND_MODULES:
+            return assignments + 4 if len(rest) > 3 and _subcommand(rest[3]) else None
+        return assignments + 3
+    if name in BROAD_PROGRAMS or "=" in name:
+        return None
+    if name in NO_SUBCOMMANDS:
+        return assignments + 1
+    if len(rest) < 2 or not _subcommand(rest[1]):
+        return None
+    if (name, rest[1]) in SCRIPT_RUNNERS:
+        return assignments + 3 if len(rest) > 2 and _subcommand(rest[2]) else None
+    if (name, rest[1]) in PROGRAM_RUNNERS:
+        inner = _fixed_words(rest[2:], runner=False) if runner else None
+        return None if inner is None else assignments + 2 + inner
+    return assignments + 2
+
+
+def _subcommand(word: str) -> bool:
+    """A word that can be a subcommand or a target: plain, not an option, not a variable definition."""
+    return bool(_PLAIN_WORD.fullmatch(word)) and not word.startswith("-") and "=" not in word
+
+
+def _path_proposals(tool: str, path: Any, *, cwd: str, base: str) -> list[str]:
+    """The directory of the file the service opens (`src/pkg/**`), or at the workspace root the
+    file's extension (`*.txt`); none for a protected name, or when what the pattern must spell
+    holds a character a pattern cannot (a glob character, a backslash, edge spaces)."""
+    from .rules import opened_paths, protected
+
+    if not isinstance(path, str) or not path or not base:
+        return []
+    opened = opened_paths(path, cwd or base)
+    if not opened:
+        return []
+    real_base = os.path.realpath(base)
+    full = opened[-1]  # as suggested_rule: the decoded path when it holds `\\xNN` escapes
+    if not full.startswith(real_base.rstrip("/") + "/"):
+        return []
+    segments = os.path.relpath(full, real_base).split("/")
+    if any(protected(s) for s in segments):
+        return []
+    if len(segments) > 1:
+        spelled = segments[:-1]
+        text = "/".join(spelled) + "/**"
+    else:
+        stem, extension = os.path.splitext(segments[0])
+        if not stem or len(extension) < 2:
+            return []
+        spelled, text = [extension], "*" + extension
+    if any(s != s.strip() or any(c in s for c in "*?()[]\\\n\r") for s in spelled):
+        return []
+    return [f"{tool}({text})"]
 
 
 class ApprovalPolicy(Interceptor):

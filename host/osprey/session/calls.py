@@ -17,7 +17,7 @@ from typing import Literal
 from ..events import Event, ToolCallEvent, ToolResultEvent
 from ..interception import Interceptor, PendingCall, Verdict, in_order
 from ..messages import Message, ToolCall, ToolResultMessage
-from ..policy.approvals import POLICY_SOURCE, ApprovalAnswer, ApprovalPolicy, ApprovalRequest, Approver, HeadlessApprover, suggested_rule
+from ..policy.approvals import POLICY_SOURCE, ApprovalAnswer, ApprovalPolicy, ApprovalRequest, Approver, HeadlessApprover, proposed_rule, suggested_rule
 from ..policy.floor import HardlineFloor
 from ..tools.base import ToolContext, ToolRegistry, limit_text
 
@@ -249,6 +249,7 @@ class CallPath:
         request = ApprovalRequest(
             call_id=call.id, tool=call.name, arguments=dict(call.arguments), policy=self.policy.policy,
             reason=verdict.reason, suggested_rule=suggested_rule(call.name, call.arguments, cwd=call.cwd, workspace=call.workspace),
+            proposed_rule=proposed_rule(call.name, call.arguments, cwd=call.cwd, workspace=call.workspace),
             asked_by=verdict.source or POLICY_SOURCE,
         )
         answer: ApprovalAnswer = await self.approver.ask(request)
@@ -258,7 +259,7 @@ class CallPath:
             from ..policy.rules import Rule, RuleError
 
             try:
-                rule = Rule.parse(answer.rule or request.suggested_rule)
+                rule = Rule.parse(answer.rule or request.always_rule)
             except RuleError as exc:
                 # The call was approved; only the rule to remember was unusable.
                 self.emit_notice(f"the approval rule {answer.rule!r} is not valid, so it was not saved: {exc}")
