@@ -22,7 +22,7 @@ from osprey.tui.app import OspreyApp
 from osprey.tui.approval_screen import ApprovalScreen
 from osprey.tui.completion import CompletionMenu
 from osprey.tui.driver import Hooks
-from osprey.tui.widgets import AnswerRow, NoticeRow, PromptArea, ToolRow, UserRow
+from osprey.tui.widgets import AnswerRow, NoticeRow, PromptArea, QueuePanel, ToolRow, UserRow
 
 SIZE = (100, 30)
 
@@ -483,7 +483,7 @@ async def test_an_internal_error_is_kept_for_the_crash_report_and_the_session_cl
     assert rig.events[-1].type == "session_end"
 
 
-async def test_settings_warnings_show_first_and_a_second_enter_waits(rig: TuiRig) -> None:
+async def test_settings_warnings_show_first_and_prompts_sent_meanwhile_are_queued_until_esc(rig: TuiRig) -> None:
     rig.scripts.append([hang])
     app = OspreyApp(rig.factory, warnings=["/ws/.osprey/config.toml: ignored approval_policy"])
     async with app.run_test(size=SIZE) as pilot:
@@ -493,15 +493,44 @@ async def test_settings_warnings_show_first_and_a_second_enter_waits(rig: TuiRig
         area.load_text("first")
         await pilot.press("enter")
         area.load_text("second")
-        await pilot.press("enter")  # the first task has not even begun
+        await pilot.press("enter")  # the first task has not even begun: queued
         await until(pilot, lambda: bool(rig.providers[0].requests))
-        await pilot.press("enter")  # the first task runs
-        assert area.text == "second"  # kept, not sent
-        await pilot.press("escape")
+        area.load_text("third")
+        await pilot.press("enter")  # the first task runs: queued too
+        assert area.text == "" and app.driver.queued == ["second", "third"]
+        panel = app.query_one(QueuePanel)
+        assert panel.display and "second" in str(panel.render()) and "third" in str(panel.render())
+        await pilot.press("escape")  # stops the task and drops the queue
         await until(pilot, lambda: bool(rig.ends()))
         await app.workers.wait_for_complete()
         assert [u.text for u in app.query(UserRow)] == ["first"]
         assert len(rig.providers[0].requests) == 1
+        assert app.driver.queued == [] and not panel.display
+        assert "dropped 2 queued prompts" in notices(app)
+
+
+async def test_a_prompt_queued_while_the_model_works_is_sent_when_the_turn_ends(rig: TuiRig) -> None:
+    release = asyncio.Event()
+
+    async def slow(request: ModelRequest) -> ModelTurn:
+        await release.wait()
+        return text("first answer")
+
+    rig.scripts.append([slow, text("second answer")])
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await type_prompt(pilot, app, "first")
+        await until(pilot, lambda: bool(rig.providers[0].requests))
+        await type_prompt(pilot, app, "and then this")
+        assert app.driver.queued == ["and then this"]
+        release.set()
+        await until(pilot, lambda: len(rig.ends()) == 2)
+        await app.workers.wait_for_complete()
+        assert [u.text for u in app.query(UserRow)] == ["first", "and then this"]
+        last = rig.providers[0].requests[-1].model_dump_json()
+        assert "first answer" in last and "and then this" in last  # sent after the first turn, in the same conversation
+        assert not app.query_one(QueuePanel).display
 
 
 async def test_a_warning_from_another_thread_reaches_the_screen(rig: TuiRig) -> None:
@@ -588,7 +617,7 @@ async def test_old_rows_leave_the_screen_and_export_still_has_them(rig: TuiRig, 
         assert len(rows) <= 12 + 1
         earlier = app.query_one("#earlier", NoticeRow)
         assert rows[0] is earlier
-        hidden = 2 * prompts - (len(rows) - 1)
+        hidden = 1 + 2 * prompts - (len(rows) - 1)  # the welcome note, then a prompt and an answer each
         assert f"{hidden:,} earlier rows are not shown here" in str(earlier.render())
         shown_users = [r.text for r in app.query(UserRow)]
         assert not any("prompt number 0" in u for u in shown_users)

@@ -374,7 +374,7 @@ async def test_diff_is_the_persons_call_judged_by_the_hooks_journaled_and_kept_o
         assert not app.query(ToolRow)
 
 
-STARTING_NOTES = ("warning: tool calls run on the host without approval", "resumed session ")
+STARTING_NOTES = ("warning: tool calls run on the host without approval", "resumed session ", "Osprey is ready: ")
 
 
 def _said(app: OspreyApp) -> list[tuple[str, str]]:

@@ -112,3 +112,116 @@ def test_sessions_tree(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> No
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+# ---------------------------------------------------------------------------------------------- small terminals
+# and the states a person meets in the first hour: the first screen with a notice, the approval
+# dialog proposing a rule, an edit's diff, the deny reason, a stopped call with its output.
+
+SMALL = (80, 24)
+NARROW = (50, 24)
+HOOKS_NOTICE = ("the hooks in /srv/inventory/.osprey/hooks.toml do not run (it changed since it was trusted): nothing they "
+                "would block is blocked; review it, then run `osprey extensions trust hooks`")
+
+
+def test_first_screen_with_a_notice_at_80x24(rig: TuiRig, snap_compare: Any) -> None:
+    from osprey.events import Notice
+
+    app = rig.app()
+
+    async def run_before(pilot: Any) -> None:
+        _steady(app)
+        await started(pilot, app)
+        app.presenter.present(Notice(message=HOOKS_NOTICE, level="warning"))  # as a session announces inactive hooks
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SMALL, run_before=run_before)
+
+
+def test_approval_proposing_a_rule_at_80x24(rig: TuiRig, snap_compare: Any) -> None:
+    (rig.workspace / "src" / "pkg").mkdir(parents=True)
+    rig.scripts.append([calls(("write_file", {"path": "src/pkg/report.py", "content": "def report():\n    return 1\n"})), text("done")])
+    app = rig.app()
+
+    async def run_before(pilot: Any) -> None:
+        _steady(app)
+        await started(pilot, app)
+        await type_prompt(pilot, app, "add the report module")
+        await until(pilot, lambda: isinstance(app.screen, ApprovalScreen))
+        await pilot.press("a")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SMALL, run_before=run_before)
+
+
+def test_edit_approval_as_a_diff_at_80x24(rig: TuiRig, snap_compare: Any) -> None:
+    (rig.workspace / "inventory.py").write_text("def total(items):\n    return sum(i.price for i in items[:-1])\n")
+    edit = {"path": "inventory.py", "old_string": "    return sum(i.price for i in items[:-1])\n",
+            "new_string": "    return sum(i.price for i in items)\n"}
+    rig.scripts.append([calls(("edit_file", edit)), text("done")])
+    app = rig.app()
+
+    async def run_before(pilot: Any) -> None:
+        _steady(app)
+        await started(pilot, app)
+        await type_prompt(pilot, app, "fix total")
+        await until(pilot, lambda: isinstance(app.screen, ApprovalScreen))
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SMALL, run_before=run_before)
+
+
+NARROW_COMMAND = "python3 -m pytest -q tests/test_inventory.py -k 'total and not slow'"
+
+
+def test_approval_at_50_columns(rig: TuiRig, snap_compare: Any) -> None:
+    rig.scripts.append([calls(("bash", {"command": NARROW_COMMAND})), text("done")])
+    app = rig.app()
+
+    async def run_before(pilot: Any) -> None:
+        _steady(app)
+        await started(pilot, app)
+        await type_prompt(pilot, app, "run the tests")
+        await until(pilot, lambda: isinstance(app.screen, ApprovalScreen))
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=NARROW, run_before=run_before)
+
+
+def test_deny_reason_at_50_columns(rig: TuiRig, snap_compare: Any) -> None:
+    rig.scripts.append([calls(("bash", {"command": NARROW_COMMAND})), text("done")])
+    app = rig.app()
+
+    async def run_before(pilot: Any) -> None:
+        _steady(app)
+        await started(pilot, app)
+        await type_prompt(pilot, app, "run the tests")
+        await until(pilot, lambda: isinstance(app.screen, ApprovalScreen))
+        await pilot.press("n", *"run only the fast ones")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=NARROW, run_before=run_before)
+
+
+def test_a_stopped_call_keeps_its_output(rig: TuiRig, snap_compare: Any) -> None:
+    from osprey.events import TaskEnd, ToolCallEvent, ToolResultEvent
+    from osprey.messages import Usage
+
+    app = rig.app()
+    printed = "".join(f"test_inventory.py::test_case_{n} PASSED\n" for n in range(6))
+
+    async def run_before(pilot: Any) -> None:
+        _steady(app)
+        await started(pilot, app)
+        presenter = app.presenter
+        presenter.prompt("run the whole suite")
+        # The events a session emits when Esc stops a bash call 4.2 s in (its real duration, its output kept).
+        presenter.present(ToolCallEvent(turn=1, id="c1", name="bash", arguments={"command": "python3 -m pytest -v"}))
+        presenter.tool_output("c1", printed.encode())
+        presenter.present(ToolResultEvent(turn=1, id="c1", name="bash", ok=False, error_category="cancelled",
+                                          output=printed + "[stopped after 4.2 s: the task was interrupted while this call ran; "
+                                          "the output above is what it printed until then]", duration_ms=4200))
+        presenter.present(TaskEnd(session_id="tui-test-0001", outcome="Stopped", exit_status=130, turns=1, usage=Usage()))
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SMALL, run_before=run_before)

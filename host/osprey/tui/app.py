@@ -11,19 +11,20 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
 from textual.widget import AwaitMount, Widget
 from textual.widgets import Static
 
 from ..catalog import Catalog, ModelInfo
 from ..config import Settings
+from ..numbers import counted
 from ..policy.approvals import ApprovalAnswer, ApprovalRequest
 from ..session.core import Session
 from ..terminal_text import clean
@@ -37,10 +38,11 @@ from .presenter import Presenter
 from .question_screen import QuestionScreen
 from .slash import SlashCommands
 from .transcript import Transcript
-from .widgets import NoticeRow, PromptArea, TodoPanel
+from .widgets import Conversation, NoticeRow, PromptArea, QueuePanel, TodoPanel
 
 MAX_ROWS = 300  # conversation rows kept on the screen
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+QUIT_WINDOW = 2.0  # seconds within which a second Ctrl+C quits
 
 
 class OspreyApp(App[int]):
@@ -48,11 +50,13 @@ class OspreyApp(App[int]):
     #conversation { height: 1fr; padding: 0 1; }
     #status { height: 1; background: $panel; color: $text; padding: 0 1; }
     .-timestamps Stamp { display: block; }
+    ToastRack { dock: top; align: right top; margin-bottom: 0; max-height: 60%; }
     """
     BINDINGS = [
         Binding("escape", "stop", "stop the task"),
-        Binding("ctrl+c", "quit", "quit", priority=True),
+        Binding("ctrl+c", "interrupt", "stop the task; twice quits", priority=True),
         Binding("ctrl+q", "quit", "quit", priority=True),
+        Binding("ctrl+o", "toggle_newest", "open or close the newest tool row"),
     ]
     ENABLE_COMMAND_PALETTE = False
 
@@ -81,6 +85,7 @@ class OspreyApp(App[int]):
         self._ui_thread = threading.get_ident()
         self._unmounting = False
         self._signals: list[int] = []
+        self._interrupted = -QUIT_WINDOW  # when Ctrl+C was last pressed (time.monotonic)
 
     # ------------------------------------------------------------------ the parts' state, as the launcher reads it
 
@@ -123,8 +128,9 @@ class OspreyApp(App[int]):
     # ------------------------------------------------------------------ layout
 
     def compose(self) -> ComposeResult:
-        yield VerticalScroll(id="conversation")
+        yield Conversation(id="conversation")
         yield TodoPanel(id="todo")
+        yield QueuePanel(id="queue")
         menu = CompletionMenu(id="suggestions")
         yield menu
         yield Static("starting…", id="status", markup=False)
@@ -163,8 +169,8 @@ class OspreyApp(App[int]):
             self.leave()
 
     @property
-    def conversation(self) -> VerticalScroll:
-        return self.query_one("#conversation", VerticalScroll)
+    def conversation(self) -> Conversation:
+        return self.query_one("#conversation", Conversation)
 
     # ------------------------------------------------------------------ the screen, for the presenter
 
@@ -248,9 +254,17 @@ class OspreyApp(App[int]):
         self.run_worker(self.action_quit(), group="quit")
 
     def submit(self, prompt: str) -> None:
-        """Work `prompt` in the background; a second Enter waits until it has ended."""
+        """Work `prompt` in the background (a prompt sent meanwhile is queued)."""
         self.driver.working = True
         self.run_worker(self.driver.submit(prompt), group="task")
+
+    def show_queue(self, prompts: Sequence[str]) -> None:
+        if self.gone:
+            return
+        try:
+            self.query_one(QueuePanel).show_prompts(prompts)
+        except NoMatches:  # the screen is being torn down
+            pass
 
     async def show_approval(self, request: ApprovalRequest) -> ApprovalAnswer:
         answer = await self._ask(ApprovalScreen(request))
@@ -290,10 +304,50 @@ class OspreyApp(App[int]):
             message.area.load_text(text)  # kept for later
             message.area.move_cursor(message.area.document.end)
             return
+        if self.driver.busy:
+            self.driver.enqueue(text)  # sent when the running task ends
+            return
         self.submit(text)
 
     def action_stop(self) -> None:
+        """Esc: stop the running task and drop the prompts queued after it."""
+        dropped = self.driver.clear_queue()
+        if dropped:
+            self.note(f"dropped {counted(dropped, 'queued prompt')}")
         self.driver.stop()
+
+    def action_interrupt(self) -> None:
+        """Ctrl+C: stop the running task (or clear the prompt); a second one within QUIT_WINDOW quits."""
+        now = time.monotonic()
+        if now - self._interrupted <= QUIT_WINDOW:
+            self.leave()
+            return
+        self._interrupted = now
+        area = self.query_one(PromptArea)
+        if self.driver.busy:
+            self.action_stop()
+            done = "stopping the task"
+        elif area.text:
+            area.clear()
+            done = "prompt cleared"
+        else:
+            done = "nothing to stop"
+        self.notify(f"{done}; Ctrl+C again within {QUIT_WINDOW:.0f} s quits (or /quit)", timeout=QUIT_WINDOW + 1, markup=False)
+
+    def action_toggle_newest(self) -> None:
+        self.conversation.toggle_newest()
+
+    def on_prompt_area_scroll(self, message: PromptArea.Scroll) -> None:
+        conversation = self.conversation
+        {"page_up": conversation.scroll_page_up, "page_down": conversation.scroll_page_down,
+         "home": conversation.scroll_home, "end": conversation.scroll_end}[message.where](animate=False)
+
+    def on_prompt_area_to_rows(self, message: PromptArea.ToRows) -> None:
+        if not self.conversation.enter():
+            self.notify("no tool rows yet", timeout=2, markup=False)
+
+    def on_conversation_leave(self, message: Conversation.Leave) -> None:
+        self.query_one(PromptArea).focus()
 
     async def action_quit(self) -> None:
         driver = self.driver

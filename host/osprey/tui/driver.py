@@ -8,7 +8,7 @@ session emits goes to the presenter."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -88,6 +88,14 @@ class Front(Protocol):
         """Quit, as /quit does."""
         ...
 
+    def submit(self, prompt: str) -> None:
+        """Work `prompt` in the background (`SessionDriver.submit`)."""
+        ...
+
+    def show_queue(self, prompts: Sequence[str]) -> None:
+        """Show the prompts waiting for the running task to end (empty: hide them)."""
+        ...
+
 
 class SessionDriver:
     """Owns the session the terminal UI shows, one at a time: `/new` and a resume close it and open another."""
@@ -111,6 +119,7 @@ class SessionDriver:
         self.asker = TuiAsker(front.show_question)
         self.state = "starting"
         self.working = False  # a prompt (or /compact) is being worked on, from Enter to its end
+        self.queued: list[str] = []  # prompts typed meanwhile, sent in order when it ends
         self.quitting = False
         self.start_error: str | None = None  # why the last session did not start
         self.exit_status = 0
@@ -190,13 +199,36 @@ class SessionDriver:
         self.front.leave()
 
     def refusal(self) -> str | None:
-        """Why a prompt cannot be sent now, or None when it can."""
+        """Why a prompt cannot be sent (or queued) now, or None when it can."""
         session = self.session
         if session is None or not session.started:
             return "the session has not started"
-        if session.busy or self.working:
-            return "still working on the last prompt: Esc stops it"
         return None
+
+    @property
+    def busy(self) -> bool:
+        """A task is running: a prompt sent now is queued."""
+        return self.working or (self.session is not None and self.session.busy)
+
+    def enqueue(self, prompt: str) -> None:
+        """Keep `prompt` to send when the running task ends."""
+        self.queued.append(prompt)
+        self.front.show_queue(self.queued)
+
+    def clear_queue(self) -> int:
+        """Drop the queued prompts; returns how many there were."""
+        dropped = len(self.queued)
+        self.queued.clear()
+        self.front.show_queue(self.queued)
+        return dropped
+
+    def send_queued(self) -> None:
+        """Send the first queued prompt, if the session can take it (when a task has ended)."""
+        if not self.queued or self.quitting or self.refusal() is not None:
+            return
+        prompt = self.queued.pop(0)
+        self.front.show_queue(self.queued)
+        self.front.submit(prompt)
 
     async def submit(self, prompt: str) -> None:
         """Show the prompt and work it to its end (the caller set `working` when it took the prompt)."""
@@ -215,6 +247,7 @@ class SessionDriver:
             await self.presenter.end_answer()
             self.working = False
             self.set_state("ready")
+            self.send_queued()
 
     def stop(self) -> None:
         """Stop the running task (Esc)."""

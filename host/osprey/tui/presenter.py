@@ -51,6 +51,13 @@ def status_line(*, provider: str, model: str, policy: str, home: str, input_toke
     return f"{provider} · {model} · {policy} · {home} · tokens {input_tokens:,} in / {output_tokens:,} out{spent}{tasks} · {state}"
 
 
+def welcome(start: SessionStart) -> str:
+    """The first screen's note: how to start, and what the session runs with."""
+    return (f"Osprey is ready: {start.provider} · {start.model}, approval policy {start.approval_policy}, tools on {start.tool_service}.\n"
+            "Type a task and press Enter (Shift+Enter adds a line); /help lists the commands, /model switches the model.\n"
+            "Esc stops a task · Tab reaches the tool rows, Enter opens one · PageUp/PageDown scroll · Ctrl+C twice quits.")
+
+
 class View(Protocol):
     """What the presenter needs of the screen."""
 
@@ -215,6 +222,8 @@ class Presenter:
             case SessionStart():
                 self.start, self.effort = event, event.effort
                 self._priced(event.provider, event.model, reset=True)
+                if self._batch is None and not any(entry.role == "user" for entry in self.transcript.entries):
+                    self._show(NoticeRow(welcome(event), classes="welcome"))
             case UserMessageEvent(origin="loop"):
                 self.note(f"(to the model) {event.text}")
             case UserMessageEvent():

@@ -128,6 +128,7 @@ class SlashCommands:
         finally:
             driver.working = False
             driver.set_state("ready")
+            driver.send_queued()
 
     async def cmd_diff(self, argument: str) -> None:
         """The workspace's changes, tracked and new files (`workspace_diff`), run through the session

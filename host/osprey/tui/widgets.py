@@ -12,11 +12,13 @@ from urllib.parse import urlsplit
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
-from textual.containers import Vertical
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import Collapsible, Markdown, Static, TextArea
+from textual.widgets.collapsible import CollapsibleTitle
 
 from ..events import Question, ToolCallEvent, ToolResultEvent
 from ..terminal_text import clean, escaped, split_unfinished
@@ -221,9 +223,11 @@ class ToolRow(Collapsible):
 
 class PromptArea(TextArea):
     """The prompt: Enter submits; shift+enter or ctrl+j adds a line; up and down walk the history
-    (from the first and last line); Tab completes a slash command. While its slash-command menu is
-    open, up, down, Tab, Enter and Esc are the menu's: the prompt handles them itself, in order with
-    the characters typed before them, so the menu always answers for the text the prompt holds."""
+    (from the first and last line); Tab completes a slash command, or else goes to the tool rows;
+    PageUp and PageDown scroll the conversation, and so do Home and End while the prompt is empty.
+    While its slash-command menu is open, up, down, Tab, Enter and Esc are the menu's: the prompt
+    handles them itself, in order with the characters typed before them, so the menu always answers
+    for the text the prompt holds."""
 
     DEFAULT_CSS = "PromptArea { height: auto; max-height: 10; min-height: 3; }"
 
@@ -232,6 +236,16 @@ class PromptArea(TextArea):
             super().__init__()
             self.area = area
             self.text = text
+
+    class Scroll(Message):
+        """Scroll the conversation: `page_up`, `page_down`, `home` or `end`."""
+
+        def __init__(self, where: str) -> None:
+            super().__init__()
+            self.where = where
+
+    class ToRows(Message):
+        """Go to the conversation's rows (Tab with nothing to complete)."""
 
     def __init__(self, menu: CompletionMenu | None = None, **kwargs: object) -> None:
         super().__init__(soft_wrap=True, show_line_numbers=False, compact=False, **kwargs)  # type: ignore[arg-type]
@@ -298,13 +312,21 @@ class PromptArea(TextArea):
             event.stop()
             self.insert("\n")
             return
-        if event.key == "tab":
-            completed = commands.complete(self.text)
+        if event.key in ("tab", "shift+tab"):
+            event.prevent_default()
+            event.stop()
+            completed = commands.complete(self.text) if event.key == "tab" else None
             if completed is not None:
-                event.prevent_default()
-                event.stop()
                 self.load_text(completed)
                 self.move_cursor(self.document.end)
+            else:
+                self.post_message(self.ToRows())
+            return
+        scroll = {"pageup": "page_up", "pagedown": "page_down", "home": "home", "end": "end"}.get(event.key)
+        if scroll is not None and (scroll.startswith("page") or not self.text):
+            event.prevent_default()
+            event.stop()
+            self.post_message(self.Scroll(scroll))
             return
         if event.key == "up" and self.cursor_location[0] == 0:
             found = self.prompts.previous(self.text)
@@ -342,6 +364,63 @@ def diff_text(patch: str) -> Text:
             style = ""
         out.append(line + "\n", style=style)
     return out
+
+
+class Conversation(VerticalScroll):
+    """The conversation's rows. Its foldable rows (tool calls, diffs, summaries) open and close
+    from the keyboard: up and down walk their titles, Enter or Space opens or closes the one in
+    focus, Esc (or Tab) goes back to the prompt; PageUp, PageDown, Home and End scroll."""
+
+    BINDINGS = [
+        Binding("up", "walk(-1)", "previous row", show=False),
+        Binding("down", "walk(1)", "next row", show=False),
+        Binding("space", "open_close", "open or close", show=False),
+        Binding("escape,tab,shift+tab", "leave", "back to the prompt", show=False),
+    ]
+
+    class Leave(Message):
+        """The person leaves the rows for the prompt."""
+
+    def titles(self) -> list[CollapsibleTitle]:
+        return [t for t in self.query(CollapsibleTitle) if t.display]
+
+    def enter(self) -> bool:
+        """Focus the newest row's title; False when there is none."""
+        titles = self.titles()
+        if not titles:
+            return False
+        self._focus(titles[-1])
+        return True
+
+    def _focus(self, title: CollapsibleTitle) -> None:
+        title.focus(scroll_visible=False)
+        row = title.parent
+        self.scroll_to_widget(row if isinstance(row, Collapsible) else title, animate=False)
+
+    def action_walk(self, step: int) -> None:
+        titles = self.titles()
+        if not titles:
+            return
+        focused = self.screen.focused
+        at = titles.index(focused) if isinstance(focused, CollapsibleTitle) and focused in titles else len(titles)
+        self._focus(titles[max(0, min(len(titles) - 1, at + step))])
+
+    def action_open_close(self) -> None:
+        focused = self.screen.focused
+        if isinstance(focused, CollapsibleTitle):
+            focused.action_toggle_collapsible()
+
+    def action_leave(self) -> None:
+        self.post_message(self.Leave())
+
+    def toggle_newest(self) -> bool:
+        """Open or close the newest foldable row; False when there is none."""
+        rows = [row for row in self.query(Collapsible) if row.parent is self]
+        if not rows:
+            return False
+        rows[-1].collapsed = not rows[-1].collapsed
+        self.scroll_to_widget(rows[-1], animate=False, top=rows[-1].collapsed is False)
+        return True
 
 
 class FoldRow(Collapsible):
@@ -402,6 +481,32 @@ class TodoPanel(Static):
         self.items = list(items)
         self.update(todo_text(self.items) if self.items else "")
         self.set_class(bool(self.items), "shown")
+
+
+QUEUE_SHOWN = 3  # queued prompts listed above the prompt at most
+
+
+class QueuePanel(Static):
+    """The prompts typed while the model works, sent in order when the running task ends; hidden
+    while empty."""
+
+    DEFAULT_CSS = """
+    QueuePanel { height: auto; display: none; padding: 0 1; color: $text-muted; border-top: solid $panel; }
+    QueuePanel.shown { display: block; }
+    """
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("", markup=False, **kwargs)  # type: ignore[arg-type]
+
+    def show_prompts(self, prompts: Sequence[str]) -> None:
+        lines = [f"queued ({len(prompts)}), sent when this task ends; Esc stops the task and drops them:"]
+        for prompt in prompts[:QUEUE_SHOWN]:
+            first = " ".join(clean(prompt).split())
+            lines.append(f"  › {first[:100]}" + ("…" if len(first) > 100 else ""))
+        if len(prompts) > QUEUE_SHOWN:
+            lines.append(f"  … {len(prompts) - QUEUE_SHOWN} more")
+        self.update("\n".join(lines) if prompts else "")
+        self.set_class(bool(prompts), "shown")
 
 
 class QuestionRow(Vertical):
