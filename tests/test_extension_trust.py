@@ -179,9 +179,10 @@ def test_a_malformed_project_hooks_file_is_skipped_and_the_users_hooks_still_run
     found = project.discover()
     assert [(a.layer, a.status) for a in found.artifacts if a.kind == "hooks"] == [("project", "skipped"), ("user", "active")]
     assert found.hooks_paths == [project.home.resolve() / "hooks.toml"]
-    # The warning names the file once.
-    [warning] = [w for w in found.warnings if "hooks.toml" in w]
-    assert warning.startswith(f"{bad}: ") and warning.count(str(bad)) == 1, warning
+    # It is announced once: by its notice (the session's), not also as a discovery warning.
+    assert not [w for w in found.warnings if "hooks.toml" in w]
+    [notice] = [found.notice(a) for a in found.inactive()]
+    assert notice.count(str(bad)) == 1 and "do not run" in notice, notice
 
 
 def test_trusting_something_that_is_not_there_says_what_is(project: Project) -> None:

@@ -18,6 +18,7 @@ from test_tui import SIZE, TuiRig, notices, started, type_prompt
 from osprey.events import Notice, SessionStart
 from osprey.session.core import Session
 from osprey.testing.model_server import ModelServer, Reply
+from osprey.tui.widgets import NoticeRow
 
 BLOCK_RM = '[[hooks.PreToolUse]]\nmatcher = "bash"\n[[hooks.PreToolUse.hooks]]\ncommand = "echo no rm here >&2; exit 2"\n'
 TOOL = 'name = "word_count"\ndescription = "Counts."\ncommand = ["./count.sh"]\n[parameters.text]\ntype = "string"\nrequired = true\n'
@@ -141,6 +142,9 @@ def test_a_headless_run_emits_the_notice_in_its_json_lines(workspace: Path, ospr
     [notice] = [event for event in events if event["type"] == "notice" and str(hooks) in event["message"]]
     assert notice["level"] == "warning" and HOOKS_COMMAND in notice["message"]
     assert types.index("session_start") < events.index(notice) < types.index("user_message")
+    # The events are for programs; the person reading a CI log sees the warning on stderr, once.
+    [line] = [line for line in run.stderr.splitlines() if str(hooks) in line]
+    assert line.startswith("osprey: warning: the hooks in ") and HOOKS_COMMAND in line
 
 
 @pytest.mark.e2e
@@ -179,3 +183,14 @@ async def test_the_tui_shows_the_notice_row_and_extensions_lists_the_inactive_ho
         listed = notices(app)
         assert f"hooks not running: {hooks} (inactive, untrusted)" in listed
         assert "to trust it once reviewed: osprey extensions trust hooks" in listed
+
+
+async def test_the_tui_announces_a_malformed_hooks_file_once(rig: TuiRig) -> None:
+    hooks = put(rig.workspace / ".osprey" / "hooks.toml", '[[hooks.PreToolUse]]\nmatcher = "("\n')
+    app = rig.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await pilot.pause()
+        rows = [str(row.render()) for row in app.query(NoticeRow)]
+        [row] = [row for row in rows if str(hooks) in row]
+        assert "do not run" in row and "fix it, then run " + HOOKS_COMMAND in row

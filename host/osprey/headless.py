@@ -97,7 +97,7 @@ async def _session(options: SessionOptions, prompt: str, jsonl: bool, *, journal
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, on_signal, signum)
     out = JsonlWriter() if jsonl else TerminalRenderer()
-    emit = _warnings_on_a_terminal(out) if jsonl and sys.stderr.isatty() else out
+    emit = _warnings_on_stderr(out) if jsonl else out
     try:
         recorder = Journal(journal_path(options.settings.home), warn=_warn) if journal else None
         session = Session(options, emit=emit, on_text=out.text, on_tool_output=out.tool_output, progress=_progress, warn=_warn, journal=recorder)
@@ -130,9 +130,10 @@ def _flush_and_exit(status: int) -> None:
     os._exit(status)
 
 
-def _warnings_on_a_terminal(out: Any) -> Any:
+def _warnings_on_stderr(out: Any) -> Any:
     """The JSON Lines writer, with the lead session's warning notices (an extension that does not
-    run) also on stderr, as the settings' warnings are, for a person at the terminal."""
+    run) also on stderr, as the settings' warnings are: stdout is for programs, stderr for the
+    person reading a terminal or a CI log."""
     from .events import Event, Notice
     from .terminal_text import clean
 

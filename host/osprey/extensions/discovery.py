@@ -292,15 +292,14 @@ def _hooks(found: Extensions, context: _Context) -> None:
                 nearest.shadowed.append(str(path))
                 continue
             nearest, farther = entry, "; farther project hooks files are not used"
+        # A hooks file that does not run is announced once, by its notice (`Extensions.inactive`).
         if problem is not None:
             entry.status, entry.reason = "skipped", problem + farther
-            found.warnings.append(f"{path}: {entry.reason}")
             continue
         try:
             hooks = parse_hooks(data, source=str(path))
         except HooksError as exc:
             entry.status, entry.reason = "skipped", sanitize(str(exc).removeprefix(f"{path}: ") + farther)
-            found.warnings.append(f"{path}: {entry.reason}")
             continue
         commands = hook_commands(hooks)
         entry.runs = commands
@@ -318,7 +317,6 @@ def _hooks(found: Extensions, context: _Context) -> None:
             if context.pinned(layer, path):
                 entry.trust, entry.status, entry.reason = "untrusted", "skipped", sanitize(f"it cannot be pinned: {exc}{farther}")
                 entry.digest = None
-                found.warnings.append(f"{path}: {entry.reason}")
                 continue
             plans, identities = None, []
         except ArtifactError as exc:
