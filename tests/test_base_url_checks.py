@@ -289,7 +289,7 @@ def tmux(tmp_path: Path) -> Iterator[Tmux]:
 def test_the_terminal_ui_shows_the_hint_at_once(tmux: Tmux, osprey_env: dict[str, str], tmp_path: Path, closed_port: int) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    tmux.start("ui", [OSPREY, "-C", str(workspace), "--base-url", f"http://127.0.0.1:{closed_port}/v1"], osprey_env)
+    tmux.start("ui", [OSPREY, "-C", str(workspace), "--base-url", f"http://127.0.0.1:{closed_port}/v1"], osprey_env, hold=True)
     tmux.wait("ui", lambda s: "· ready" in s, "the session to start")
     tmux.text("ui", "hi")
     tmux.keys("ui", "Enter")
@@ -298,3 +298,5 @@ def test_the_terminal_ui_shows_the_hint_at_once(tmux: Tmux, osprey_env: dict[str
     elapsed = time.monotonic() - started
     assert HINT in " ".join(screen.split()) and "retrying" not in screen, screen
     assert elapsed < AT_ONCE_S + 1.0, elapsed
+    tmux.keys("ui", "C-q")  # leave in order: a terminal closed under it is the teardown's to handle, not this test's
+    tmux.wait("ui", lambda s: "exit-status=" in s, "osprey to quit")

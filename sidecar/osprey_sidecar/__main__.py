@@ -10,7 +10,6 @@ import os
 import secrets
 import signal
 import sys
-import threading
 from concurrent import futures
 
 from . import __version__
@@ -76,11 +75,21 @@ def main(argv: list[str] | None = None) -> int:
             os.chmod(path, 0o555)
         except OSError:
             pass
-    stop = threading.Event()
+    # A stopping signal writes to a pipe the main thread reads: no lock is taken in the handler, so
+    # signals arriving together (the parent's death signal, then a SIGHUP) cannot deadlock it, as
+    # a threading.Event set from a handler that interrupted another set can.
+    wake_read, wake_write = os.pipe()
+
+    def on_stop(signum: int, frame: object) -> None:
+        try:
+            os.write(wake_write, b"x")
+        except OSError:
+            pass
+
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_stop)
     print(f"osprey_sidecar {__version__} serving on {serving}", file=sys.stderr, flush=True)
-    stop.wait()
+    os.read(wake_read, 1)
     # Stopping the server cancels the calls in flight, which kills their commands' process groups.
     server.stop(grace=1).wait()
     executor.shutdown(wait=True)  # every cancelled call has finished killing its commands
