@@ -1,4 +1,4 @@
-"""Skill discovery at start-up: 200 skills across four roots (the project's `.agents/skills`, two
+"""Skill discovery and the memory snapshot at start-up: 200 skills across four roots (the project's `.agents/skills`, two
 `--skill-dir` roots and the user root, 50 each, with realistic YAML frontmatter and 8 KiB bodies)
 against the same roots empty, and against no skills at all (not even the bundled ones, so PyYAML is
 never imported).
@@ -10,7 +10,11 @@ frontmatter total shows that no body was read. The variants alternate run by run
 each whole process is printed beside `python -c pass` and beside the same interpreter doing
 nothing after its imports (the floors).
 
-Goal: the 200 skills add at most 30 ms over a session without them.
+The full tree also has a full built-in memory (both targets at their limits, 2,200 and 1,375
+characters): the snapshot the system prompt shows is taken in the same timed span, as a session's
+start takes it; the empty tree's memory files are missing.
+
+Goal: the 200 skills and a full memory snapshot add at most 30 ms over a session without them.
 
     .venv/bin/python bench/skills_startup.py [--runs 15]
 """
@@ -57,6 +61,11 @@ kwargs = {"bundled_root": home / "no-bundled"} if mode == "nothing" else {}
 warnings = []
 registry = discover_skills(cwd=cwd, workspace_root=cwd, skill_dirs=dirs, user_root=home / "skills", warn=warnings.append, **kwargs)
 block = registry.prompt_block()
+if mode != "nothing":
+    from osprey.memory.builtin import BuiltinMemory
+    memory = asyncio.run(BuiltinMemory(home / "memory").snapshot())
+else:
+    memory = ""
 seconds = time.perf_counter() - start
 yaml_loaded = "yaml" in sys.modules
 # Again, with every import done: what the process reads now is discovery's own reading.
@@ -64,7 +73,7 @@ before = rchar()
 again = discover_skills(cwd=cwd, workspace_root=cwd, skill_dirs=dirs, user_root=home / "skills", warn=warnings.append, **kwargs)
 after = rchar()
 print(json.dumps({"seconds": seconds, "skills": len(registry.skills), "warnings": warnings, "rchar": after - before,
-                  "bytes_read": again.bytes_read, "prompt_chars": len(block), "yaml": yaml_loaded}))
+                  "bytes_read": again.bytes_read, "prompt_chars": len(block), "memory_chars": len(memory), "yaml": yaml_loaded}))
 """
 
 FRONT = """---
@@ -102,7 +111,20 @@ def build(tmp: Path, full: bool) -> tuple[Path, Path, list[Path]]:
             body = f"# Area {n}\n\n" + ("Follow the steps. " * 60 + "\n") * (BODY_BYTES // 1081 + 1)
             (folder / "SKILL.md").write_text(front + body[:BODY_BYTES])
             (folder / "scripts" / "check.sh").write_text("#!/bin/sh\nexit 0\n")
+        fill_memory(home / "memory")
     return workspace, home, dirs
+
+
+def fill_memory(directory: Path) -> None:
+    """Both memory targets at their default limits (2,200 and 1,375 characters), in entries."""
+    directory.mkdir(parents=True)
+    for name, limit in (("MEMORY.md", 2200), ("USER.md", 1375)):
+        entries: list[str] = []
+        n = 0
+        while len("\n§\n".join([*entries, f"Fact {n}: the build runs make check before a release, area {n}."])) <= limit:
+            entries.append(f"Fact {n}: the build runs make check before a release, area {n}.")
+            n += 1
+        (directory / name).write_text("\n§\n".join(entries) + "\n")
 
 
 def frontmatter_bytes(workspace: Path, home: Path, dirs: list[Path]) -> tuple[int, int]:
@@ -156,7 +178,7 @@ def main() -> None:
                     inner[name].append(out["seconds"])
                     last[name] = out
         front, whole = frontmatter_bytes(*trees["full"])
-    full_name = f"{SKILLS} skills, 4 roots"
+    full_name = f"{SKILLS} skills, 4 roots"  # and a full memory
     print(f"skill discovery at start-up, {args.runs} runs each, interleaved, medians (load average {os.getloadavg()[0]:.2f})")
     print(f"  floors: python -c pass {median(wall['python -c pass']) * 1e3:.1f} ms; the same interpreter with a session's "
           f"imports and nothing else {median(wall['imports only (floor)']) * 1e3:.1f} ms")
@@ -164,11 +186,14 @@ def main() -> None:
         out = last[name]
         print(f"  {name:>18}: discovery {median(inner[name]) * 1e3:6.1f} ms (p90 {percentile(inner[name], 90) * 1e3:.1f}), "
               f"whole process {median(wall[name]) * 1e3:6.1f} ms; {out['skills']} skills, prompt block {out['prompt_chars']} chars, "
+              f"memory snapshot {out['memory_chars']} chars, "
               f"PyYAML imported: {out['yaml']}")
     added = median(inner[full_name]) - median(inner["bundled only"])
     added_wall = median(wall[full_name]) - median(wall["bundled only"])
-    print(f"  added by {SKILLS} skills over a session without them: {added * 1e3:.1f} ms in discovery, "
+    print(f"  added by {SKILLS} skills and a full memory over a session without them: {added * 1e3:.1f} ms in discovery and snapshot, "
           f"{added_wall * 1e3:.1f} ms of whole-process time (goal <= 30 ms)")
+    from_nothing = median(inner[full_name]) - median(inner["no skills at all"])
+    print(f"  over a session with no skills at all (no bundled ones, PyYAML never imported, no memory): {from_nothing * 1e3:.1f} ms")
     feature = median(inner["bundled only"]) - median(inner["no skills at all"])
     print(f"  the bundled skills themselves (PyYAML's import and two parses): {feature * 1e3:.1f} ms")
     out = last[full_name]

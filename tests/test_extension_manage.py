@@ -238,6 +238,13 @@ def test_invalid_names(home: Home) -> None:
     assert list(home.home.iterdir()) == []
 
 
+def test_a_skill_in_the_yaml_other_agents_write_is_accepted(home: Home) -> None:
+    folded = SKILL.replace("description: Review Rust changes for correctness.",
+                           "description: >-\n  Review Rust changes\n  for correctness.\nlicense: Apache-2.0\nmetadata:\n  version: 2\nallowed-tools: [Read, Grep]")
+    outcome = home.call(operation="create", kind="skill", name="review-rust", content=folded)
+    assert not outcome.is_error, outcome.text
+
+
 @pytest.mark.parametrize(("kind", "name", "content", "reason"), [
     ("tool", "word_count", "name = \"word_count\"\ndescription = ", "not valid TOML"),
     ("tool", "word_count", TOOL.replace('command = ["./count.sh", "--json"]\n', ""), "command"),
@@ -250,11 +257,11 @@ def test_invalid_names(home: Home) -> None:
     ("skill", "review-rust", SKILL.replace("name: review-rust", "name: review-go"), "does not match its directory"),
     ("skill", "review-rust", SKILL.replace("name: review-rust", "name: Review"), "not valid"),
     ("skill", "review-rust", SKILL.replace("Review Rust changes for correctness.", "d" * 1025), "at most 1024"),
-    ("skill", "review-rust", SKILL.replace("description: Review Rust changes for correctness.", "description: >\n  folded"), "block value"),
+    ("skill", "review-rust", SKILL.replace("description: Review Rust changes for correctness.", "description: [a, list]"), "not text"),
     ("skill", "review-rust", "---\nname: review-rust\ndescription: x\n", "closing"),
     ("system_prompt", None, "  \n", "empty"),
 ], ids=["toml", "no-command", "unknown-key", "name-mismatch", "regex", "event", "no-frontmatter", "no-description", "dir-mismatch",
-        "bad-skill-name", "long-description", "block-description", "unclosed", "empty-prompt"])
+        "bad-skill-name", "long-description", "list-description", "unclosed", "empty-prompt"])
 def test_each_parser_rejects_bad_content(home: Home, kind: str, name: str | None, content: str, reason: str) -> None:
     text = home.refused("invalid_content", operation="create", kind=kind, content=content, **named(name)).text
     assert reason in text

@@ -92,11 +92,12 @@ def test_the_tool_returns_the_body(skill_root: Path, tmp_path: Path) -> None:
     assert outcome.text == registry.load("review")
 
 
-def test_the_tool_takes_a_name_only_and_is_read_only(skill_root: Path, tmp_path: Path) -> None:
+def test_the_tool_takes_a_name_never_a_skill_path_and_is_trusted_read_only(skill_root: Path, tmp_path: Path) -> None:
     registry, _ = registry_for(skill_root)
     tool = load_skill_tool(registry)
-    assert tool.name == "load_skill" and tool.read_only
-    assert list(tool.parameters["properties"]) == ["name"] and tool.parameters["required"] == ["name"]
+    assert tool.name == "load_skill" and tool.read_only and tool.trusted
+    # The skill is chosen by name; `file` only picks one of that skill's own files.
+    assert list(tool.parameters["properties"]) == ["name", "file"] and tool.parameters["required"] == ["name"]
     outcome = call(registry, tmp_path, {"path": str(skill_root / "review" / "SKILL.md")})
     assert outcome.is_error and outcome.category == "invalid_arguments"
     outcome = call(registry, tmp_path, {"name": "review", "path": "/etc/passwd"})
@@ -187,3 +188,40 @@ def test_the_tool_can_follow_a_registry_that_is_discovered_again(skill_root: Pat
     current["registry"], _ = registry_for(skill_root)
     outcome = asyncio.run(tools.call("load_skill", {"name": "later"}, context(tmp_path)))
     assert not outcome.is_error and "Later body." in outcome.text
+
+
+# ------------------------------------------------------------------ a skill's other files, by load_skill
+
+
+def test_a_skills_other_file_is_read_through_load_skill_wherever_the_skill_is(tmp_path: Path) -> None:
+    import asyncio
+
+    from osprey.skills import discover_skills
+    from osprey.tools.base import Invocation
+    from osprey.tools.skill_tool import load_skill_tool
+
+    user = tmp_path / "home" / "skills"
+    folder = user / "release-notes"
+    (folder / "references").mkdir(parents=True)
+    (folder / "SKILL.md").write_text("---\nname: release-notes\ndescription: Write release notes.\n---\n\nRead references/style.md first.\n")
+    (folder / "references" / "style.md").write_text("Use the past tense.\n")
+    (tmp_path / "secret.txt").write_text("not for the model\n")
+    (folder / "references" / "escape").symlink_to(tmp_path / "secret.txt")
+    workspace = tmp_path / "ws"
+    (workspace / ".git").mkdir(parents=True)
+    registry = discover_skills(cwd=workspace, workspace_root=workspace, user_root=user, warn=lambda _: None)
+    tool = load_skill_tool(registry)
+
+    def call(**arguments: str) -> object:
+        valid, error = tool.validate(arguments)
+        assert error is None, error
+        return asyncio.run(tool.run(Invocation(id="c", name="load_skill", arguments=arguments, input=valid), None))  # type: ignore[arg-type]
+
+    listed = call(name="release-notes")
+    assert "references/style.md" in listed.text and "file set to its path" in listed.text  # type: ignore[attr-defined]
+    read = call(name="release-notes", file="references/style.md")
+    assert not read.is_error and "Use the past tense." in read.text  # type: ignore[attr-defined]
+    for bad in ("../../secret.txt", str(tmp_path / "secret.txt"), "references/escape", "references", "missing.md"):
+        refused = call(name="release-notes", file=bad)
+        assert refused.is_error and refused.category == "unreadable_skill", (bad, refused.text)  # type: ignore[attr-defined]
+        assert "not for the model" not in refused.text  # type: ignore[attr-defined]

@@ -98,8 +98,7 @@ async def test_planned_commands_say_they_are_not_available_yet(rig: JournaledRig
         await _command(pilot, app, "/help")
         shown = notices(app)
         assert "Not available yet:" in shown and "/deep-research" in shown and "/compact [INSTRUCTIONS]" in shown
-        for name in ("moa", "moa-config", "agents", "skills", "skill", "run", "workflows", "deep-research",
-                     "bug-report"):
+        for name in ("moa", "moa-config", "run", "workflows", "deep-research"):
             await _command(pilot, app, f"/{name}")
             assert f"/{name} is not available yet: it will " in notices(app)
     assert [c.name for c in commands.matching("/de")] == ["debug", "deep-research"]

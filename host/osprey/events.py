@@ -47,6 +47,8 @@ class SessionStart(Event):
     approval_policy: str
     max_turns: int
     effort: str | None = None
+    # The persona the session starts as (`--persona`, `[agent].default_persona`); absent: none.
+    persona: str | None = Field(None, exclude_if=_absent)
 
 
 class UserMessageEvent(Event):
@@ -101,6 +103,13 @@ class Compaction(Event):
     messages_before: int
     # The size of the conversation that was summarised: the input tokens of the last model turn.
     input_tokens_before: int = 0
+
+
+class PersonaSwitch(Event):
+    """From the next turn on, the session's system prompt is this persona's (`switch_persona`, `/agents`)."""
+
+    type: Literal["persona_switch"] = "persona_switch"
+    persona: str
 
 
 class ModelSwitch(Event):
@@ -204,12 +213,12 @@ class UnknownEvent(Event):
 
 
 AnyEvent = Annotated[
-    SessionStart | UserMessageEvent | AssistantText | ToolCallEvent | ToolResultEvent | Compaction | ModelSwitch
+    SessionStart | UserMessageEvent | AssistantText | ToolCallEvent | ToolResultEvent | Compaction | ModelSwitch | PersonaSwitch
     | Advisory | TodoList | TaskStatus | Verification | Question | UsageEvent | Notice | TaskEnd | SessionEnd,
     Field(discriminator="type"),
 ]
 EVENT_TYPES: tuple[type[Event], ...] = (
-    SessionStart, UserMessageEvent, AssistantText, ToolCallEvent, ToolResultEvent, Compaction, ModelSwitch,
+    SessionStart, UserMessageEvent, AssistantText, ToolCallEvent, ToolResultEvent, Compaction, ModelSwitch, PersonaSwitch,
     Advisory, TodoList, TaskStatus, Verification, Question, UsageEvent, Notice, TaskEnd, SessionEnd,
 )
 _adapter: TypeAdapter[Any] | None = None  # built at the first read: a session that reads no record never pays for it

@@ -187,6 +187,8 @@ class TerminalRenderer:
             self._write(self.err, self._style(f"osprey: {clean(event.message)}", "33") + "\n")
         elif isinstance(event, SessionEnd):
             self._end_stream()
+            if event.outcome == "TerminalToolSucceeded" and event.final_text:
+                self._out(clean(event.final_text) + "\n")  # the persona's validated result: the run's output
             u = event.usage
             summary = f"{event.outcome} · {counted(event.turns, 'turn')} · {grouped(u.input_tokens)} input / {grouped(u.output_tokens)} output tokens"
             if event.error:

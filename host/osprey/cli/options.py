@@ -74,6 +74,14 @@ def _session_options(*, headless: bool) -> list[Option]:
                           "'read_file' (repeatable; see `osprey approvals`)."),
         click.option("--toolset", metavar="NAME",
                      help="Offer the model only the tools of toolset NAME (from the nearest toolsets.toml; see `osprey docs extensions`)."),
+        click.option("--persona", metavar="NAME",
+                     help="Start as persona NAME: .osprey/personas/NAME.md, $OSPREY_HOME/personas/NAME.md, or a bundled one "
+                          "(default, coding, architect, verifier); default: [agent].default_persona (see `osprey docs personas`)."),
+        click.option("--skill", "skills", multiple=True, metavar="NAME",
+                     help="Load skill NAME's instructions into the system prompt from the start (repeatable; it must be discovered)."),
+        click.option("--skill-dir", "skill_dirs", multiple=True, type=click.Path(file_okay=False), metavar="DIR",
+                     help="One more skill root, after the project's .agents/skills and before your own $OSPREY_HOME/skills "
+                          "(repeatable; OSPREY_SKILL_DIR adds one too; see `osprey docs skills`)."),
         click.option("--sandbox", is_flag=True, default=None,
                      help="Run the tools in a sandbox lane (a Docker container that sees only the workspace), removed at the end."),
         click.option("--sandbox-network", is_flag=True, default=None, help="With --sandbox: allow network egress from the lane (off by default)."),

@@ -169,6 +169,7 @@ def find_project_configs(cwd: Path, home: Path, root: Path | None = None) -> lis
 
 _MISSING = object()
 REDIRECT = "change where requests and credentials go"
+REDIRECT_MEMORY = "change where memory (facts about you and your projects) is kept"
 LOOSEN_SHELL = "loosen the shell environment policy"
 
 
@@ -246,6 +247,11 @@ def loosening(layer: Mapping[str, Any], below: FileConfig, default_policy: Appro
         theirs = below.providers.get(name) or ProviderOverrides()
         for key in ("base_url", "api_key_env"):
             check(("providers", name, key), lambda v, theirs=theirs, key=key: v != getattr(theirs, key), REDIRECT)
+    # Memory holds facts about the user and the projects: a project may not send it to a server.
+    memory = below.memory
+    check(("memory", "provider"), lambda v: v == "hindsight" and memory.provider != "hindsight", REDIRECT_MEMORY)
+    for key in ("mode", "api_url", "bank_id"):
+        check(("memory", "hindsight", key), lambda v, key=key: v != getattr(memory.hindsight, key), REDIRECT_MEMORY)
     agent = below.agent
     check(("agent", "requests_per_minute"), lambda v: agent.requests_per_minute is not None and (v is None or v > agent.requests_per_minute),
           "raise the limit on model requests")
@@ -483,7 +489,7 @@ def load_settings(
         if not replay_file.is_file():
             raise ConfigError(f"replay file {replay_file} does not exist")
     secret_names = {*API_KEY_VARS.values(), *(o.api_key_env for o in fc.providers.values() if o.api_key_env),
-                    fc.web_search.exa_api_key_env, fc.web_search.brave_api_key_env}
+                    fc.web_search.exa_api_key_env, fc.web_search.brave_api_key_env, "HINDSIGHT_API_KEY"}
     return Settings(
         home=home,
         cwd=cwd,
@@ -503,9 +509,12 @@ def load_settings(
         shell_environment=fc.shell_environment,
         web_search=resolve_web_search(fc.web_search, env),
         agent=fc.agent,
+        memory=fc.memory,
+        hindsight_api_key=SecretStr(env["HINDSIGHT_API_KEY"]) if env.get("HINDSIGHT_API_KEY") else None,
         # Only the real environment names these files: a project's .env must not swap the prompt.
         system_prompt_file=_env_path(real_env, "OSPREY_SYSTEM_PROMPT_FILE", cwd),
         tool_descriptions_file=_env_path(real_env, "OSPREY_TOOL_DESCRIPTIONS_FILE", cwd),
+        skill_dir=_env_path(real_env, "OSPREY_SKILL_DIR", cwd),
         secret_env_names=sorted(secret_names),
         sources=[layer.source for layer in sources.layers if layer.path is not None and not layer.dotenv],
         warnings=list(dict.fromkeys(warnings)),

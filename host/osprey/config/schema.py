@@ -139,6 +139,8 @@ class AgentSettings(_Strict):
     requests_per_minute: int | None = Field(None, ge=1, le=100_000)
     # Children run their tools in their parent's home ("shared") or each in one of its own ("own").
     child_lanes: Literal["shared", "own"] = "shared"
+    # The persona a session starts as when --persona does not name one (see `osprey docs personas`).
+    default_persona: str | None = Field(None, min_length=1, max_length=80)
 
 
 class WebSearchSettings(_Strict):
@@ -159,6 +161,33 @@ class ResolvedWebSearch(_Strict):
     provider: Literal["exa", "brave", "searxng"]
     url: str
     api_key: SecretStr | None = None
+
+
+HINDSIGHT_URLS = {"cloud": "https://api.hindsight.vectorize.io", "local_external": "http://localhost:8888"}
+
+
+class HindsightSettings(_Strict):
+    """`[memory.hindsight]`: the Hindsight service memory is kept in."""
+
+    mode: Literal["cloud", "local_external"] = Field("cloud", description="cloud needs HINDSIGHT_API_KEY; local_external is a service another process hosts")
+    api_url: BaseURL | None = Field(None, description="replaces the endpoint the mode selects")
+    bank_id: str = Field("osprey", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$")
+    recall_budget: Literal["low", "mid", "high"] = "mid"
+    timeout_secs: float = Field(120.0, gt=0, le=3600)
+
+    @property
+    def url(self) -> str:
+        """The endpoint: `api_url`, else the mode's default."""
+        return (self.api_url or HINDSIGHT_URLS[self.mode]).rstrip("/")
+
+
+class MemorySettings(_Strict):
+    """`[memory]`: the memory tool's provider and, for the built-in one, each target's size."""
+
+    provider: Literal["builtin", "hindsight", "none"] = Field("builtin", description="none removes the memory tool and its prompt block")
+    memory_char_limit: int = Field(2200, ge=100, le=1_000_000)
+    user_char_limit: int = Field(1375, ge=100, le=1_000_000)
+    hindsight: HindsightSettings = Field(default_factory=HindsightSettings)
 
 
 class ProviderOverrides(_Strict):
@@ -185,6 +214,7 @@ class FileConfig(_Strict):
     providers: dict[ProviderName, ProviderOverrides] = Field(default_factory=dict)
     web_search: WebSearchSettings = Field(default_factory=WebSearchSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
 
 
 class Settings(_Strict):
@@ -208,8 +238,12 @@ class Settings(_Strict):
     shell_environment: ShellEnvironmentPolicy = Field(default_factory=ShellEnvironmentPolicy)
     web_search: ResolvedWebSearch | None = Field(None, description="the configured search service of web_search, if any")
     agent: AgentSettings = Field(default_factory=AgentSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
+    # HINDSIGHT_API_KEY, from the real environment or a .env file: the Hindsight cloud's key.
+    hindsight_api_key: SecretStr | None = None
     system_prompt_file: Path | None = Field(None, description="OSPREY_SYSTEM_PROMPT_FILE (the real environment only): replaces the base system prompt")
     tool_descriptions_file: Path | None = Field(None, description="OSPREY_TOOL_DESCRIPTIONS_FILE (the real environment only): overrides tool descriptions")
+    skill_dir: Path | None = Field(None, description="OSPREY_SKILL_DIR (the real environment only): one more skill root, as --skill-dir")
     secret_env_names: list[str] = Field(default_factory=list, description="variables holding provider keys; host commands never see them")
     sources: list[str] = Field(default_factory=list, description="files that contributed, lowest precedence first")
     warnings: list[str] = Field(default_factory=list, description="settings ignored and why; print each one")

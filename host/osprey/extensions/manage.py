@@ -198,60 +198,17 @@ def find_secret(text: str) -> str | None:
     return None
 
 
-def _frontmatter(text: str) -> dict[str, str]:
-    """The top-level `key: value` pairs of a SKILL.md's frontmatter (between `---` lines)."""
-    lines = text.split("\n")
-    if not lines or lines[0].rstrip("\r") != "---":
-        raise ManageError("invalid_content", "a SKILL.md starts with a frontmatter block: a line `---`, `name: ...`, `description: ...`, a line `---`")
-    fields: dict[str, str] = {}
-    last: str | None = None
-    size = 0
-    for raw in lines[1:]:
-        entry = raw.rstrip("\r")
-        size += len(raw) + 1
-        if size > MAX_FRONTMATTER_BYTES:
-            break
-        if entry.strip() == "---":
-            return fields
-        if not entry.strip() or entry.lstrip().startswith("#"):
-            continue
-        if entry[0] in " \t-":
-            if last in ("name", "description"):
-                raise ManageError("invalid_content", f"the frontmatter's {last} spans several lines: write it on one line")
-            continue  # a nested value of another key: not Osprey's
-        key, colon, value = entry.partition(":")
-        key = key.strip()
-        if not colon or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", key):
-            raise ManageError("invalid_content", sanitize(f"frontmatter line {entry[:60]!r} is not `key: value`"))
-        if key in fields:
-            raise ManageError("invalid_content", f"the frontmatter gives {key} twice")
-        value = value.strip()
-        if value[:1] in ("|", ">") and key in ("name", "description"):
-            raise ManageError("invalid_content", f"the frontmatter's {key} is a block value: write it on one line")
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            value = value[1:-1].replace('\\"', '"') if value[0] == '"' else value[1:-1].replace("''", "'")
-        fields[key] = value
-        last = key
-    raise ManageError("invalid_content", "the frontmatter has no closing `---` line (within its first 16 KiB)")
-
-
 def validate_skill(text: str, directory: str) -> None:
-    fields = _frontmatter(text)
-    name = fields.get("name", "")
-    description = fields.get("description", "")
-    if not name:
-        raise ManageError("invalid_content", "the frontmatter has no name")
-    parts = name.split(":")
-    if len(parts) > 2 or not all(len(p) <= 64 and SKILL_NAME.fullmatch(p) for p in parts):
-        raise ManageError("invalid_content", sanitize(f"the frontmatter name {name[:80]!r} is not valid: lowercase letters, digits and single "
-                                                      "hyphens, 1 to 64 characters, or `namespace:name` with one colon"))
-    if parts[-1] != directory:
-        raise ManageError("invalid_content", sanitize(f"the frontmatter name {name[:80]!r} does not match its directory {directory!r}: "
-                                                      f"use `name: {directory}`"))
-    if not description.strip():
-        raise ManageError("invalid_content", "the frontmatter has no description: say in one line when the skill applies")
-    if len(description) > MAX_SKILL_DESCRIPTION:
-        raise ManageError("invalid_content", f"the description is {len(description)} characters; at most {MAX_SKILL_DESCRIPTION} are allowed")
+    """A SKILL.md as skill discovery reads it (its YAML frontmatter, the name and description
+    rules), so what the agent writes is a skill that loads."""
+    from ..skills.frontmatter import FrontmatterError, skill_fields, skill_yaml, split
+
+    try:
+        fields = skill_yaml(split(text.encode("utf-8"))[0])
+        skill_fields(fields, directory)
+    except FrontmatterError as exc:
+        raise ManageError("invalid_content", sanitize(f"{exc}; a SKILL.md starts with a frontmatter block: a line `---`, "
+                                                      f"`name: {directory}`, `description: ...` (when the skill applies), a line `---`")) from None
 
 
 def validate(kind: str, name: str, content: str | None) -> bytes:

@@ -335,12 +335,14 @@ class ApprovalPolicy(Interceptor):
 
     def _requests(self, call: PendingCall) -> bool:
         tool = call.tool
-        trusted = tool is not None and tool.trusted and tool.read_only
+        # A tool that changes only Osprey's own state (memory) is judged as a trusted read-only one.
+        own = tool is not None and tool.own_state
+        trusted = own or (tool is not None and tool.trusted and tool.read_only)
         if self.policy == "never":
             return False
         if self.policy in ("unless-trusted", "deny-untrusted"):
             return not trusted
-        read_only = tool is not None and tool.read_only
+        read_only = own or (tool is not None and tool.read_only)
         if self.policy == "on-failure":
             return self._batch_latched and not read_only
         return not read_only  # on-request

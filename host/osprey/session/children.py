@@ -12,7 +12,7 @@ closes them before it closes itself.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 
@@ -80,6 +80,21 @@ class Child:
                 self._parent.children.remove(self)
 
 
+def child_persona(parent: Session, name: str, offered: list[str]) -> Any:
+    """The persona a child runs as: resolved like the parent's, spawnable, and with every tool of
+    its `tools` list among the parent's (a child applies the list, not the persona's toolset). A
+    ConfigError says why not."""
+    from ..personas import check_tools, resolve_persona
+
+    persona = resolve_persona(name, workspace_root=parent.settings.workspace_root, home=parent.settings.home)
+    if not persona.spawnable:
+        raise ConfigError(f"the persona {persona.name!r} is not spawnable: only personas with `spawnable: true` run as child agents")
+    unknown = check_tools(persona, offered)
+    if unknown:
+        raise ConfigError(f"the persona {persona.name!r} lists tools this session does not have: {', '.join(unknown)}")
+    return persona
+
+
 async def start_child(parent: Session, request: ChildRequest) -> Child:
     """Build and start a child of `parent` for `request`, and submit its task. The child is a
     session of the parent's own kind, with options of the parent's kind."""
@@ -92,11 +107,12 @@ async def start_child(parent: Session, request: ChildRequest) -> Child:
     # Never more tools than the parent has (its toolset is in what it has).
     offered = parent.tool_names()
     tools = offered if request.tools is None else [name for name in request.tools if name in offered]
+    persona = child_persona(parent, request.persona, offered) if request.persona else None
     options = type(parent.options)(
         settings=settings, parent_id=parent.session_id, agent_name=request.name or request.persona or "",
         allow=list(parent.options.allow), interactive=False, extensions=parent.options.extensions,
         judgement=parent.options.judgement, tools=tools,
-        child_homes=parent.child_homes,
+        child_homes=parent.child_homes, persona=persona,
     )
     # The parent's provider object only when no client of its own can make another (a provider
     # passed in); otherwise a provider of the child's own on the parent's client.

@@ -29,15 +29,18 @@ if TYPE_CHECKING:
     import httpx
 
     from ..extensions.session import SessionExtensions
+    from ..personas import Persona
     from ..providers.base import Provider, TextSink
     from ..providers.limiter import RequestLimiter
     from ..sessions.journal import Journal
     from ..tools.base import ChildRequest, ToolRegistry, ToolSource
+    from ..tools.memory_tool import MemoryTools
     from ..toolservice.homes import ToolServiceHome
     from .calls import CallResult
     from .children import Child
     from .loop import AgentLoop, TaskResult
     from .output_schema import OutputSchema, OutputSchemaInterceptor
+    from .skills import SkillTools
     from .verification import Checkpoint
 
 
@@ -90,6 +93,13 @@ class SessionOptions(BaseModel):
     # At most this many model requests a minute across this session and its children (a limiter
     # passed in is used instead); None: as `[agent] requests_per_minute` says.
     requests_per_minute: int | None = Field(None, ge=1)
+    # More skill roots (`--skill-dir`, OSPREY_SKILL_DIR), after the project's and before the user's.
+    skill_dirs: list[Path] = Field(default_factory=list)
+    # Skills whose instructions are in the system prompt from the start (`--skill`).
+    skills: list[str] = Field(default_factory=list)
+    # The persona the session starts as (an `osprey.personas.Persona`, resolved by the front end from
+    # `--persona` or `[agent].default_persona`); None: no persona, the base prompt and every tool.
+    persona: Any = None
 
 
 def compose_system_prompt(settings: Settings, tool_service: str | None = None) -> str:
@@ -183,6 +193,10 @@ class Session:
         self._record_sink: Any = None
         self.processes: Any = None  # the process tool's ProcessManager in plain host runs
         self.extensions: SessionExtensions | None = None
+        self.memory: MemoryTools | None = None  # the lead session's memory tool and its frozen snapshot
+        self.skills: SkillTools | None = None  # the lead session's skills and load_skill
+        self.persona: Persona | None = options.persona  # switch_persona changes it from the next turn
+        self._dev_tooling = ""  # what the persona's dev_tooling found, for its prompt section
         self.checkpoint: Checkpoint | None = None
         self.stalls: Interceptor | None = None
         self.schema_check: OutputSchemaInterceptor | None = None
@@ -275,6 +289,7 @@ class Session:
             session_id=self.session_id, provider=self.loop.provider.name, model=self.loop.provider.model,
             cwd=str(self.settings.cwd), tool_service=self.tool_service_kind, tools=self.tool_names(),
             approval_policy=self.policy.policy, max_turns=self.loop.max_turns, effort=self.settings.effort,
+            persona=self.persona.name if self.persona is not None else None,
         )
         self._announced = True
         self.emit(event)
@@ -339,6 +354,24 @@ class Session:
         for tool in base.tools():
             self._person_tools.add(tool)
         made: list[ToolSource] = [base, StaticTools("web", web_tools(settings)), self._judgement()]
+        persona = self.persona
+        if persona is not None:
+            from .personas import contract_of, switch_persona_tool, terminal_tool
+
+            contract = contract_of(persona)
+            made.append(StaticTools("persona", [switch_persona_tool(self._switch_persona), *(
+                [terminal_tool(contract[0], contract[1], self._submit)] if contract is not None else [])]))
+        if self.options.parent_id is None:
+            from .skills import SkillTools
+
+            self.skills = SkillTools(settings, skill_dirs=self.options.skill_dirs, preload=self.options.skills, warn=self.warn)
+            made.append(self.skills)
+        if self.options.parent_id is None and settings.memory.provider != "none":
+            from ..tools.memory_tool import MemoryTools
+
+            # The lead session's memory: its snapshot is frozen into the system prompt now.
+            self.memory = MemoryTools(settings)
+            made.append(self.memory)
         for source in made:
             await source.start()
             self._own(f"tools:{source.name}", source.close)
@@ -353,17 +386,18 @@ class Session:
             builtin.append(manage_tool(settings, builtin_tools=[t.name for t in builtin],
                                        on_change=lambda: self.extensions.request_reload() if self.extensions is not None else None))
             extensions = SessionExtensions(
-                settings, builtin=builtin, toolset=self.options.toolset, env=host_env, session_id=self.session_id,
+                settings, builtin=builtin, toolset=self._toolset(), env=host_env, session_id=self.session_id,
                 warn=self.warn, emit=self.emit, messages=lambda: self.messages, permission_mode=settings.approval_policy,
-                only=self.options.tools,
+                only=self._allowed_tools(),
             )
             await extensions.start()
             self._own("tools:extensions", extensions.close)
             self.extensions = extensions
             extensions.apply(self.registry, self.interceptors)
         else:
+            allowed = self._allowed_tools()
             for tool in builtin:
-                if self.options.tools is None or tool.name in self.options.tools:
+                if allowed is None or tool.name in allowed:
                     self.registry.add(tool)
         context = ToolContext(
             client=home.client, cwd=str(settings.cwd), roots=list(home.roots),
@@ -383,6 +417,15 @@ class Session:
             interceptors=self.interceptors, context_window=self._context_window(), before_turn=self._turn_boundary,
             compaction_note=lambda: self.checkpoint.summary_note() if self.checkpoint is not None else "",
         )
+        if persona is not None and persona.terminal:
+            from .personas import contract_of
+
+            self.loop.terminal_tool = (contract_of(persona) or ("", {}))[0]
+        if persona is not None and persona.dev_tooling:
+            from ..personas.dev_tooling import dev_tooling_report
+
+            # Found where the tools run (the lane, when there is one), once, for the prompt.
+            self._dev_tooling = await dev_tooling_report(home.client, str(settings.cwd))
         resume = self.options.resume
         if resume is not None:
             self.loop.messages = list(resume.messages)
@@ -568,21 +611,83 @@ class Session:
         assert self.registry is not None
         return self.registry.specs()
 
+    # Tools the loop itself needs, whatever a persona's allowlist says: its control tools, the
+    # persona's own tools, memory and skills.
+    LOOP_TOOLS = frozenset({"task_status", "question", "todo_write", "switch_persona", "memory", "load_skill"})
+
+    def _allowed_tools(self) -> list[str] | None:
+        """The tools the model may be offered: a child's subset, a chosen persona's allowlist (and
+        the loop's own tools), both when both are set; None: every tool."""
+        allowed = self.options.tools
+        persona = self.persona
+        if persona is not None and persona.tools is not None:
+            from .personas import contract_of
+
+            contract = contract_of(persona)
+            keep = set(persona.tools) | self.LOOP_TOOLS | ({contract[0]} if contract is not None else set())
+            allowed = [name for name in allowed if name in keep] if allowed is not None else sorted(keep)
+        return allowed
+
+    def _toolset(self) -> str | None:
+        """`--toolset`, else the persona's named toolset (a child ignores the persona's)."""
+        if self.options.toolset is not None:
+            return self.options.toolset
+        if self.persona is not None and self.options.parent_id is None:
+            return self.persona.toolset
+        return None
+
+    def _submit(self, value: object) -> None:
+        if self.loop is not None:
+            self.loop.submit(value)
+
+    def _switch_persona(self, name: str) -> str:
+        """`switch_persona`: resolve `name`; one with an output contract is refused (ValueError)."""
+        from ..events import PersonaSwitch
+        from ..personas import resolve_persona
+
+        try:
+            found = resolve_persona(name, workspace_root=self.settings.workspace_root, home=self.settings.home)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        if found.terminal:
+            raise ValueError(f"the persona {found.name!r} has an output contract ({found.terminal_tool or 'a schema'}); "
+                             "it is chosen at launch (osprey agent --persona), not switched to.")
+        self.persona = found
+        self.emit(PersonaSwitch(persona=found.name))
+        return f"From the next turn on, the persona is {found.name}."
+
+    def switch_persona(self, name: str) -> str:
+        """Switch the persona from the next turn (the TUI's /agents); a ValueError says why not."""
+        return self._switch_persona(name)
+
     def system_prompt(self) -> str:
         """The system prompt of the next turn (recomputed at every turn boundary)."""
         base = compose_system_prompt(self.settings, self.tool_service_kind)
+        if self.persona is not None:
+            from .personas import persona_section
+
+            base = f"{base}\n\n{persona_section(self.persona, self._dev_tooling)}"
+        for part in (self.skills, self.memory):
+            block = part.prompt_block() if part is not None else ""
+            if block:
+                base = f"{base}\n\n{block}"
         return self.extensions.compose(base) if self.extensions is not None else base
 
     def request_reload(self) -> None:
-        """Find the extensions again at the next turn boundary (`/reload`). A RuntimeError when
-        this session does not use extensions."""
-        if self.extensions is None:
-            raise RuntimeError("this session does not load extensions, so there is nothing to reload")
-        self.extensions.request_reload()
+        """Find the extensions and the skills again at the next turn boundary (`/reload`). A
+        RuntimeError when this session has neither."""
+        if self.extensions is None and self.skills is None:
+            raise RuntimeError("this session loads no extensions and no skills, so there is nothing to reload")
+        if self.extensions is not None:
+            self.extensions.request_reload()
+        if self.skills is not None:
+            self.skills.request_reload()
 
     def _turn_boundary(self) -> None:
         if self.extensions is not None and self.registry is not None and self.extensions.turn_boundary(self.registry, self.interceptors):
             self.emit(Notice(message=f"extensions reloaded: {len(self.registry.names())} tools", level="info"))
+        if self.skills is not None and self.skills.turn_boundary():
+            self.emit(Notice(message=f"skills found again: {len(self.skills.registry.skills)}", level="info"))
 
     @property
     def messages(self) -> list[Message]:

@@ -54,6 +54,9 @@ class Flags(BaseModel):
     read_only: bool = False
     allow: tuple[str, ...] = ()
     toolset: str | None = None
+    persona: str | None = Field(None, min_length=1, max_length=80)
+    skills: tuple[str, ...] = ()
+    skill_dirs: tuple[str, ...] = ()
     sandbox: bool | None = None
     sandbox_network: bool | None = None
     sandbox_socket: str | None = None
@@ -126,7 +129,25 @@ class Resolution:
         )
         if self.resumed is not None:
             options.session_id, options.resume = self.resumed.row.id, self.resumed.point
+        options.persona = self.persona()
+        options.skills = list(flags.skills)
+        options.skill_dirs = [Path(d) for d in flags.skill_dirs] + ([self.settings.skill_dir] if self.settings.skill_dir else [])
         return options
+
+    def persona(self) -> Any:
+        """The persona the session starts as: --persona, else the resumed session's own, else
+        `[agent].default_persona`; None when none is named. A ConfigError when it does not resolve."""
+        from ..personas import resolve_persona
+
+        name = self.flags.persona
+        if name is None and self.resumed is not None:
+            from ..sessions.resume import recorded_persona
+
+            name = recorded_persona(self.resumed.events)
+        name = name or self.settings.agent.default_persona
+        if name is None:
+            return None
+        return resolve_persona(name, workspace_root=self.settings.workspace_root, home=self.settings.home)
 
 
 def _absolute(path: str | None) -> str | None:
@@ -179,6 +200,8 @@ def resolve(flags: Flags, environ: Mapping[str, str] | None = None) -> Resolutio
             except OspreyError as exc:
                 raise ConfigError(f"cannot go on with {taken.get('provider', settings.provider)} · {taken.get('model', settings.model)}, "
                                   f"the model session {resumed.row.id} ran with: {exc}; give --provider/--model to choose another") from None
+    if flags.skill_dirs:
+        flags = flags.model_copy(update={"skill_dirs": tuple(os.path.abspath(d) for d in flags.skill_dirs)})
     if flags.record_file or flags.output_schema:
         flags = flags.model_copy(update={"record_file": _absolute(flags.record_file), "output_schema": _absolute(flags.output_schema)})
     return Resolution(flags=flags, settings=settings, config_flags=config_flags, resumed=resumed, model_flags=taken,

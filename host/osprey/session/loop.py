@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -33,6 +34,14 @@ AUTO_COMPACT_AT = 0.8
 EMPTY_COMPLETIONS_TOLERATED = 2
 ACTIONLESS_TIMEOUTS = 2
 EMPTY_CORRECTION = "Your last reply was empty. Continue the task: call a tool, or give your final answer as text."
+# A task with a terminal tool ends only with a valid call of it: an answer in text (or a
+# task_status declaration) is answered with a reminder, at most this many times per task.
+TERMINAL_REMINDERS = 3
+
+
+def terminal_reminder(tool: str) -> str:
+    return (f"This task ends only when you call {tool} with a result that validates against its schema. "
+            f"Do not answer in text: call {tool} now (fix the problems its last result named, if any).")
 
 
 class TurnTimeout(Exception):
@@ -114,6 +123,15 @@ class AgentLoop:
     _last_input_tokens: int = field(default=0, init=False)
     # (status, summary) of a `task_status` call in the batch being run: a completion candidate.
     _declared: tuple[str, str] | None = field(default=None, init=False)
+    # The persona's terminal tool (`submit_plan`): the task ends only with a valid call of it, as
+    # TerminalToolSucceeded (its JSON the final text), or TerminalToolFailed.
+    terminal_tool: str | None = None
+    _submitted: list[object] = field(default_factory=list, init=False)
+
+    def submit(self, value: object) -> None:
+        """The terminal tool was called with a valid result: once the calls of this turn have run,
+        that is a completion candidate."""
+        self._submitted.append(value)
 
     def declare(self, status: str, summary: str) -> None:
         """The model declared the task done or blocked (`task_status`): once the calls of this turn
@@ -135,6 +153,7 @@ class AgentLoop:
         empty_streak = 0
         timeout_streak = 0
         task_turns = 0
+        reminders = 0
         while True:
             self._check_stop()
             if self._near_the_limit():
@@ -176,23 +195,36 @@ class AgentLoop:
             if message.text or message.reasoning:
                 self.emit(AssistantText(turn=turn_no, text=message.text, reasoning=message.reasoning))
             self.messages.append(message)
+            submitted: list[object] = []
             if message.tool_calls:
                 self._check_stop(message)
                 self._declared = None
+                self._submitted = []
                 await self.calls.run_batch(turn_no, message.tool_calls, self.messages)
                 declared, self._declared = self._declared, None
-                if declared is None:
+                submitted, self._submitted = self._submitted, []
+                if declared is None and not submitted:
                     continue
-                final = declared[1] if declared[0] == "done" else f"blocked: {declared[1]}"
+                final = declared[1] if declared is not None and declared[0] == "done" else f"blocked: {declared[1]}" if declared else ""
                 candidate_text = final
             else:
                 candidate_text = final = message.text
+            if self.terminal_tool is not None:
+                if not submitted:  # text, or task_status: not this task's ending
+                    reminders += 1
+                    if reminders > TERMINAL_REMINDERS:
+                        return (Outcome.TERMINAL_TOOL_FAILED, "",
+                                f"the model did not call {self.terminal_tool} with a valid result after {counted(TERMINAL_REMINDERS, 'reminder')}")
+                    self._notice(f"reminding the model to end the task with {self.terminal_tool}")
+                    self.add_user_message(terminal_reminder(self.terminal_tool), origin="loop")
+                    continue
+                candidate_text = final = json.dumps(submitted[-1], ensure_ascii=False)
             try:
                 continuation = await self._completion(turn_no, candidate_text)
             except StructuredOutputExhausted as exc:
                 return Outcome.ERROR, "", str(exc)
             if continuation is None:
-                return Outcome.COMPLETED, final, None
+                return (Outcome.TERMINAL_TOOL_SUCCEEDED if submitted else Outcome.COMPLETED), final, None
             self._notice(f"{continuation.source or 'an interceptor'} asked for another turn: {continuation.reason}")
             self.add_user_message(continuation.reason, origin="loop")
 

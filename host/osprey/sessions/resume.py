@@ -137,5 +137,19 @@ def recorded_model(events: Iterable[Event | Mapping[str, Any]]) -> dict[str, str
     return found
 
 
+def recorded_persona(events: Iterable[Event | Mapping[str, Any]]) -> str | None:
+    """The persona a journaled session last ran as (its `session_start` and `persona_switch`
+    events), or None when it ran with none."""
+    from ..events import PersonaSwitch
+
+    found: str | None = None
+    for event in typed(events):
+        if isinstance(event, SessionStart):
+            found = event.persona
+        elif isinstance(event, PersonaSwitch):
+            found = event.persona
+    return found
+
+
 def _plain(name: str) -> bool:
     return 0 < len(name) <= MAX_MODEL_NAME and name.isprintable() and not name.isspace()

@@ -163,13 +163,40 @@ class SkillRegistry:
         parts = [f"Skill {skill.name} ({skill.scope} skill, {skill.path})", "", body, ""]
         if files:
             parts.append(f"Other files of this skill, relative to its directory {skill.directory} "
-                         "(read them with read_file by that path; run scripts from that directory):")
+                         f"(read one with load_skill name={skill.name!r} and file set to its path below, which works wherever "
+                         "the skill is; run scripts from that directory):")
             parts.extend(f"- {rel}" for rel in files)
             if more:
                 parts.append(f"- (more files; only the first {MAX_LISTED_FILES} are listed)")
         else:
             parts.append(f"This skill has no other files (its directory: {skill.directory}).")
         return "\n".join(parts)
+
+    def read_other(self, name: str, relative: str) -> str:
+        """One of a skill's other files, by its path relative to the skill's directory (as `load`
+        lists it): a regular file inside that directory, its first MAX_SKILL_FILE_BYTES bytes as
+        text. Raises SkillError unknown_skill, or unreadable_skill for a path outside the skill,
+        missing, or not a regular file."""
+        skill = self.find(name)
+        if skill is None:
+            self.load(name)  # raises unknown_skill with the names
+            raise AssertionError("unreachable")
+        directory = os.path.realpath(skill.directory)
+        if not relative or "\x00" in relative or os.path.isabs(relative) or len(relative) > 4096:
+            raise self._unreadable(skill, f"{relative[:200]!r} is not a path relative to the skill's directory")
+        real = os.path.realpath(os.path.join(directory, relative))
+        boundary = self._boundaries.get(skill.name)
+        if not _inside(real, directory) or real == directory or (boundary is not None and not _inside(real, boundary)):
+            raise self._unreadable(skill, f"{relative[:200]!r} is not inside the skill's directory, so it is not read")
+        try:
+            data = read_file(real, MAX_SKILL_FILE_BYTES, follow_symlinks=True, cut=True)
+        except FileRefused as exc:
+            raise self._unreadable(skill, f"{relative[:200]}: {_refusal(exc, MAX_SKILL_FILE_BYTES)}") from None
+        if data is None:
+            raise self._unreadable(skill, f"{relative[:200]!r} is not a file of this skill")
+        text = data.decode("utf-8", errors="replace")
+        cut = f"\n[cut at {MAX_SKILL_FILE_BYTES // 1024} KiB]" if len(data) >= MAX_SKILL_FILE_BYTES else ""
+        return f"{skill.name}/{relative} ({real}):\n{text}{cut}"
 
     def _unreadable(self, skill: Skill, why: str) -> SkillError:
         return SkillError("unreadable_skill", one_line(

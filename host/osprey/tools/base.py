@@ -108,6 +108,10 @@ class Tool:
     read_only: bool = False
     # One of the built-in read-only tools the approval policies trust by name.
     trusted: bool = False
+    # It changes only Osprey's own state (memory under $OSPREY_HOME): the approval policies let it
+    # run as they do a trusted read-only tool (hooks and rules still apply), but it is not
+    # read-only, so its calls run one at a time, in the model's order.
+    own_state: bool = False
     input_model: type[BaseModel] | None = None
     # The schema was made by Osprey itself (a custom tool's parameters), so it is not checked
     # again, and its validator (jsonschema, a slow import) is built at the first call.
@@ -126,9 +130,11 @@ class Tool:
             self._validator = Draft202012Validator(self.parameters)
 
     @classmethod
-    def from_model(cls, name: str, description: str, input_model: type[BaseModel], run: RunFunction, *, read_only: bool = False, trusted: bool = False) -> Tool:
+    def from_model(cls, name: str, description: str, input_model: type[BaseModel], run: RunFunction, *, read_only: bool = False, trusted: bool = False,
+                   own_state: bool = False) -> Tool:
         """A tool whose schema comes from a pydantic model; its run function gets the model in `call.input`."""
-        return cls(name, description, clean_schema(input_model.model_json_schema()), run, read_only=read_only, trusted=trusted, input_model=input_model)
+        return cls(name, description, clean_schema(input_model.model_json_schema()), run, read_only=read_only, trusted=trusted,
+                   own_state=own_state, input_model=input_model)
 
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)

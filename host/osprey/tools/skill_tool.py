@@ -21,6 +21,8 @@ DESCRIPTION = (
 
 class LoadSkillInput(ToolInput):
     name: str = Field(min_length=1, max_length=200, description="The skill's name, as listed in the system prompt (namespace:name for a namespaced skill).")
+    file: str = Field("", max_length=4096, description="One of the skill's other files, by the path load_skill listed (relative to the "
+                                                       "skill's directory); empty: the skill's instructions.")
 
 
 def load_skill_tool(registry: SkillRegistry | Callable[[], SkillRegistry]) -> Tool:
@@ -31,7 +33,10 @@ def load_skill_tool(registry: SkillRegistry | Callable[[], SkillRegistry]) -> To
         current = registry if isinstance(registry, SkillRegistry) else registry()
         name = call.input.name
         try:
-            text = await asyncio.to_thread(current.load, name)
+            if call.input.file:
+                text = await asyncio.to_thread(current.read_other, name, call.input.file)
+            else:
+                text = await asyncio.to_thread(current.load, name)
         except SkillError as exc:
             return ToolOutcome(f"Error ({exc.category}, not retryable): {exc.message}", True, exc.category)
         return ToolOutcome(text)

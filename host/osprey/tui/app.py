@@ -298,16 +298,21 @@ class OspreyApp(App[int]):
             self.menu.hide()
             self.run_worker(self.slash.run(*command), group="command")
             return
+        if not self.send(text):
+            message.area.load_text(text)  # kept for later
+            message.area.move_cursor(message.area.document.end)
+
+    def send(self, text: str) -> bool:
+        """Send a prompt now, or queue it while a task runs; False (said) when the session cannot take it."""
         refusal = self.driver.refusal()
         if refusal is not None:
             self.notify(clean(refusal), severity="warning", markup=False)
-            message.area.load_text(text)  # kept for later
-            message.area.move_cursor(message.area.document.end)
-            return
+            return False
         if self.driver.busy:
             self.driver.enqueue(text)  # sent when the running task ends
-            return
-        self.submit(text)
+        else:
+            self.submit(text)
+        return True
 
     def action_stop(self) -> None:
         """Esc: stop the running task and drop the prompts queued after it."""

@@ -33,6 +33,10 @@ COMMANDS: tuple[Command, ...] = (
     Command("debug", "/debug", "Version, system, terminal, session and model; shows or hides the raw events."),
     Command("extensions", "/extensions", "The custom tools loaded from the extension layers, and what was left out."),
     Command("reload", "/reload", "Find the extensions (tools, hooks, prompts) again at the next turn boundary."),
+    Command("agents", "/agents [PERSONA]", "Switch personas (from the next turn) or open the persona picker."),
+    Command("skills", "/skills", "List the discovered skills; each project and user skill is also a command, /NAME [REQUEST]."),
+    Command("skill", "/skill NAME", "Show a discovered skill's name, scope, description and path."),
+    Command("bug-report", "/bug-report [WHAT]", "Interview you about a problem and, when you confirm, file an Osprey issue (or give a prefilled link)."),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 
@@ -40,13 +44,9 @@ BY_NAME = {c.name: c for c in COMMANDS}
 PLANNED: tuple[Command, ...] = (
     Command("moa", "/moa PROMPT", "Run one prompt through the default Mixture of Agents preset, then restore the session model."),
     Command("moa-config", "/moa-config", "Manage the Mixture of Agents presets."),
-    Command("agents", "/agents [PERSONA]", "Switch personas or open the persona picker."),
-    Command("skills", "/skills", "List the discovered skills."),
-    Command("skill", "/skill NAME", "Show a discovered skill's name, scope, description and path."),
     Command("run", "/run SCRIPT", "Start a workflow from a .js script."),
     Command("workflows", "/workflows", "Open the progress view of the running workflows."),
     Command("deep-research", "/deep-research", "Start the bundled deep-research workflow."),
-    Command("bug-report", "/bug-report", "Interview you about a problem and, when you confirm, file an Osprey issue."),
 )
 PLANNED_BY_NAME = {c.name: c for c in PLANNED}
 

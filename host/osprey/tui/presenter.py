@@ -24,6 +24,7 @@ from ..events import (
     Event,
     ModelSwitch,
     Notice,
+    PersonaSwitch,
     Question,
     SessionStart,
     TaskEnd,
@@ -44,11 +45,12 @@ DIFF_COMMAND = workspace_diff.COMMAND
 
 
 def status_line(*, provider: str, model: str, policy: str, home: str, input_tokens: int, output_tokens: int, state: str, cost: float | None = None,
-                todo: tuple[int, int] | None = None) -> str:
-    """`todo`: (completed, all) of the model's task list, when it has one."""
+                todo: tuple[int, int] | None = None, persona: str | None = None) -> str:
+    """`todo`: (completed, all) of the model's task list, when it has one; `persona`: the session's, when it has one."""
     spent = f" · ≈${cost:.4f}" if cost is not None else ""
     tasks = f" · todo {todo[0]}/{todo[1]}" if todo is not None and todo[1] else ""
-    return f"{provider} · {model} · {policy} · {home} · tokens {input_tokens:,} in / {output_tokens:,} out{spent}{tasks} · {state}"
+    who = f"{persona} · " if persona else ""
+    return f"{who}{provider} · {model} · {policy} · {home} · tokens {input_tokens:,} in / {output_tokens:,} out{spent}{tasks} · {state}"
 
 
 def welcome(start: SessionStart) -> str:
@@ -186,7 +188,8 @@ class Presenter:
         model = start.model + (f" ({self.effort} effort)" if self.effort else "")
         # The model's name may come from a server's catalog or a project's configuration.
         return clean(status_line(provider=start.provider, model=model, policy=start.approval_policy, home=start.tool_service,
-                                 input_tokens=self.tokens[0], output_tokens=self.tokens[1], state=state, cost=self.cost, todo=self.todo))
+                                 input_tokens=self.tokens[0], output_tokens=self.tokens[1], state=state, cost=self.cost, todo=self.todo,
+                                 persona=start.persona))
 
     async def replay(self, events: Sequence[Event], heading: str) -> None:
         """Show a journaled session's events, under `heading`, as they were shown live."""
@@ -264,6 +267,10 @@ class Presenter:
                 self.effort = event.effort
                 self._priced(event.provider, event.model, reset=False)
                 self.note(f"now talking to {event.provider} · {event.model}" + (f" (effort {event.effort})" if event.effort else ""))
+            case PersonaSwitch():
+                if self.start is not None:
+                    self.start = self.start.model_copy(update={"persona": event.persona})
+                self._refresh()
             case Compaction():
                 self._finish_answer()
                 self.transcript.add("notice", f"conversation compacted ({event.reason}): {event.summary}", at)

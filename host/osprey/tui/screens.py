@@ -181,3 +181,38 @@ class SessionsScreen(ModalScreen[SessionRow | None]):
 
     def action_dismiss_none(self) -> None:
         self.dismiss(None)
+
+
+class PersonaPicker(ModalScreen[str | None]):
+    """The personas a session may switch to (name, where it comes from, description): Enter picks,
+    Esc leaves."""
+
+    DEFAULT_CSS = """
+    PersonaPicker { align: center middle; }
+    PersonaPicker > Vertical { width: 90%; max-width: 100; height: auto; max-height: 80%; border: round $accent; background: $surface; padding: 0 1; }
+    PersonaPicker OptionList { height: auto; max-height: 20; }
+    """
+    BINDINGS = [Binding("escape", "dismiss_none", "leave")]
+
+    def __init__(self, personas: Sequence[tuple[str, str, str]], current: str | None) -> None:
+        """`personas`: (name, source, description) each."""
+        super().__init__()
+        self.personas, self.current = list(personas), current
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static("Persona for the next turns (Enter picks, Esc leaves)", markup=False)
+            yield OptionList(*[
+                Option(Content(clean(f"{'● ' if name == self.current else '  '}{name}  ({source})" + (f"  ·  {description}" if description else ""))), id=name)
+                for name, source, description in self.personas
+            ], id="personas")
+
+    def on_mount(self) -> None:
+        self.query_one(OptionList).focus()
+
+    @on(OptionList.OptionSelected)
+    def _picked(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+    def action_dismiss_none(self) -> None:
+        self.dismiss(None)

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import workspace_diff
 from ..catalog import Catalog
@@ -19,7 +19,7 @@ from ..sessions.journal import find_session, list_sessions
 from ..terminal_text import clean
 from . import commands
 from .presenter import DIFF_COMMAND
-from .screens import ModelPicker, SessionsScreen
+from .screens import ModelPicker, PersonaPicker, SessionsScreen
 
 if TYPE_CHECKING:
     from .app import OspreyApp
@@ -43,7 +43,10 @@ class SlashCommands:
         if planned is not None:
             self.note(planned)
             return
-        handler = getattr(self, f"cmd_{name}", None) if name in commands.BY_NAME else None
+        handler = getattr(self, f"cmd_{name.replace('-', '_')}", None) if name in commands.BY_NAME else None
+        if handler is None and self._skill_command(name) is not None:
+            await self.run_skill(name, argument)
+            return
         if handler is None:
             self.app.notify(clean(f"unknown command /{name}: /help lists them"), severity="error", markup=False)
             return
@@ -57,6 +60,87 @@ class SlashCommands:
 
     async def cmd_new(self, argument: str) -> None:
         await self.driver.renew()
+
+    # ------------------------------------------------------------------ skills
+
+    def _skills(self) -> Any:
+        session = self.driver.session
+        return session.skills if session is not None else None
+
+    def _skill_command(self, name: str) -> Any:
+        """The project or user skill `/NAME` runs (built-in commands win; bundled skills have their own)."""
+        skills = self._skills()
+        found = skills.registry.find(name) if skills is not None else None
+        return found if found is not None and found.scope != "bundled" else None
+
+    async def cmd_skills(self, argument: str) -> None:
+        skills = self._skills()
+        if skills is None or not skills.registry.skills:
+            self.note("no skills were found (see `osprey docs skills` for where they are looked for)")
+            return
+        lines = [f"{len(skills.registry.skills)} skills (load_skill NAME; project and user skills are also /NAME):"]
+        for skill in skills.registry.skills:
+            lines.append(f"  {skill.name} ({skill.scope}): {' '.join(skill.description.split())[:160]}")
+        self.note("\n".join(lines))
+
+    async def cmd_skill(self, argument: str) -> None:
+        skills = self._skills()
+        name = argument.strip()
+        if not name:
+            self.note("/skill NAME: which skill? /skills lists them", "warning")
+            return
+        found = skills.registry.find(name) if skills is not None else None
+        if found is None:
+            known = ", ".join(skills.registry.names()) if skills is not None else ""
+            self.note(f"/skill: no skill is named {name!r}" + (f"; there are: {known}" if known else ""), "error")
+            return
+        self.note("\n".join([f"name: {found.name}", f"scope: {found.scope}", f"description: {found.description}", f"path: {found.path}"]))
+
+    async def cmd_bug_report(self, argument: str) -> None:
+        await self.run_skill("bug-report", argument)
+
+    async def run_skill(self, name: str, argument: str) -> None:
+        """Send a prompt that has the model follow skill `name` for `argument`."""
+        skills = self._skills()
+        if skills is None:
+            self.note(f"/{name}: the session has not started yet", "warning")
+            return
+        from ..skills import SkillError
+
+        try:
+            instructions = await asyncio.to_thread(skills.registry.load, name)
+        except SkillError as exc:
+            self.note(f"/{name}: {exc.message}", "error")
+            return
+        request = argument.strip() or "(no details given yet: ask me for what you need)"
+        self.app.send(f"/{name} {argument}".rstrip() + f"\n\nFollow the skill {name} for this request: {request}\n\n"
+                      f"<skill name=\"{name}\">\n{instructions}\n</skill>")
+
+    # ------------------------------------------------------------------ the persona
+
+    async def cmd_agents(self, argument: str) -> None:
+        """`/agents NAME` switches the persona from the next turn; `/agents` opens the picker."""
+        session = self.driver.session
+        if session is None or not session.started:
+            self.note("/agents: the session has not started yet", "warning")
+            return
+        name = argument.strip()
+        if not name:
+            from ..personas import list_personas
+
+            found = await asyncio.to_thread(list_personas, workspace_root=session.settings.workspace_root, home=session.settings.home,
+                                            warn=lambda line: self.app.post_note(f"warning: {line}", "warning"))
+            current = session.persona.name if session.persona is not None else None
+            chosen = await self.app.push_screen_wait(PersonaPicker([(p.name, p.source, p.description) for p in found], current))
+            if not chosen:
+                return
+            name = chosen
+        try:
+            said = session.switch_persona(name)  # a few bounded file reads; its event is shown on this thread
+        except ValueError as exc:
+            self.note(f"/agents: {exc}", "error")
+            return
+        self.note(said)
 
     # ------------------------------------------------------------------ the model
 
