@@ -10,8 +10,12 @@ never read past its bound, and a symbolic link is refused (or, with `follow_syml
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import stat
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -46,11 +50,11 @@ def _symlink() -> FileRefused:
     return FileRefused("symlink", error=OSError(errno.ELOOP, os.strerror(errno.ELOOP)))
 
 
-def read_file(path: Path | str, limit: int, *, follow_symlinks: bool = False, cut: bool = False) -> bytes | None:
-    """The bytes of the regular file at `path`, or None when nothing is there (missing, or a
-    directory). Raises FileRefused for a symbolic link (unless `follow_symlinks`), a FIFO, device
-    or socket (never opened, so never blocking), a file over `limit` bytes (never read further than
-    one byte past it; with `cut`, its first `limit` bytes are returned instead) and an OS error."""
+def open_regular(path: Path | str, *, follow_symlinks: bool = False, limit: int | None = None) -> int | None:
+    """A read-only descriptor of the regular file at `path` (the caller closes it), or None when
+    nothing (or a directory) is there. Raises FileRefused for a symbolic link (unless
+    `follow_symlinks`), a FIFO, device or socket (never opened, so never blocking), a file over
+    `limit` bytes, and an OS error."""
     try:
         st = os.stat(path) if follow_symlinks else os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
@@ -63,7 +67,7 @@ def read_file(path: Path | str, limit: int, *, follow_symlinks: bool = False, cu
         raise _symlink()
     if not stat.S_ISREG(st.st_mode):
         raise FileRefused("not_regular")
-    if not cut and st.st_size > limit:
+    if limit is not None and st.st_size > limit:
         raise FileRefused("too_large", size=st.st_size)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
     try:
@@ -74,11 +78,28 @@ def read_file(path: Path | str, limit: int, *, follow_symlinks: bool = False, cu
         if exc.errno == errno.ELOOP and not follow_symlinks:  # a link swapped in after the lstat
             raise _symlink() from None
         raise FileRefused("unreadable", error=exc) from None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError as exc:
+        os.close(fd)
+        raise FileRefused("unreadable", error=exc) from None
+    if not regular:  # swapped after the stat above
+        os.close(fd)
+        raise FileRefused("not_regular")
+    return fd
+
+
+def read_file(path: Path | str, limit: int, *, follow_symlinks: bool = False, cut: bool = False) -> bytes | None:
+    """The bytes of the regular file at `path`, or None when nothing is there (missing, or a
+    directory). Raises FileRefused for a symbolic link (unless `follow_symlinks`), a FIFO, device
+    or socket (never opened, so never blocking), a file over `limit` bytes (never read further than
+    one byte past it; with `cut`, its first `limit` bytes are returned instead) and an OS error."""
+    fd = open_regular(path, follow_symlinks=follow_symlinks, limit=None if cut else limit)
+    if fd is None:
+        return None
     data = bytearray()
     want = limit if cut else limit + 1
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped after the stat above
-            raise FileRefused("not_regular")
         while len(data) < want:
             chunk = os.read(fd, min(READ_CHUNK_BYTES, want - len(data)))
             if not chunk:
@@ -91,6 +112,34 @@ def read_file(path: Path | str, limit: int, *, follow_symlinks: bool = False, cu
     if len(data) > limit:
         raise FileRefused("too_large")
     return bytes(data)
+
+
+class LockBusy(Exception):
+    """Another process held the lock for the whole wait."""
+
+
+@contextmanager
+def exclusive_lock(path: Path, timeout: float) -> Iterator[None]:
+    """Hold an exclusive `flock` on the file at `path` (made 0600, never through a symbolic link),
+    waiting at most `timeout` seconds: LockBusy after that, OSError when it cannot be opened.
+    Closing the descriptor releases it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        delay = 0.002
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise LockBusy(str(path)) from None
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 0.05)
+        yield
+    finally:
+        os.close(fd)
 
 
 def read_no_follow(path: Path | str, limit: int) -> bytes | None:

@@ -30,15 +30,14 @@ drifted file leniently (every `§`-only line separates) and show unsafe entries 
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import os
 import re
-import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..files import LockBusy, exclusive_lock
 from ..tomlfile import TEMPORARY_PATTERN, write_atomic
 from .base import BLOCKED, TARGETS, MemoryEntry, MemoryOperation, MemoryStoreError, Target
 from .safety import MAX_CHECKED, secret, unsafe
@@ -364,29 +363,17 @@ class BuiltinMemory:
     @contextmanager
     def _locked(self) -> Iterator[None]:
         """Hold an exclusive flock on `.lock`, waiting at most `lock_timeout` seconds."""
-        lock = self.directory / LOCK_NAME
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
-        except OSError as exc:
-            raise MemoryStoreError(f"cannot lock {lock}: {exc.strerror}; check that {self.directory} is a directory you own and can write") from None
-        try:
-            deadline = time.monotonic() + self.lock_timeout
-            delay = 0.002
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise MemoryStoreError(f"memory is locked by another process (waited {self.lock_timeout:g} s for {lock}); "
-                                               "try again when the other session has finished writing") from None
-                    time.sleep(min(delay, left))
-                    delay = min(delay * 2, 0.05)
+        with ExitStack() as stack:
+            lock_path = self.directory / LOCK_NAME
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+                stack.enter_context(exclusive_lock(lock_path, self.lock_timeout))
+            except LockBusy:
+                raise MemoryStoreError(f"memory is locked by another process (waited {self.lock_timeout:g} s for {lock_path}); "
+                                       "try again when the other session has finished writing") from None
+            except OSError as exc:
+                raise MemoryStoreError(f"cannot lock {lock_path}: {exc.strerror}; check that {self.directory} is a directory you own and can write") from None
             yield
-        finally:
-            os.close(fd)  # closing releases the lock
 
     @staticmethod
     def _remove_stale_temporaries(path: Path) -> None:

@@ -18,14 +18,12 @@ written, never overwritten.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import os
 import re
 import secrets
-import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import tomlfile
 from ..errors import ConfigError, OspreyError
-from ..files import read_bounded
+from ..files import LockBusy, exclusive_lock, read_bounded
 from ..tomlfile import TEMPORARY_PATTERN, toml_string, toml_value, write_atomic
 from .rules import Rule, RuleError
 
@@ -262,32 +260,20 @@ class ApprovalStore:
     @contextmanager
     def _locked(self) -> Iterator[None]:
         """Hold an exclusive flock on the sibling lock file, waiting at most `lock_timeout`."""
-        home = self.path.parent
-        try:
-            home.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
-        except OSError as exc:
-            raise ApprovalStoreError(f"cannot lock {self.lock_path}: {exc.strerror}; check that {home} is a "
-                                     "directory you own and can write") from None
-        try:
-            deadline = time.monotonic() + self.lock_timeout
-            delay = 0.002
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise ApprovalStoreError(
-                            f"{self.path} is locked by another process (waited {self.lock_timeout:g} s for {self.lock_path}); "
-                            "try again when the other osprey command has finished"
-                        ) from None
-                    time.sleep(min(delay, left))
-                    delay = min(delay * 2, 0.05)
+        with ExitStack() as stack:
+            home = self.path.parent
+            try:
+                home.mkdir(parents=True, exist_ok=True, mode=0o700)
+                stack.enter_context(exclusive_lock(self.lock_path, self.lock_timeout))
+            except LockBusy:
+                raise ApprovalStoreError(
+                    f"{self.path} is locked by another process (waited {self.lock_timeout:g} s for {self.lock_path}); "
+                    "try again when the other osprey command has finished"
+                ) from None
+            except OSError as exc:
+                raise ApprovalStoreError(f"cannot lock {self.lock_path}: {exc.strerror}; check that {home} is a "
+                                         "directory you own and can write") from None
             yield
-        finally:
-            os.close(fd)  # closing releases the lock
 
     def _remove_stale_temporaries(self) -> None:
         """Temporary files left by a writer that died before its rename (we hold the lock, so no

@@ -14,12 +14,11 @@ from __future__ import annotations
 import functools
 import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..files import FileRefused
+from ..files import FileRefused, open_regular
 
 MAX_FRONTMATTER_BYTES = 16 * 1024  # from the opening `---` line to the closing one
 HEAD_CHUNK_BYTES = 1024  # one read at discovery: most frontmatter fits in it, and little of the body is read with it
@@ -102,30 +101,12 @@ def read_head(path: Path | str, *, follow_symlinks: bool = True) -> Head | None:
     None when nothing (or a directory) is there. As `osprey.files.read_file` does, raises
     FileRefused for a FIFO, device or socket (never opened), a symbolic link when not following
     them, and an OS error."""
-    try:
-        st = os.stat(path) if follow_symlinks else os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
+    fd = open_regular(path, follow_symlinks=follow_symlinks)
+    if fd is None:
         return None
-    except OSError as exc:
-        raise FileRefused("unreadable", error=exc) from None
-    if stat.S_ISDIR(st.st_mode):
-        return None
-    if stat.S_ISLNK(st.st_mode):
-        raise FileRefused("symlink")
-    if not stat.S_ISREG(st.st_mode):
-        raise FileRefused("not_regular")
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
-    try:
-        fd = os.open(path, flags)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        raise FileRefused("unreadable", error=exc) from None
     data = b""
     eof = False
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped after the stat above
-            raise FileRefused("not_regular")
         while len(data) <= MAX_FRONTMATTER_BYTES + len(_BOM) + 8:
             chunk = os.read(fd, HEAD_CHUNK_BYTES)
             if not chunk:
