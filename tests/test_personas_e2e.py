@@ -138,3 +138,15 @@ def test_resume_goes_on_as_the_persona_the_session_last_had(dirs: Dirs) -> None:
     assert_ended(again, "Completed", 0, final_text="second")
     assert again.of("session_start")[0]["persona"] == "coding"
     assert "# Persona: coding" in system_of(request)
+
+
+def test_coding_has_the_projects_markers_and_toolchains_in_its_prompt(dirs: Dirs) -> None:
+    (dirs.workspace / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (dirs.workspace / "Makefile").write_text("test:\n\ttrue\n")
+    with ModelServer([Reply.text("ok")]) as server:
+        run = agent(server, dirs, "--persona", "coding", prompt="Look around.")
+        [request] = server.requests
+    assert_ended(run, "Completed", 0, final_text="ok")
+    system = system_of(request)
+    assert "# Persona: coding" in system
+    assert "pyproject.toml" in system and "Makefile" in system and "python3" in system, system[-1500:]
