@@ -85,14 +85,16 @@ async def test_a_reload_takes_effect_at_the_next_turn_boundary(harness: Harness)
     assert any(isinstance(e, Notice) and e.message.startswith("extensions reloaded") for e in harness.events)
 
 
-async def test_a_session_without_extensions_has_nothing_to_reload(harness: Harness) -> None:
+async def test_a_session_without_extensions_reloads_its_skills_only(harness: Harness) -> None:
     put(harness.workspace / ".osprey" / "SYSTEM.md", "REPLACED")
     session, provider = session_for(harness, [text("ok")], extensions=False)
     async with session:
-        with pytest.raises(RuntimeError, match="does not load extensions"):
-            session.request_reload()
+        put(harness.workspace / ".agents" / "skills" / "late" / "SKILL.md", "---\nname: late\ndescription: Came after the start.\n---\n\nBody.\n")
+        session.request_reload()  # the skills are found again at the next turn; the extensions stay unused
         await session.submit("go")
-    assert provider.requests[0].system.startswith("You are Osprey")
+    system = provider.requests[0].system
+    assert system.startswith("You are Osprey") and "REPLACED" not in system
+    assert "- late: Came after the start." in system
 
 
 def _osprey_env(home: Path) -> dict[str, str]:
