@@ -136,7 +136,13 @@ def test_a_writer_killed_at_random_points_leaves_the_previous_content(tmp_path: 
         assert first.strip().isdigit(), writer.stderr.read() if writer.stderr else first
         time.sleep(rng.uniform(0, 0.04))
         os.kill(writer.pid, signal.SIGKILL)
-        out, _ = writer.communicate(timeout=30)
+        writer.wait(timeout=30)
+        # Read the rest through the same buffered reader `readline` used: `communicate` reads the
+        # pipes' descriptors and would miss lines that reader already holds.
+        out = writer.stdout.read()
+        if writer.stderr is not None:
+            writer.stderr.close()
+        writer.stdout.close()
         assert writer.returncode == -signal.SIGKILL
         printed = [int(line) for line in (first + out).split()]
         assert printed == list(range(committed + 1, committed + 1 + len(printed)))
