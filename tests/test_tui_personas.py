@@ -63,3 +63,28 @@ async def test_agents_opens_a_picker_and_enter_picks(rig: TuiRig) -> None:
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, PersonaPicker))
         assert [e.persona for e in rig.events if isinstance(e, PersonaSwitch)] == ["reviewer"]
+
+
+def test_a_session_resumed_from_the_tui_goes_on_as_its_recorded_persona(tmp_path: Path) -> None:
+    from osprey.config import load_settings
+    from osprey.events import SessionStart
+    from osprey.session.core import SessionOptions
+    from osprey.sessions.journal import SessionRow
+    from osprey.tui.driver import Resume
+    from osprey.tui.launch import Launch, session_options
+
+    workspace, home = tmp_path / "ws", tmp_path / "home"
+    (workspace / ".git").mkdir(parents=True)
+    home.mkdir()
+    settings = load_settings(workspace, {}, {"OSPREY_HOME": str(home), "OPENAI_API_KEY": "x"}, interactive=True)
+    plan = Launch(options=SessionOptions(settings=settings), settings_for=lambda _: settings, journal=home / "sessions.db")
+    row = SessionRow(id="abc123def456", cwd=str(workspace), workspace=str(workspace), title="t", provider="openai", model="m",
+                     created=0.0, updated=0.0)
+    start = SessionStart(session_id=row.id, provider="openai", model="m", cwd=str(workspace), tool_service="local", tools=[],
+                         approval_policy="on-request", max_turns=5, persona="default")
+    switched = PersonaSwitch(persona="coding")
+    options = session_options(plan, settings, "new-id", Resume(row, [start, switched]))
+    assert options.persona is not None and options.persona.name == "coding" and options.session_id == row.id
+    gone = PersonaSwitch(persona="no-longer-there")
+    assert session_options(plan, settings, "new-id", Resume(row, [start, gone])).persona is None  # the launch's
+    assert session_options(plan, settings, "new-id", None).persona is None

@@ -79,6 +79,22 @@ class Launch:
         return self.options.settings
 
 
+def recorded_persona_of(resume: Resume, launched: Any, settings: Settings) -> Any:
+    """The persona a resumed session goes on as: the one its record last names, when it still
+    resolves; else the launch's."""
+    from ..errors import ConfigError
+    from ..personas import resolve_persona
+    from ..sessions.resume import recorded_persona
+
+    name = recorded_persona(resume.events)
+    if name is None or (launched is not None and launched.name == name):
+        return launched
+    try:
+        return resolve_persona(name, workspace_root=settings.workspace_root, home=settings.home)
+    except ConfigError:
+        return launched
+
+
 def session_options(plan: Launch, settings: Settings, session_id: str, resume: Resume | None) -> SessionOptions:
     """The options of a session the TUI starts: the launch's, with the settings of the moment
     (after a model switch), its id, and the journaled session it goes on with (its id then)."""
@@ -86,7 +102,8 @@ def session_options(plan: Launch, settings: Settings, session_id: str, resume: R
 
     if resume is not None:
         point = resume.point or resume_point(resume.events)
-        return plan.options.model_copy(update={"settings": settings, "session_id": resume.row.id, "resume": point})
+        return plan.options.model_copy(update={"settings": settings, "session_id": resume.row.id, "resume": point,
+                                               "persona": recorded_persona_of(resume, plan.options.persona, settings)})
     return plan.options.model_copy(update={"settings": settings, "session_id": session_id, "resume": None})
 
 
