@@ -14,6 +14,7 @@ the text's length (a fraction of a second at the bound)."""
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -233,10 +234,14 @@ _SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
      r"(?![$<{%])(?=[^\s'\"]{0,200}[0-9])(?=[^\s'\"]{0,200}[A-Za-z])[^\s'\"]{12,}"),
 )
 
-_WORDS = [(reason, re.compile(pattern)) for reason, pattern in _WORD_PATTERNS]
-_RAW = [(reason, re.compile(pattern)) for reason, pattern in _RAW_PATTERNS]
-_SECRETS = [(reason, re.compile(pattern)) for reason, pattern in _SECRET_PATTERNS]
 _NON_WORD = re.compile(r"[\W_]+")
+
+
+@functools.cache
+def _compiled(patterns: tuple[tuple[str, str], ...]) -> list[tuple[str, re.Pattern[str]]]:
+    """The patterns compiled at their first use, not at import: compiling them all takes tens of
+    milliseconds, which a session whose memory is empty never needs to pay."""
+    return [(reason, re.compile(pattern)) for reason, pattern in patterns]
 
 
 def _normal(text: str) -> str:
@@ -254,11 +259,11 @@ def unsafe(text: str) -> str | None:
     if _CONTROL.search(text):
         return "holds control characters"
     raw = _normal(text)
-    for reason, pattern in _RAW:
+    for reason, pattern in _compiled(_RAW_PATTERNS):
         if pattern.search(raw):
             return reason
     words = " " + _NON_WORD.sub(" ", raw).strip() + " "
-    for reason, pattern in _WORDS:
+    for reason, pattern in _compiled(_WORD_PATTERNS):
         if pattern.search(words):
             return reason
     return None
@@ -267,7 +272,7 @@ def unsafe(text: str) -> str | None:
 def secret(text: str) -> str | None:
     """What kind of credential `text` seems to hold ("a private key"), or None."""
     sample = text[:MAX_CHECKED]
-    for kind, pattern in _SECRETS:
+    for kind, pattern in _compiled(_SECRET_PATTERNS):
         if pattern.search(sample):
             return kind
     return None
