@@ -12,7 +12,10 @@ nothing after its imports (the floors).
 
 The full tree also has a full built-in memory (both targets at their limits, 2,200 and 1,375
 characters): the snapshot the system prompt shows is taken in the same timed span, as a session's
-start takes it; the empty tree's memory files are missing.
+start takes it; the empty tree's memory files are missing. A session start checks each memory
+entry against the injection patterns unless an earlier check of the same text is on record
+(`.checked`); the "cold" variant removes that record first, as the first session after memory
+changed by hand finds it.
 
 Goal: the 200 skills and a full memory snapshot add at most 30 ms over a session without them.
 
@@ -55,6 +58,8 @@ def rchar():
 if mode == "floor":
     print(json.dumps({"seconds": 0.0}))
     raise SystemExit
+if mode == "cold":  # memory's entries not checked before: the first session after they changed
+    (home / "memory" / ".checked").unlink(missing_ok=True)
 start = time.perf_counter()
 from osprey.skills import discover_skills
 kwargs = {"bundled_root": home / "no-bundled"} if mode == "nothing" else {}
@@ -152,6 +157,7 @@ def main() -> None:
             "no skills at all": ("nothing", "empty"),
             "bundled only": ("bundled", "empty"),
             f"{SKILLS} skills, 4 roots": ("bundled", "full"),
+            "the same, memory cold": ("cold", "full"),
         }
         wall: dict[str, list[float]] = {name: [] for name in variants}
         inner: dict[str, list[float]] = {name: [] for name in variants}
@@ -182,7 +188,7 @@ def main() -> None:
     print(f"skill discovery at start-up, {args.runs} runs each, interleaved, medians (load average {os.getloadavg()[0]:.2f})")
     print(f"  floors: python -c pass {median(wall['python -c pass']) * 1e3:.1f} ms; the same interpreter with a session's "
           f"imports and nothing else {median(wall['imports only (floor)']) * 1e3:.1f} ms")
-    for name in ("no skills at all", "bundled only", full_name):
+    for name in ("no skills at all", "bundled only", full_name, "the same, memory cold"):
         out = last[name]
         print(f"  {name:>18}: discovery {median(inner[name]) * 1e3:6.1f} ms (p90 {percentile(inner[name], 90) * 1e3:.1f}), "
               f"whole process {median(wall[name]) * 1e3:6.1f} ms; {out['skills']} skills, prompt block {out['prompt_chars']} chars, "
@@ -192,6 +198,8 @@ def main() -> None:
     added_wall = median(wall[full_name]) - median(wall["bundled only"])
     print(f"  added by {SKILLS} skills and a full memory over a session without them: {added * 1e3:.1f} ms in discovery and snapshot, "
           f"{added_wall * 1e3:.1f} ms of whole-process time (goal <= 30 ms)")
+    cold = median(inner["the same, memory cold"]) - median(inner["bundled only"])
+    print(f"  the same when memory's entries were not checked before (the first session after they changed): {cold * 1e3:.1f} ms")
     from_nothing = median(inner[full_name]) - median(inner["no skills at all"])
     print(f"  over a session with no skills at all (no bundled ones, PyYAML never imported, no memory): {from_nothing * 1e3:.1f} ms")
     feature = median(inner["bundled only"]) - median(inner["no skills at all"])

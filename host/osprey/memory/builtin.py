@@ -40,6 +40,7 @@ from pathlib import Path
 from ..files import LockBusy, exclusive_lock
 from ..tomlfile import TEMPORARY_PATTERN, write_atomic
 from .base import BLOCKED, TARGETS, MemoryEntry, MemoryOperation, MemoryStoreError, Target
+from .checked import CheckedEntries
 from .safety import MAX_CHECKED, secret, unsafe
 
 DELIMITER = "§"
@@ -132,7 +133,8 @@ def _find(entries: list[str], needle: str, target: Target) -> int:
 
 
 class BuiltinMemory:
-    """Memory in `directory` (`$OSPREY_HOME/memory`): `MEMORY.md`, `USER.md` and `.lock`."""
+    """Memory in `directory` (`$OSPREY_HOME/memory`): `MEMORY.md`, `USER.md`, `.lock` and
+    `.checked` (the entries the injection check has passed, `checked`)."""
 
     name = "builtin"
 
@@ -210,22 +212,26 @@ class BuiltinMemory:
         if not terms:
             raise MemoryStoreError("the recall query is empty; give one or more words to look for", write=False)
         found: list[MemoryEntry] = []
+        checked = CheckedEntries(self.directory)
         for target in TARGETS:
             texts = _lenient(self._text(target))
             for text in reversed(texts):  # entries are appended: the newest is last
                 folded = text.casefold()
                 if all(term in folded for term in terms):
-                    blocked = unsafe(text) is not None
+                    blocked = checked.unsafe(text) is not None
                     found.append(MemoryEntry(target=target, text=BLOCKED if blocked else text, blocked=blocked))
+        checked.save()
         return found
 
     def _snapshot(self) -> str:
         sections = []
+        checked = CheckedEntries(self.directory)  # an entry checked before is not checked again
         for target in TARGETS:
             body = self._text(target)
-            texts = [BLOCKED if unsafe(text) is not None else text for text in _lenient(body)]
+            texts = [BLOCKED if checked.unsafe(text) is not None else text for text in _lenient(body)]
             if texts:
                 sections.append(f"## {target} ({len(body):,}/{self.limits[target]:,} characters)\n" + SEPARATOR.join(texts))
+        checked.save(prune=True)
         return "\n\n".join(sections)
 
     # Writing.
@@ -237,22 +243,22 @@ class BuiltinMemory:
         if not operations:
             raise MemoryStoreError("the batch has no operations; give at least one add, replace or remove")
         # Check the arguments before touching the files, so a bad call costs no lock.
-        checked: list[tuple[str, str, str]] = []
+        checked_ops: list[tuple[str, str, str]] = []
         for number, op in enumerate(operations, 1):
             try:
                 content = _content(op.content) if op.action in ("add", "replace") else ""
                 needle = _needle(op.old_text) if op.action in ("replace", "remove") else ""
             except MemoryStoreError as exc:
                 raise MemoryStoreError(self._where(action, number, op, f"{exc}; nothing was written")) from None
-            checked.append((op.action, content, needle))
-        mutates = any(kind != "add" for kind, _, _ in checked)
+            checked_ops.append((op.action, content, needle))
+        mutates = any(kind != "add" for kind, _, _ in checked_ops)
         path = self.path(target)
         limit = self.limits[target]
         with self._locked():
             body = self._writable_text(target, check=mutates)
             entries = _split(body)
             changes = 0
-            for number, (kind, content, needle) in enumerate(checked, 1):
+            for number, (kind, content, needle) in enumerate(checked_ops, 1):
                 try:
                     changes += self._apply(entries, kind, content, needle, target)
                 except MemoryStoreError as exc:
@@ -271,6 +277,11 @@ class BuiltinMemory:
             except OSError as exc:
                 raise MemoryStoreError(f"cannot write {path}: {exc.strerror}; check that {self.directory} is a directory you own "
                                        "and can write, with space left") from None
+            checked = CheckedEntries(self.directory)
+            for kind, content, _ in checked_ops:
+                if kind != "remove" and content in entries:
+                    checked.passed(content)  # `_content` checked it
+            checked.save()
             return self._said(action, changes, target, after, unchanged=False)
 
     @staticmethod
