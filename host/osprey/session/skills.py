@@ -19,6 +19,11 @@ def user_skill_root(settings: Settings) -> Path:
     return settings.home / "skills"
 
 
+def skill_cache(settings: Settings) -> Path:
+    """What earlier discoveries read from each SKILL.md: `$OSPREY_HOME/cache/skills.json`."""
+    return settings.home / "cache" / "skills.json"
+
+
 class SkillTools(ToolSource):
     """The skills of one session and its `load_skill` tool."""
 
@@ -37,7 +42,7 @@ class SkillTools(ToolSource):
     def _discover(self) -> SkillRegistry:
         s = self.settings
         return discover_skills(cwd=s.cwd, workspace_root=s.workspace_root, skill_dirs=self.skill_dirs,
-                               user_root=user_skill_root(s), warn=self.warn)
+                               user_root=user_skill_root(s), warn=self.warn, cache=skill_cache(s))
 
     async def start(self) -> None:
         self.registry = await asyncio.to_thread(self._discover)

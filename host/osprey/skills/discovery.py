@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..errors import OspreyError
 from ..files import FileRefused, read_file
+from .cache import FrontmatterCache, Reading
 from .frontmatter import FrontmatterError, parse, read_head, skill_fields, split
 
 Scope = Literal["bundled", "project", "dir", "user"]
@@ -275,11 +276,15 @@ def _other_files(directory: Path) -> tuple[list[str], bool]:
     return found, more
 
 
-class _Scan:
-    """The state of one discovery: the warnings' sink and what has been found."""
+_REFUSED = Reading(error="")  # a SKILL.md that cannot be read: warned about, skipped
 
-    def __init__(self, warn: Callable[[str], None]) -> None:
+
+class _Scan:
+    """The state of one discovery: the warnings' sink, the frontmatter cache and what has been found."""
+
+    def __init__(self, warn: Callable[[str], None], cache: FrontmatterCache) -> None:
         self.warn = warn
+        self.cache = cache
         self.found: list[tuple[Skill, str | None]] = []
         self.bytes_read = 0
         self.roots: set[str] = set()
@@ -362,23 +367,55 @@ class _Scan:
             self.warn(one_line(f"skill {path}: it leads outside the workspace (a symbolic link); it is skipped"))
             return True
         budget.skills += 1
-        try:
-            head = read_head(path)
-        except FileRefused as exc:
-            self.warn(one_line(f"skill {path}: {_refusal(exc, MAX_SKILL_FILE_BYTES)}; it is skipped"))
-            return True
-        if head is None:
+        reading = self.read(path, st)
+        if reading is None:
             return False  # a directory named SKILL.md, or gone since
-        self.bytes_read += len(head.data)
+        if reading is _REFUSED:
+            return True  # warned already
         try:
-            fields, _ = parse(head)
-            skill_name, description = skill_fields(fields, name)
+            if reading.error is not None:
+                raise FrontmatterError(reading.error)
+            skill_name, description = skill_fields(reading.fields or {}, name)
         except FrontmatterError as exc:
             self.warn(one_line(f"skill {path}: {exc}; it is skipped"))
             return True
         skill = Skill(name=skill_name, description=description, scope=root.scope, path=path, directory=directory)
         self.found.append((skill, root.boundary))
         return True
+
+
+    def read(self, path: str, st: os.stat_result) -> Reading | None:
+        """What the frontmatter of the SKILL.md at `path` (whose lstat is `st`) gives, from the
+        cache when the file is as it was read before; None when no file is there. A file that
+        cannot be read is a warning, and `_REFUSED`."""
+        target: os.stat_result | None = st
+        try:
+            if stat.S_ISLNK(st.st_mode):
+                target = os.stat(path)
+        except OSError:
+            target = None  # read_head says why
+        regular = target if target is not None and stat.S_ISREG(target.st_mode) else None
+        if regular is not None:
+            cached = self.cache.lookup(path, regular)
+            if cached is not None:
+                return cached
+        try:
+            head = read_head(path)
+        except FileRefused as exc:
+            self.warn(one_line(f"skill {path}: {_refusal(exc, MAX_SKILL_FILE_BYTES)}; it is skipped"))
+            return _REFUSED
+        if head is None:
+            return None
+        self.bytes_read += len(head.data)
+        try:
+            fields, _ = parse(head)
+        except FrontmatterError as exc:
+            reading = Reading(error=str(exc))
+        else:
+            reading = Reading(fields=fields)
+        if regular is not None:
+            self.cache.store(path, regular, reading)
+        return reading
 
 
 @dataclass
@@ -407,14 +444,15 @@ def project_roots(cwd: Path, workspace_root: Path) -> list[Path]:
 
 
 def discover_skills(*, cwd: Path, workspace_root: Path, skill_dirs: Sequence[Path] = (), user_root: Path | None,
-                    warn: Callable[[str], None], bundled_root: Path = BUNDLED) -> SkillRegistry:
+                    warn: Callable[[str], None], bundled_root: Path = BUNDLED, cache: Path | None = None) -> SkillRegistry:
     """The skills of a session working in `cwd`: bundled first, then the project roots (nearest
     first, up to `workspace_root`), `skill_dirs` in order, and `user_root`; the first with a name
-    wins. Problems go to `warn`, one line each."""
+    wins. Problems go to `warn`, one line each. With `cache` (a file), frontmatter read by an
+    earlier discovery is not read again while its file is unchanged (`cache.FrontmatterCache`)."""
     boundary = os.path.realpath(workspace_root)
     if not _inside(os.path.realpath(cwd), boundary):
         boundary = os.path.realpath(cwd)  # a working directory outside its workspace: only its own skills
-    scan = _Scan(warn)
+    scan = _Scan(warn, FrontmatterCache(cache))
     scan.root(_Root(bundled_root, "bundled"))
     bundled = {skill.name for skill, _ in scan.found}
     for path in project_roots(cwd, workspace_root):
@@ -423,6 +461,7 @@ def discover_skills(*, cwd: Path, workspace_root: Path, skill_dirs: Sequence[Pat
         scan.root(_Root(Path(path), "dir", explicit=True))
     if user_root is not None:
         scan.root(_Root(Path(user_root), "user"))
+    scan.cache.save()
     registry = SkillRegistry(bytes_read=scan.bytes_read)
     for skill, skill_boundary in scan.found:
         if skill.scope != "bundled" and skill.name in bundled:
