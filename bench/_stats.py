@@ -38,3 +38,17 @@ def ensure_bytecode() -> None:
     module from source at each start, and start-up figures would measure the compiler."""
     for package in ("host", "sidecar"):
         compileall.compile_dir(REPO / package, quiet=1)
+
+
+FIGURE_PREFIX = "FIGURE "
+
+
+def figure(key: str, value: float, unit: str, *, floor: float | None = None) -> None:
+    """Print one headline figure in the form `run_all.py` collects (a line `FIGURE {json}`): `key`
+    names it across runs, `value` is in `unit` ("ms", "x" for a ratio, "MB"), `floor` is the
+    figure it is compared with, when there is one. The load average at the time goes with it."""
+    import json
+    import os
+
+    record = {"key": key, "value": value, "unit": unit, "floor": floor, "load": os.getloadavg()[0]}
+    print(FIGURE_PREFIX + json.dumps(record), flush=True)

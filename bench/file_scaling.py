@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stats import median  # noqa: E402
+from _stats import figure, median  # noqa: E402
 
 from osprey.toolservice.homes import LocalDispatcher, open_tool_service  # noqa: E402
 
@@ -148,6 +148,7 @@ async def bench_reads(tmp: Path, sizes: list[int], rounds: int) -> None:
             f"{size_mb:>4} MB | {fmt_ms(o)} {fmt_ms(f)} {o / f:5.1f}x | {peak / 1024:17.1f} MB {(peak - base) / 1024:7.1f} MB {head_rss / 1024:6.1f} MB"
             f" | {o / first[0]:4.2f}x {max(peak - base, 1) / max(first[1], 1):6.2f}x"
         )
+        figure(f"read_file window of a {size_mb} MB file against head -n 2000", o / f, "x", floor=1.0)
 
 
 async def bench_writes(tmp: Path, sizes: list[int], rounds: int) -> None:
@@ -171,6 +172,7 @@ async def bench_writes(tmp: Path, sizes: list[int], rounds: int) -> None:
             (tmp / f"floor_{size_mb}.txt").unlink()
             o, f = median(ours), median(floor)
             print(f"{size_mb:>4} MB | {fmt_ms(o)} {fmt_ms(f)} {o / f:5.1f}x")
+            figure(f"write_file {size_mb} MB against write + fsync", o / f, "x", floor=1.0)
 
 
 async def head_many(path: Path) -> None:
@@ -212,8 +214,10 @@ async def bench_concurrent(tmp: Path, size_mb: int, rounds: int) -> None:
     path.unlink()
     r, h = median(reads), median(heads)
     print(f"read_file window of {size_mb} MB x{CONCURRENT}: {fmt_ms(r)}   {CONCURRENT} x head -n 2000: {fmt_ms(h)}  ratio {r / h:5.1f}x   dispatcher peak RSS {peak / 1024:.1f} MB (growth {(peak - base) / 1024:.1f} MB)")
+    figure(f"read_file window of {size_mb} MB x{CONCURRENT} at once", r * 1e3, "ms", floor=h * 1e3)
     w, f = median(writes), median(floors)
     print(f"write_file 1 MB x{CONCURRENT}:       {fmt_ms(w)}   {CONCURRENT} x write+fsync:    {fmt_ms(f)}  ratio {w / f:5.1f}x")
+    figure(f"write_file 1 MB x{CONCURRENT} at once against write + fsync", w / f, "x", floor=1.0)
 
 
 async def main() -> None:

@@ -28,6 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
+from _stats import figure  # noqa: E402
 
 from osprey.config import load_settings  # noqa: E402
 from osprey.events import Event, ToolResultEvent  # noqa: E402
@@ -108,6 +109,7 @@ def report(label: str, subject: dict[str, list[list[float]]], floor: list[list[f
     for name, runs in subject.items():
         mean = statistics.median(t for run in runs for t in run) * 1e3
         print(f"  {name}: all turns {mean:.2f} ms vs floor {whole:.2f} ms, adds {mean - whole:+.2f} ms per turn (goal <= +2 ms)")
+        figure(f"{label}, {name}: added per turn", mean - whole, "ms", floor=whole)
 
 
 async def measure(turns: int, rounds: int, modes: tuple[str, ...]) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stats import median, percentile, time_command  # noqa: E402
+from _stats import figure, median, percentile, time_command  # noqa: E402
 
 from osprey.interception import PendingCall  # noqa: E402
 from osprey.policy.approvals import ApprovalPolicy  # noqa: E402
@@ -42,15 +42,17 @@ def timed(fn, runs: int) -> list[float]:  # type: ignore[no-untyped-def]
     return samples
 
 
-def show(label: str, samples: list[float]) -> None:
+def show(label: str, samples: list[float], *, headline: bool = False) -> None:
     print(f"  {label:<52} p50 {median(samples) * 1000:8.3f} ms   p90 {percentile(samples, 90) * 1000:8.3f} ms")
+    if headline:
+        figure(f"{label}, p50", median(samples) * 1000, "ms")
 
 
 async def main() -> None:
     runs = 200
     print("the floor and the parser (pure computation):")
     for name, command in (("short", SHORT), ("medium", MEDIUM), (f"script, {len(LONG_SCRIPT)} chars", LONG_SCRIPT), (f"big, {len(BIG)} chars", BIG)):
-        show(f"hardline.check, {name}", timed(lambda c=command: check(c), runs if len(command) < 10_000 else 40))
+        show(f"hardline.check, {name}", timed(lambda c=command: check(c), runs if len(command) < 10_000 else 40), headline=True)
         show(f"simple_commands, {name}", timed(lambda c=command: simple_commands(c), runs if len(command) < 10_000 else 40))
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,7 +88,7 @@ async def main() -> None:
                     start = time.perf_counter()
                     await fn()
                     samples.append(time.perf_counter() - start)
-                show(label, samples)
+                show(label, samples, headline=True)
     print("floor:")
     show("subprocess bash -c true", time_command(["bash", "-c", "true"], runs, env=dict(os.environ)))
 

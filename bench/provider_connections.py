@@ -25,7 +25,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stats import median, percentile  # noqa: E402
+from _stats import figure, median, percentile  # noqa: E402
 
 from osprey.config import load_settings  # noqa: E402
 from osprey.errors import ProviderError  # noqa: E402
@@ -117,6 +117,10 @@ async def main() -> None:
                     print(row("provider (session)", *result["provider"], floor))
                     print(row("floor: raw httpx", *result["floor"], floor))
                     print(row("raw, conn. per turn", *result["per-turn"], floor))
+                    if round_ == ROUNDS - 1:
+                        kind = f"{dialect} {'with errors' if mixed else 'clean'}"
+                        figure(f"{kind}: connections for {TURNS} turns", result["provider"][0], "", floor=result["floor"][0])
+                        figure(f"{kind}: turn p50 against raw httpx", median(result["provider"][1]) / median(floor), "x", floor=1.0)
 
 
 if __name__ == "__main__":

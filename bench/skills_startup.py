@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stats import ensure_bytecode, median, percentile  # noqa: E402
+from _stats import ensure_bytecode, figure, median, percentile  # noqa: E402
 
 SKILLS = 200
 BODY_BYTES = 8 * 1024
@@ -202,8 +202,10 @@ def main() -> None:
     added_wall = median(wall[full_name]) - median(wall["bundled only"])
     print(f"  added by {SKILLS} skills and a full memory over a session without them: {added * 1e3:.1f} ms in discovery and snapshot, "
           f"{added_wall * 1e3:.1f} ms of whole-process time (goal <= 30 ms)")
+    figure(f"added by {SKILLS} skills and a full memory", added * 1e3, "ms")
     cold = median(inner["the same, memory cold"]) - median(inner["bundled only"])
     print(f"  the same with nothing on record (the first session after every skill and memory entry changed): {cold * 1e3:.1f} ms")
+    figure(f"added by {SKILLS} skills and a full memory, nothing on record", cold * 1e3, "ms")
     from_nothing = median(inner[full_name]) - median(inner["no skills at all"])
     print(f"  over a session with no skills at all (no bundled ones, PyYAML never imported, no memory): {from_nothing * 1e3:.1f} ms")
     feature = median(inner["bundled only"]) - median(inner["no skills at all"])
