@@ -38,6 +38,12 @@ KILL_GRACE_S = 0.5
 DRAIN_AFTER_EXIT_S = 0.2
 READ_CHUNK = 64 * 1024
 WRITE_CHUNK = 64 * 1024
+# bash output is held back until more of it or the program's exit comes, for at most this long
+# and this much: a command that ends as it prints then sends its output with its exit, one
+# message instead of two (each message is a round trip through the server's threads), and
+# output is shown at most HOLD_S later than it was printed.
+HOLD_S = 0.01
+HOLD_BYTES = READ_CHUNK
 # What the pump's poll keys carry besides an output stream's index.
 _STDIN, _EXITED, _WAKE = -1, -2, -3
 # Environment every command gets on top of the service's: no pager waits for a key, git never prompts.
@@ -96,8 +102,9 @@ class _GroupRun:
             raise ToolFailure(E.INVALID_ARGUMENT, f"timeout_ms {timeout_ms} is over the maximum of {self.max_timeout_ms} ms; {self.too_long}")
         self.roots = roots
         self.workdir = workdir
-        with self._open_workdir() as directory:
-            self.cwd = directory.real
+        # Held open until the program starts in it (or the call ends first: `cancel`).
+        self._directory: Opened | None = self._open_workdir()
+        self.cwd = self._directory.real
         self.timeout_s = (timeout_ms or self.default_timeout_ms) / 1000
         self.max_output = max_output_bytes or DEFAULT_MAX_OUTPUT
         self.env = dict(os.environ if env is None else env)
@@ -108,13 +115,23 @@ class _GroupRun:
         self._started = 0.0
         self._status: dict[str, Any] = {}
         self._wake: int | None = None  # written to by cancel(): the pump's poll wakes at once
+        # Output the pump held back (`hold`) and had not yielded when the program's run ended.
+        self._held: list[tuple[int, bytes]] = []
 
     def _open_workdir(self) -> Opened:
         shown = f"workdir {cut(self.workdir)}"
         return self.roots.open_existing_dir(self.workdir, shown, f"{shown} is not a directory")
 
+    def _release_workdir(self) -> None:
+        """Close the working directory's descriptor, unless the program took it."""
+        with self._lock:
+            if self._directory is not None:
+                self._directory.close()
+                self._directory = None
+
     def cancel(self) -> None:
         self._cancelled.set()
+        self._release_workdir()
         with self._lock:
             if self._proc is not None:
                 _kill_group(self._proc.pid, signal.SIGKILL)
@@ -130,10 +147,12 @@ class _GroupRun:
         with self._lock:
             if self._cancelled.is_set():
                 return None
-            # Opened again now and entered through its descriptor: the child changes to
-            # /proc/self/fd/N before its descriptors are closed for exec (a failure to do so
-            # fails the start), so no path is looked up again after the open below the root.
-            directory = self._open_workdir()
+            # Entered through the descriptor opened below the root when the run was made: the
+            # child changes to /proc/self/fd/N before its descriptors are closed for exec (a
+            # failure to do so fails the start), so no path is looked up again after that open.
+            directory, self._directory = self._directory, None
+            if directory is None:
+                return None  # (spawned twice)
             cwd = _fd_path(directory)
             try:
                 self._proc = subprocess.Popen(
@@ -149,7 +168,7 @@ class _GroupRun:
     def _start_failure(self, exc: OSError, in_workdir: bool) -> ToolFailure:
         raise NotImplementedError
 
-    def _pump(self, proc: subprocess.Popen[bytes], budgets: Sequence[Budget], stdin: bytes = b"") -> Iterator[tuple[int, bytes]]:
+    def _pump(self, proc: subprocess.Popen[bytes], budgets: Sequence[Budget], stdin: bytes = b"", *, hold: bool = False) -> Iterator[tuple[int, bytes]]:
         """Feed stdin and read the program's pipes (stdout, then stderr) into `budgets` until it
         ends, times out or the call is cancelled; yield (stream index, bytes that joined its
         head) as they arrive. Afterwards the process group is gone and `_status` holds the
@@ -157,7 +176,11 @@ class _GroupRun:
 
         One poll waits on everything at once: the pipes, the program's exit (a pidfd) and a
         cancel; no step sleeps for a fixed time, so the call ends as soon as the program has
-        ended and its output has been read."""
+        ended and its output has been read.
+
+        With `hold`, output is held until the program ends, HOLD_S after its first byte, or
+        once HOLD_BYTES are held, whichever comes first: what was still held when the run ended
+        is left in `_held`, not yielded."""
         pipes: list[IO[bytes]] = [p for p in (proc.stdout, proc.stderr) if p is not None]
         sel = selectors.PollSelector()
         for index, pipe in enumerate(pipes):
@@ -181,6 +204,9 @@ class _GroupRun:
         timed_out = False
         exited_at: float | None = None
         deadline = self._started + self.timeout_s
+        held = self._held
+        held_bytes = 0
+        held_since = 0.0
         try:
             while not self._cancelled.is_set():
                 now = time.monotonic()
@@ -196,7 +222,20 @@ class _GroupRun:
                     wait = exited_at + DRAIN_AFTER_EXIT_S - now
                     if reading == 0 or wait <= 0:
                         break
-                for key, _ in sel.select(wait):
+                ready: list[tuple[selectors.SelectorKey, int]] = []
+                if held:
+                    # Wait a moment for more output, or the exit, to go with what is held; then
+                    # (or once enough is held) send it and wait as usual.
+                    age = time.monotonic() - held_since
+                    if held_bytes < HOLD_BYTES and age < HOLD_S:
+                        ready = sel.select(min(wait, HOLD_S - age))
+                    if not ready or held_bytes >= HOLD_BYTES or time.monotonic() - held_since >= HOLD_S:
+                        yield from held
+                        held.clear()
+                        held_bytes = 0
+                if not ready:
+                    ready = sel.select(wait)
+                for key, _ in ready:
                     if key.data == _EXITED:
                         sel.unregister(key.fd)
                         proc.poll()
@@ -227,7 +266,12 @@ class _GroupRun:
                         reading -= 1
                         continue
                     shown = budgets[key.data].feed(chunk)
-                    if shown:
+                    if shown and hold:
+                        if not held:
+                            held_since = time.monotonic()
+                        held.append((key.data, shown))
+                        held_bytes += len(shown)
+                    elif shown:
                         yield key.data, shown
         finally:
             with self._lock:
@@ -257,7 +301,8 @@ class _GroupRun:
 
 
 class BashRun(_GroupRun):
-    """One bash command; `events()` yields its output as it arrives, then its exit."""
+    """One bash command; `events()` yields its output as it arrives, then its exit (which carries
+    the output that arrived with it, when nothing was dropped)."""
 
     def __init__(self, roots: Roots, command: str, timeout_ms: int = 0, workdir: str = "", max_output_bytes: int = 0, env: Mapping[str, str] | None = None) -> None:
         if not command.strip():
@@ -276,9 +321,16 @@ class BashRun(_GroupRun):
         if proc is None:
             return
         budget = Budget(self.max_output, keep_head=False)
-        for _, shown in self._pump(proc, [budget]):
+        for _, shown in self._pump(proc, [budget], hold=True):
             yield pb.BashEvent(output=pb.BashOutput(data=shown))
-        yield pb.BashEvent(exit=pb.BashExit(tail=bytes(budget.tail), dropped_bytes=budget.dropped, **self._status))
+        # The head output that arrived with the exit goes in the exit event, before the tail:
+        # the head, then the tail, is the whole output when nothing was dropped between them.
+        unsent = b"".join(data for _, data in self._held)
+        self._held.clear()
+        if unsent and budget.dropped:
+            yield pb.BashEvent(output=pb.BashOutput(data=unsent))
+            unsent = b""
+        yield pb.BashEvent(exit=pb.BashExit(tail=unsent + bytes(budget.tail), dropped_bytes=budget.dropped, **self._status))
 
 
 class ExecRun(_GroupRun):
@@ -300,7 +352,11 @@ class ExecRun(_GroupRun):
         super().__init__(roots, timeout_ms, workdir, max_output_bytes, env)
         self.argv = list(argv)
         self.stdin = bytes(stdin)
-        self.executable = self._find(self.argv[0])
+        try:
+            self.executable = self._find(self.argv[0])
+        except BaseException:
+            self._release_workdir()
+            raise
 
     def _find(self, name: str) -> str:
         """`name` itself when it is a path (relative ones to the workdir); else its place on PATH.

@@ -403,7 +403,8 @@ class ToolClient:
         return toolwire.EditFileResult.from_wire(r)
 
     async def bash(self, command: str, *, timeout_ms: int = 0, workdir: str = "", max_output_bytes: int = 0, on_output: Callable[[bytes], None] | None = None) -> BashResult:
-        """Run a command; output chunks reach `on_output` as they arrive. Cancelling kills it."""
+        """Run a command; output chunks reach `on_output` as they arrive (all of the output when
+        none was dropped, else the head). Cancelling kills it."""
         await self._started()
         used = self._connection
         try:
@@ -432,6 +433,10 @@ class ToolClient:
                     out = bytes(head)
                     if e.dropped_bytes:
                         out += toolwire.dropped_marker(e.dropped_bytes).encode()
+                    elif e.tail and on_output:
+                        # Nothing dropped: the tail is output not streamed yet (a command that
+                        # ended as it printed sends it with its exit), and it follows the head.
+                        on_output(e.tail)
                     out += e.tail
                     return toolwire.BashResult.from_wire(e, output=out.decode("utf-8", "replace"))
         except grpc.aio.AioRpcError as exc:

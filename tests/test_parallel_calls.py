@@ -1,0 +1,74 @@
+"""Read-only calls of one turn run at the same time, end to end: the broker's batch, the client's
+channel and the server's worker pool.
+
+A real gRPC server on a loopback unix socket (the sidecar's `build_server`, in this process,
+with a servicer whose ReadFile waits at a barrier), the real client, and the real session
+against the loopback model server. No bound here is a wall-clock time a loaded machine could
+miss: the calls meet at a barrier that only calls running at the same time can pass.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from osprey.config import load_settings
+from osprey.events import Event, ToolResultEvent
+from osprey.session.core import Session, SessionOptions
+from osprey.testing.model_server import ModelServer, Reply, ToolCall
+from osprey.toolservice.homes import AttachedLane
+from osprey_sidecar import server as sidecar_server
+from osprey_sidecar.servicer import ToolServicer
+
+CALLS = 16
+# Only a hang reaches this: how long a call waits at the barrier for the others.
+BARRIER_TIMEOUT_S = 30.0
+
+
+def small_files(workspace: Path, count: int) -> None:
+    for i in range(count):
+        (workspace / f"f{i}.txt").write_text("".join(f"line {j} of file {i}\n" for j in range(20)))
+
+
+async def test_a_turns_read_only_calls_meet_at_a_barrier_only_concurrent_calls_pass(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    small_files(workspace, CALLS)
+    barrier = threading.Barrier(CALLS, timeout=BARRIER_TIMEOUT_S)
+    passed: list[int] = []
+
+    class MeetingServicer(ToolServicer):
+        def ReadFile(self, request: Any, context: Any) -> Any:
+            passed.append(barrier.wait())  # BrokenBarrierError (a failed call) unless all 16 run at once
+            return super().ReadFile(request, context)
+
+    monkeypatch.setattr(sidecar_server, "ToolServicer", MeetingServicer)
+    socket_path = str(tmp_path / "tools.sock")
+    server = sidecar_server.build_server([str(workspace)], socket_path)
+    results: list[ToolResultEvent] = []
+
+    def emit(event: Event) -> None:
+        if isinstance(event, ToolResultEvent):
+            results.append(event)
+
+    try:
+        with ModelServer([Reply.tool_calls([ToolCall("read_file", {"path": f"f{i}.txt"}) for i in range(CALLS)]), Reply.text("done")]) as model:
+            flags = {"provider": "openai", "model": "test-model", "base_url": model.base_url, "approval_policy": "never"}
+            settings = load_settings(workspace, flags, {"OSPREY_HOME": str(tmp_path / "home"), "OPENAI_API_KEY": "test"})
+            async with AttachedLane([str(workspace)], socket_path) as home:
+                session = Session(SessionOptions(settings=settings), emit=emit, home=home)
+                await session.start()
+                try:
+                    end = await session.submit("Read the sixteen files.")
+                finally:
+                    await session.close()
+    finally:
+        server.stop(0)
+    assert end.outcome == "Completed", end.error
+    assert [r.ok for r in results] == [True] * CALLS, [r.output for r in results if not r.ok]
+    assert len({r.id for r in results}) == CALLS
+    assert sorted(passed) == list(range(CALLS))
