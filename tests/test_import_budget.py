@@ -28,8 +28,10 @@ sys.exit(status)
 
 # Never wanted by a headless run: the TUI, and the httpx command-line client's rich and pygments.
 NEVER = ("textual", "osprey.tui", "rich", "pygments")
-# Only with --sandbox (docker), a tool manifest (jsonschema), or a bash call the floor parses (tree_sitter).
-NOT_FOR_A_PLAIN_SESSION = ("docker", "osprey.toolservice.lanes", "osprey.toolservice.images", "jsonschema", "tree_sitter", "tree_sitter_bash")
+# Only with --sandbox (docker), a tool manifest (jsonschema), a bash call the floor parses (tree_sitter),
+# or a hooks file (the hooks machinery).
+NOT_FOR_A_PLAIN_SESSION = ("docker", "osprey.toolservice.lanes", "osprey.toolservice.images", "jsonschema", "tree_sitter", "tree_sitter_bash",
+                           "osprey.extensions.hooks")
 
 
 def loaded(env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
@@ -74,6 +76,9 @@ def test_a_one_turn_session_loads_no_heavy_module_it_does_not_use(env: dict[str,
     assert {"httpx", "sqlite3", "osprey.session.core", "osprey.toolservice.client"} <= modules
     assert imported(modules, NEVER) == []
     assert imported(modules, NOT_FOR_A_PLAIN_SESSION) == []
+    # The model catalog gives the context window, looked up at the first compaction check: a
+    # session of one turn never makes one.
+    assert imported(modules, ("osprey.catalog",)) == []
 
 
 def test_a_session_that_reads_a_file_still_loads_none_of_them(env: dict[str, str], workspace: Path) -> None:

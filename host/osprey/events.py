@@ -27,7 +27,8 @@ def _absent(value: object) -> bool:
 class Event(BaseModel):
     # A recorded event may carry keys the journal added (a cut string's marker, an incomplete
     # record's notice); they are kept, never an error.
-    model_config = ConfigDict(extra="allow")
+    # Each event type builds its validator at its first use: a run emits a few of them.
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     type: str
     ts: float = Field(default_factory=_now)

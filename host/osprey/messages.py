@@ -7,9 +7,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# Each model builds its validator at its first use, not at import.
+_LAZY = ConfigDict(defer_build=True)
+
 
 class Usage(BaseModel):
     """Tokens used by one model turn (or summed over a session)."""
+
+    model_config = _LAZY
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -22,6 +27,8 @@ class Usage(BaseModel):
 
 
 class ToolCall(BaseModel):
+    model_config = _LAZY
+
     id: str
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
@@ -30,11 +37,15 @@ class ToolCall(BaseModel):
 
 
 class UserMessage(BaseModel):
+    model_config = _LAZY
+
     role: Literal["user"] = "user"
     content: str
 
 
 class AssistantMessage(BaseModel):
+    model_config = _LAZY
+
     role: Literal["assistant"] = "assistant"
     text: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
@@ -43,6 +54,8 @@ class AssistantMessage(BaseModel):
 
 
 class ToolResultMessage(BaseModel):
+    model_config = _LAZY
+
     role: Literal["tool"] = "tool"
     tool_call_id: str
     name: str
@@ -56,13 +69,15 @@ Message = Annotated[UserMessage | AssistantMessage | ToolResultMessage, Field(di
 class ToolSpec(BaseModel):
     """A tool as a model sees it."""
 
+    model_config = _LAZY
+
     name: str
     description: str
     parameters: dict[str, Any]
 
 
 class ModelRequest(BaseModel):
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, defer_build=True)
 
     system: str
     messages: list[Message]
@@ -71,6 +86,8 @@ class ModelRequest(BaseModel):
 
 class ModelTurn(BaseModel):
     """What one model call produced."""
+
+    model_config = _LAZY
 
     message: AssistantMessage
     usage: Usage = Field(default_factory=Usage)

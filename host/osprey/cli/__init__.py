@@ -10,7 +10,6 @@ from typing import Any
 import click
 
 from .. import __version__
-from ..process_privacy import make_undumpable
 from .options import tui_options
 from .tui import given
 
@@ -94,7 +93,9 @@ def main(ctx: click.Context, **options: Any) -> None:
     Configuration: `osprey docs configuration`. Event schema: `osprey docs events`.
     """
     # Before anything runs a command: the commands run as this user, and this process's
-    # environment and memory hold the provider's key.
+    # environment and memory hold the provider's key. (Imported here: `--help` never gets here.)
+    from ..process_privacy import make_undumpable
+
     make_undumpable()
     if ctx.invoked_subcommand is not None:
         if given(options):

@@ -129,7 +129,7 @@ class ShellEnvironmentPolicy(BaseModel):
     Applied in order: inherit, the default credential filter (except `passthrough` names),
     `exclude`, `include_only`, then `set`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     inherit: Inherit = Field("all", description="start from all variables, the core set, or none")
     exclude: list[str] = Field(default_factory=list, description="glob patterns of names to drop (case-insensitive)")

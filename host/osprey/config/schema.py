@@ -96,8 +96,10 @@ def _checked_base_url(value: str) -> str:
 BaseURL = Annotated[str, AfterValidator(_checked_base_url)]
 
 
+# Every settings model builds its validator at its first use (a run uses a few of them; nested
+# ones are built into their parent's), not at import.
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class ToolResultLimits(_Strict):

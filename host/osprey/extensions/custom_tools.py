@@ -112,7 +112,7 @@ class ManifestError(ConfigError, ArtifactError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)  # built at first use: most sessions never make one
 
 
 class ToolParameter(_Strict):

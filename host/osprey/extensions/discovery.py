@@ -269,8 +269,6 @@ def _tools(found: Extensions, context: _Context, builtin: Collection[str]) -> No
 def _hooks(found: Extensions, context: _Context) -> None:
     """The user's hooks.toml (and a bundled one) always run when valid and trusted; the nearest
     project hooks.toml runs in addition once trusted (a farther project file never instead)."""
-    from .hooks import HooksError, HookSet, hook_commands, merge_hooks, parse_hooks
-
     nearest: Artifact | None = None
     own: list[HookSet] = []
     project: list[HookSet] = []
@@ -283,6 +281,9 @@ def _hooks(found: Extensions, context: _Context) -> None:
             data, problem = b"", sanitize(str(exc))
         if data is None:
             continue
+        # Loaded only when there is a hooks file: a session without hooks never needs it.
+        from .hooks import HooksError, HookSet, hook_commands, parse_hooks
+
         entry = Artifact(kind="hooks", name="hooks.toml", layer=layer.kind, path=str(path), digest=sha256(data) if data else None)
         found.artifacts.append(entry)
         farther = ""
@@ -332,7 +333,11 @@ def _hooks(found: Extensions, context: _Context) -> None:
             checked = {command: Pin(tuple(plan.identities()), scope) for command, plan in plans.items()}
         (project if layer.kind == "project" else own).append(HookSet(hooks, str(path), checked))
     found.hook_sets = own + project  # the user's own hooks (and bundled ones) run first
-    found.hooks = merge_hooks(found.hook_sets) if found.hook_sets else None
+    found.hooks = None
+    if found.hook_sets:
+        from .hooks import merge_hooks
+
+        found.hooks = merge_hooks(found.hook_sets)
 
 
 def _descriptions(found: Extensions, env_file: Path | None) -> None:

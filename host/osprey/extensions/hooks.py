@@ -118,7 +118,7 @@ def _cut(text: str, limit: int = MAX_VERDICT_TEXT) -> str:
 
 
 class HookEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built at first use: most sessions never make one
 
     command: str = Field(min_length=1, max_length=MAX_COMMAND_CHARS)
     timeout_secs: int = Field(DEFAULT_TIMEOUT_SECS, ge=1, le=MAX_TIMEOUT_SECS)
@@ -132,7 +132,7 @@ class HookEntry(BaseModel):
 
 
 class HookGroup(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built at first use: most sessions never make one
 
     matcher: str | None = Field(None, max_length=MAX_MATCHER_CHARS)
     dialect: Dialect = "osprey"
@@ -168,7 +168,7 @@ class HookGroup(BaseModel):
 
 
 class _Table(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built at first use: most sessions never make one
 
     PreToolUse: list[HookGroup] = Field(default_factory=list, max_length=MAX_GROUPS_PER_EVENT)
     PostToolUse: list[HookGroup] = Field(default_factory=list, max_length=MAX_GROUPS_PER_EVENT)
@@ -180,7 +180,7 @@ class _Table(BaseModel):
 
 
 class _Document(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built at first use: most sessions never make one
 
     hooks: _Table = Field(default_factory=_Table)
 
@@ -280,7 +280,7 @@ async def run_hook(command: str, event_line: bytes, *, cwd: str, env: Mapping[st
 
 
 class _Specific(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, defer_build=True)  # built at first use: most sessions never make one
 
     hookEventName: str | None = None
     permissionDecision: Literal["allow", "deny", "ask"] | None = None
@@ -296,7 +296,7 @@ class _Specific(BaseModel):
 class HookVerdict(BaseModel):
     """The JSON a hook may print on exit 0. Unknown fields are ignored."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, defer_build=True)  # built at first use: most sessions never make one
 
     decision: Literal["approve", "block"] | None = None
     reason: str | None = Field(None, max_length=MAX_VERDICT_TEXT * 4)

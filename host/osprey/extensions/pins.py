@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..lazy import Pattern
 from .layers import ArtifactError, inside, read_inside, real_path
 from .report import sha256
 
@@ -45,19 +46,20 @@ MAX_NAMED_FILES = 64
 PROJECT_VARIABLES = ("OSPREY_PROJECT_DIR", "CLAUDE_PROJECT_DIR")
 _SHELLS = r"(?:sh|bash|dash|zsh|ksh|mksh|ash|yash|posh|fish|busybox)"
 # Per interpreter (by its program's base name): the options that run code not named as a file.
-_INLINE: tuple[tuple[re.Pattern[str], re.Pattern[str]], ...] = (
-    (re.compile(rf"{_SHELLS}"), re.compile(r"-[A-Za-z]*c[A-Za-z]*|--command")),
-    (re.compile(r"(?:python|pypy)[0-9.]*[a-z]?"), re.compile(r"-[A-Za-z]*[cm][A-Za-z0-9]*")),
-    (re.compile(r"node|nodejs|bun|deno"), re.compile(r"-e|-p|-pe|--eval(?:=.*)?|--print(?:=.*)?|-r|--require(?:=.*)?|--import(?:=.*)?|"
+# The patterns compile at their first use: only a session with hooks or custom tools needs them.
+_INLINE: tuple[tuple[Pattern, Pattern], ...] = (
+    (Pattern(rf"{_SHELLS}"), Pattern(r"-[A-Za-z]*c[A-Za-z]*|--command")),
+    (Pattern(r"(?:python|pypy)[0-9.]*[a-z]?"), Pattern(r"-[A-Za-z]*[cm][A-Za-z0-9]*")),
+    (Pattern(r"node|nodejs|bun|deno"), Pattern(r"-e|-p|-pe|--eval(?:=.*)?|--print(?:=.*)?|-r|--require(?:=.*)?|--import(?:=.*)?|"
                                                       r"--(?:experimental-)?loader(?:=.*)?|eval")),
-    (re.compile(r"perl[0-9.]*"), re.compile(r"-[A-Za-z]*[eEMmI].*")),
-    (re.compile(r"ruby[0-9.]*"), re.compile(r"-[A-Za-z]*[erI].*")),
-    (re.compile(r"php[0-9.]*"), re.compile(r"-[A-Za-z]*[rBERd].*")),
-    (re.compile(r"lua(?:jit)?[0-9.]*"), re.compile(r"-[el].*")),
-    (re.compile(r"(?:R|Rscript|julia|tclsh|wish|osascript|jshell|guile|racket|sbcl|ghci|runghc)"), re.compile(r"-e|--eval|-E|-l|--load")),
-    (re.compile(r"env"), re.compile(r"-[A-Za-z]*S.*|--split-string(?:=.*)?")),
+    (Pattern(r"perl[0-9.]*"), Pattern(r"-[A-Za-z]*[eEMmI].*")),
+    (Pattern(r"ruby[0-9.]*"), Pattern(r"-[A-Za-z]*[erI].*")),
+    (Pattern(r"php[0-9.]*"), Pattern(r"-[A-Za-z]*[rBERd].*")),
+    (Pattern(r"lua(?:jit)?[0-9.]*"), Pattern(r"-[el].*")),
+    (Pattern(r"(?:R|Rscript|julia|tclsh|wish|osascript|jshell|guile|racket|sbcl|ghci|runghc)"), Pattern(r"-e|--eval|-E|-l|--load")),
+    (Pattern(r"env"), Pattern(r"-[A-Za-z]*S.*|--split-string(?:=.*)?")),
 )
-_INTERPRETER = re.compile(rf"{_SHELLS}|(?:python|pypy)[0-9.]*[a-z]?|node|nodejs|bun|deno|perl[0-9.]*|ruby[0-9.]*|php[0-9.]*|lua(?:jit)?[0-9.]*|"
+_INTERPRETER = Pattern(rf"{_SHELLS}|(?:python|pypy)[0-9.]*[a-z]?|node|nodejs|bun|deno|perl[0-9.]*|ruby[0-9.]*|php[0-9.]*|lua(?:jit)?[0-9.]*|"
                           r"R|Rscript|julia|tclsh|wish|osascript|guile|racket|sbcl|runghc")
 # Programs that run code they find in the working directory by convention (a Makefile, package
 # scripts, test files, build scripts): nothing on the command line names it.
@@ -70,9 +72,9 @@ _RUNNERS = frozenset({
 # finder run a command per file found.
 _FROM_INPUT = frozenset({"xargs", "parallel", "entr", "watchexec", "sem"})
 _FINDERS = frozenset({"find", "gfind", "bfs", "fd", "fdfind"})
-_FIND_EXEC = re.compile(r"-(?:exec|execdir|ok|okdir)|-[xX]|--exec(?:-batch)?(?:=.*)?")
+_FIND_EXEC = Pattern(r"-(?:exec|execdir|ok|okdir)|-[xX]|--exec(?:-batch)?(?:=.*)?")
 # Variables that make programs load code from where they point.
-_CODE_VARIABLES = re.compile(r"PYTHON(?:PATH|STARTUP|HOME|USERBASE)|LD_[A-Z_]+|BASH_ENV|ENV|NODE_(?:PATH|OPTIONS)|PERL5?LIB|PERL5OPT|"
+_CODE_VARIABLES = Pattern(r"PYTHON(?:PATH|STARTUP|HOME|USERBASE)|LD_[A-Z_]+|BASH_ENV|ENV|NODE_(?:PATH|OPTIONS)|PERL5?LIB|PERL5OPT|"
                              r"RUBYLIB|RUBYOPT|LUA_(?:C?PATH)[A-Z0-9_]*|CLASSPATH|GIT_[A-Z_]+|PATH|IFS|PS4|PROMPT_COMMAND|SHELLOPTS|BASHOPTS")
 _RESERVED = frozenset({"if", "then", "else", "elif", "do", "while", "until", "!", "{", "time", "exec", "command", "builtin", "nohup",
                        "env", "nice", "xargs", "sudo", "doas", "timeout", "stdbuf", "setsid", "unbuffer"})

@@ -52,7 +52,7 @@ POLICY_SOURCE = "approvals"
 class ApprovalRequest(BaseModel):
     """What a front end shows a person who must approve a call."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built at first use: most sessions never make one
 
     call_id: str
     tool: str
@@ -81,6 +81,8 @@ class ApprovalRequest(BaseModel):
 
 
 class ApprovalAnswer(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built at first use: most sessions never make one
+
     decision: Literal["allow_once", "allow_always", "deny"]
     scope: Literal["project", "global"] = "project"
     # The rule to save with allow_always (default: the request's suggested rule); a front end that

@@ -58,7 +58,7 @@ def approvals_path(home: Path) -> Path:
 class SavedRule(BaseModel):
     """One saved rule, as `approvals.toml` records it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built at first use: most sessions never make one
 
     id: str = Field(min_length=1, max_length=64)
     rule: str = Field(max_length=2048)
@@ -91,7 +91,7 @@ def _same_place(a: str, b: str) -> bool:
 
 
 class _File(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built at first use: most sessions never make one
 
     rules: list[SavedRule] = Field(default_factory=list)
 

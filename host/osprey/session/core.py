@@ -55,7 +55,7 @@ def new_session_id() -> str:
 class SessionOptions(BaseModel):
     """Everything a front end decides about a session, besides the settings files."""
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, defer_build=True)
 
     settings: Settings
     session_id: str = Field(default_factory=new_session_id)
@@ -414,7 +414,7 @@ class Session:
         self.loop = AgentLoop(
             provider=self.provider, calls=calls, system=lambda: self.system_prompt(), specs=lambda: self.tool_specs(), emit=self.emit,
             retry=settings.retry, max_turns=settings.max_turns, on_text=self.on_text, session_id=self.session_id,
-            interceptors=self.interceptors, context_window=self._context_window(), before_turn=self._turn_boundary,
+            interceptors=self.interceptors, context_window_of=self._context_window, before_turn=self._turn_boundary,
             compaction_note=lambda: self.checkpoint.summary_note() if self.checkpoint is not None else "",
         )
         if persona is not None and persona.terminal:
@@ -579,7 +579,7 @@ class Session:
         self.settings = self.settings.model_copy(update={k: getattr(settings, k) for k in PROVIDER_FIELDS})
         self.provider = await self._make_provider()
         self.loop.provider = self.provider
-        self.loop.context_window = self._context_window()
+        self.loop.context_window, self.loop.context_window_of = None, self._context_window  # the new model's, at its first need
         event = ModelSwitch(provider=self.provider.name, model=self.provider.model, effort=self.settings.effort)
         self.emit(event)
         return event

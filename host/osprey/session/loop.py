@@ -116,6 +116,10 @@ class AgentLoop:
     stopping: bool = False
     # The model's context window in tokens (None: unknown, so no automatic compaction).
     context_window: int | None = None
+    # Where `context_window` comes from when it is looked up only at its first need (the model
+    # catalog's cache, which a session that never reaches a second turn does not read); it
+    # replaces `context_window` then.
+    context_window_of: Callable[[], int | None] | None = None
     # Called at each turn boundary, before the request is built (a pending extension reload).
     before_turn: Callable[[], None] | None = None
     # A note kept across compaction (the verification checkpoint's), appended to the summary.
@@ -229,8 +233,16 @@ class AgentLoop:
             self.add_user_message(continuation.reason, origin="loop")
 
     def _near_the_limit(self) -> bool:
-        window = self.context_window
-        return window is not None and window > 0 and len(self.messages) > 2 and self._last_input_tokens >= AUTO_COMPACT_AT * window
+        if len(self.messages) <= 2 or self._last_input_tokens <= 0:
+            return False
+        window = self.window()
+        return window is not None and window > 0 and self._last_input_tokens >= AUTO_COMPACT_AT * window
+
+    def window(self) -> int | None:
+        """The context window, looked up now if it was left to its first need."""
+        if self.context_window_of is not None:
+            self.context_window, self.context_window_of = self.context_window_of(), None
+        return self.context_window
 
     async def compact(self, reason: Literal["manual", "auto"] = "manual", instructions: str = "") -> Compaction:
         """Replace the conversation with a summary the model writes; one model turn, no tools.
