@@ -93,7 +93,13 @@ async def until(pilot: Any, condition: Callable[[], bool], timeout: float = 20.0
 
 
 async def started(pilot: Any, app: OspreyApp) -> None:
-    await until(pilot, lambda: app.session is not None and app.session.started)
+    """The first session has started, and so have its tools (the status line says `ready`)."""
+    def ready() -> bool:
+        session = app.session
+        return session is not None and session.started and (session.tools_starting is None or session.tools_starting.done())
+
+    await until(pilot, ready)
+    await pilot.pause()
 
 
 async def type_prompt(pilot: Any, app: OspreyApp, text: str) -> None:

@@ -1,5 +1,5 @@
-"""The TUI's launch and teardown order (the spec's "TUI launch sequence"), against the loopback
-model server: steps in order, the lane before the terminal, the terminal restored before the
+"""The TUI's launch and teardown order (the spec's "TUI launch sequence", with the first screen
+drawn before the session is set up), against the loopback model server: steps in order, the lane before the terminal, the terminal restored before the
 session is torn down, and a lane never left behind by a launch that fails."""
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from osprey.testing.model_server import ModelServer, Reply
 from osprey.tui.app import OspreyApp
 from osprey.tui.launch import Launch, LaunchTrace, launch
 
-LAUNCH = ["capabilities", "terminal", "guard", "system_prompt", "session", "tools", "agent", "event_loop"]
+# The first screen is drawn (the event loop takes keys) before the first session is set up.
+LAUNCH = ["capabilities", "terminal", "guard", "event_loop", "system_prompt", "session", "tools", "agent"]
 EXIT = ["shutdown", "terminal_restored", "teardown"]
 
 
@@ -145,7 +146,7 @@ async def test_a_dispatcher_that_fails_to_come_up_in_the_background_stops_the_tu
 
     async def run(app: OspreyApp) -> int | None:
         async with app.run_test(size=SIZE) as pilot:
-            await started(pilot, app)
+            await until(pilot, lambda: app.session is not None and app.session.started)  # its tools are held
             states.append(app.driver.state)
             gate.set()
             await until(pilot, lambda: not app.is_running)

@@ -4,7 +4,9 @@ the session driver (`driver.py`) starts, drives and closes the session; the pres
 commands (`slash.py`) run what the person types after `/`.
 
 The app builds nothing of the session itself: a factory given the app's hooks returns a `Session`
-(the launcher builds one from the settings; tests pass a scripted provider)."""
+(the launcher builds one from the settings; tests pass a scripted provider). The first screen is
+drawn before the first session starts; what the screen does not need (the session's modules, the
+Markdown renderer, the pickers and the modal screens) is imported when it is first used."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -22,23 +24,23 @@ from textual.css.query import NoMatches
 from textual.widget import AwaitMount, Widget
 from textual.widgets import Static
 
-from ..catalog import Catalog, ModelInfo
-from ..config import Settings
 from ..numbers import counted
-from ..policy.approvals import ApprovalAnswer, ApprovalRequest
-from ..session.core import Session
 from ..terminal_text import clean
 from . import commands
-from .approval_screen import ApprovalScreen
-from .approver import TuiApprover
-from .asker import TuiAsker
 from .completion import CompletionMenu
 from .driver import Resume, SessionDriver, SessionFactory, SettingsFor
 from .presenter import Presenter
-from .question_screen import QuestionScreen
 from .slash import SlashCommands
-from .transcript import Transcript
-from .widgets import Conversation, NoticeRow, PromptArea, QueuePanel, TodoPanel
+from .widgets import Conversation, NoticeRow, PromptArea, QueuePanel, TodoPanel, answer_markdown
+
+if TYPE_CHECKING:  # what the first screen does not need is imported when it is used
+    from ..catalog import Catalog, ModelInfo
+    from ..config import Settings
+    from ..policy.approvals import ApprovalAnswer, ApprovalRequest
+    from ..session.core import Session
+    from .approver import TuiApprover
+    from .asker import TuiAsker
+    from .transcript import Transcript
 
 MAX_ROWS = 300  # conversation rows kept on the screen
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -64,12 +66,19 @@ class OspreyApp(App[int]):
                  settings_for: SettingsFor | None = None, journal: Path | None = None, resume: Resume | None = None,
                  catalog: Catalog | None = None, trace: Callable[[str], None] | None = None,
                  on_terminal: Callable[[], None] | None = None, close_on_exit: bool = True,
-                 model_flags: dict[str, Any] | None = None) -> None:
+                 model_flags: dict[str, Any] | None = None, own_signals: bool = True) -> None:
         """`catalog`: the model capabilities read at launch; `trace` records the launch steps;
         `on_terminal` runs once the terminal is set up (the launcher installs its crash guard);
         `close_on_exit=False` leaves closing the session to the caller (`teardown()`), after
-        the terminal is restored."""
-        super().__init__()
+        the terminal is restored; `own_signals=False`: the caller handles SIGTERM and SIGHUP
+        and passes them on (`stop_for_signal`)."""
+        from .terminal import TerminalDriver
+
+        super().__init__(driver_class=TerminalDriver)
+        self.own_signals = own_signals
+        self._pending_signal: int | None = None  # a stop signal that came before the screen was up
+        self._mounted = False
+        self._opening: asyncio.Task[None] | None = None  # the first session's start
         self.trace = trace or (lambda _: None)
         self.on_terminal = on_terminal
         self.close_on_exit = close_on_exit
@@ -143,24 +152,47 @@ class OspreyApp(App[int]):
         self._ui_thread = threading.get_ident()
         self.conversation.anchor()
         self.query_one(PromptArea).focus()
-        loop = asyncio.get_running_loop()
-        for signum in STOP_SIGNALS:
-            try:
-                loop.add_signal_handler(signum, self._on_signal, signum)
-            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
-                continue
-            self._signals.append(signum)
+        if self.own_signals:
+            loop = asyncio.get_running_loop()
+            for signum in STOP_SIGNALS:
+                try:
+                    loop.add_signal_handler(signum, self._on_signal, signum)
+                except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
+                    continue
+                self._signals.append(signum)
+        self._mounted = True
+        if self._pending_signal is not None:
+            self._on_signal(self._pending_signal)
+            return
         for warning in self.warnings:
             self.note(f"warning: {warning}", "warning")
-        # The first session starts before the event loop takes keys; one that cannot start
-        # (the dispatcher, the tools) stops the TUI, and the launcher prints why.
+        # The first screen is drawn before the first session starts: the prompt takes keys at
+        # once, and what is sent meanwhile waits for the session.
+        self.call_after_refresh(self._open_first)
+
+    def _open_first(self) -> None:
+        if self.driver.quitting:
+            return
+        self._opening = asyncio.create_task(self._first_session())
+
+    async def _first_session(self) -> None:
+        # One that cannot start (the dispatcher, the tools) stops the TUI, and the launcher prints why.
         await self.driver.open()
         if self.driver.start_error is not None and not self.driver.quitting:
             self.driver.quitting = True
             self.exit(1)
+            return
+        await asyncio.to_thread(answer_markdown)  # loaded before the first answer, off the UI's thread
 
     def on_ready(self) -> None:
         self.trace("event_loop")
+
+    def stop_for_signal(self, signum: int) -> None:
+        """SIGTERM or SIGHUP, from the launcher: leave in order (before the screen is up, as soon as it is)."""
+        if self._mounted:
+            self._on_signal(signum)
+        elif self._pending_signal is None:
+            self._pending_signal = signum
 
     def _on_signal(self, signum: int) -> None:
         # SIGTERM or SIGHUP (a closed terminal): leave in order, as /quit does, with 128 + the signal.
@@ -267,10 +299,15 @@ class OspreyApp(App[int]):
             pass
 
     async def show_approval(self, request: ApprovalRequest) -> ApprovalAnswer:
+        from ..policy.approvals import ApprovalAnswer
+        from .approval_screen import ApprovalScreen
+
         answer = await self._ask(ApprovalScreen(request))
         return answer or ApprovalAnswer(decision="deny")
 
     async def show_question(self, question: str) -> str | None:
+        from .question_screen import QuestionScreen
+
         answer: str | None = await self._ask(QuestionScreen(question))
         return answer
 
@@ -308,8 +345,8 @@ class OspreyApp(App[int]):
         if refusal is not None:
             self.notify(clean(refusal), severity="warning", markup=False)
             return False
-        if self.driver.busy:
-            self.driver.enqueue(text)  # sent when the running task ends
+        if self.driver.busy or self.driver.opening:
+            self.driver.enqueue(text)  # sent when the running task ends, or when the session has started
         else:
             self.submit(text)
         return True
@@ -372,13 +409,22 @@ class OspreyApp(App[int]):
         loop = asyncio.get_running_loop()
         for signum in self._signals:
             loop.remove_signal_handler(signum)
+        await self._stop_opening()
         self.driver.shutdown()
         if self.close_on_exit:
             await self.driver.close()
 
     async def teardown(self) -> None:
-        """Close the session the app ended with: journal drained and checkpointed, lane removed."""
+        """Close the session the app ended with: journal drained and checkpointed, lane removed
+        (one still starting is stopped first)."""
+        await self._stop_opening()
         await self.driver.close()
+
+    async def _stop_opening(self) -> None:
+        opening = self._opening
+        if opening is not None and not opening.done():
+            opening.cancel()
+            await asyncio.wait([opening])
 
     # ------------------------------------------------------------------ the slash-command menu
 

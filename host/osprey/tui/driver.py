@@ -11,19 +11,21 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..catalog import Catalog, ModelInfo, initial_catalog
-from ..config import Settings
 from ..errors import OspreyError
-from ..events import Event
-from ..policy.approvals import ApprovalAnswer, ApprovalRequest
-from ..session.core import Session
-from ..sessions.journal import SessionRow, find_session, read_events
-from ..sessions.resume import ResumePoint, recorded_model
 from .approver import TuiApprover
 from .asker import TuiAsker
-from .presenter import Presenter
+
+if TYPE_CHECKING:  # the session's own modules load with the session, after the first screen
+    from ..catalog import Catalog, ModelInfo
+    from ..config import Settings
+    from ..events import Event
+    from ..policy.approvals import ApprovalAnswer, ApprovalRequest
+    from ..session.core import Session
+    from ..sessions.journal import SessionRow
+    from ..sessions.resume import ResumePoint
+    from .presenter import Presenter
 
 
 @dataclass
@@ -54,9 +56,9 @@ class Hooks:
                 "progress": self.progress, "warn": self.warn, "ask": self.ask}
 
 
-SessionFactory = Callable[[Hooks], Session]
+SessionFactory = Callable[[Hooks], "Session"]
 # Settings for a model switch: the launch flags with these (provider, model, effort) put over them.
-SettingsFor = Callable[[dict[str, Any]], Settings]
+SettingsFor = Callable[[dict[str, Any]], "Settings"]
 
 
 class Front(Protocol):
@@ -115,6 +117,7 @@ class SessionDriver:
         self.current_settings: Settings | None = None  # the settings of the last switch, for the next session
         self.session: Session | None = None
         self._opening: Session | None = None  # the session being started
+        self.opening = False  # a session is being started: a prompt sent now waits for it
         self.approver = TuiApprover(front.show_approval)
         self.asker = TuiAsker(front.show_question)
         self.state = "starting"
@@ -145,6 +148,8 @@ class SessionDriver:
         session = self.session or self._opening
         if session is None:
             return None
+        from ..catalog import initial_catalog
+
         try:
             return initial_catalog(session.settings.home, provider, session.settings.base_url, model).find(provider, model)
         except Exception:  # noqa: BLE001 - a cache problem only costs the price display
@@ -158,6 +163,27 @@ class SessionDriver:
         self.asker = TuiAsker(self.front.show_question)
         self.start_error = None
         resume, self.resume_next = self.resume_next, None
+        self.opening = True
+        try:
+            session = await self._start(resume)
+        finally:
+            self.opening = False
+        if session is None:
+            return
+        self.session = session
+        self.exit_status = 0
+        starting = session.tools_starting
+        if starting is not None and not starting.done():
+            # The person can type while the ToolService (a lane, say) comes up; a tool call waits for it.
+            what = "the sandbox lane" if session.settings.sandbox.enabled else "the tools"
+            self.set_state(f"ready ({what} still starting)")
+            starting.add_done_callback(lambda start: self._tools_started(session, start))
+        else:
+            self.set_state("ready")
+        self.send_queued()  # what was sent while the session started
+
+    async def _start(self, resume: Resume | None) -> Session | None:
+        """Start a session (showing the resumed one's conversation first); None when it did not start (said)."""
         if resume is not None:
             await self.presenter.replay(resume.events, f"resumed session {resume.row.id}: {resume.row.title}")
         try:
@@ -169,19 +195,10 @@ class SessionDriver:
             self.front.note(f"error: {self.start_error}", "error")
             self.exit_status = 1
             self.set_state("the session did not start: /new tries again, ctrl+q quits")
-            return
+            return None
         finally:
             self._opening = None
-        self.session = session
-        self.exit_status = 0
-        starting = session.tools_starting
-        if starting is not None and not starting.done():
-            # The person can type while the ToolService (a lane, say) comes up; a tool call waits for it.
-            what = "the sandbox lane" if session.settings.sandbox.enabled else "the tools"
-            self.set_state(f"ready ({what} still starting)")
-            starting.add_done_callback(lambda start: self._tools_started(session, start))
-        else:
-            self.set_state("ready")
+        return session
 
     def _tools_started(self, session: Session, start: asyncio.Future[None]) -> None:
         """The ToolService's background start ended: ready, or the session cannot go on, and the
@@ -201,6 +218,8 @@ class SessionDriver:
     def refusal(self) -> str | None:
         """Why a prompt cannot be sent (or queued) now, or None when it can."""
         session = self.session
+        if self.opening:
+            return None  # queued until the session has started
         if session is None or not session.started:
             return "the session has not started"
         return None
@@ -224,7 +243,7 @@ class SessionDriver:
 
     def send_queued(self) -> None:
         """Send the first queued prompt, if the session can take it (when a task has ended)."""
-        if not self.queued or self.quitting or self.refusal() is not None:
+        if not self.queued or self.quitting or self.opening or self.refusal() is not None:
             return
         prompt = self.queued.pop(0)
         self.front.show_queue(self.queued)
@@ -287,6 +306,8 @@ class SessionDriver:
         """Close the current session and go on with the journaled one `session_id`, with the model it ran with."""
         if self.journal is None or self.quitting:
             return
+        from ..sessions.journal import find_session, read_events
+
         try:
             row = await asyncio.to_thread(find_session, self.journal, session_id)
             events = await asyncio.to_thread(read_events, self.journal, row.id)
@@ -299,6 +320,8 @@ class SessionDriver:
 
     async def _take_recorded_model(self, events: list[Event]) -> None:
         """Go on with the provider, model and effort a resumed session last ran with."""
+        from ..sessions.resume import recorded_model
+
         recorded = recorded_model(events)
         if not recorded or self.settings_for is None:
             return

@@ -1,4 +1,5 @@
-"""The terminal UI's launch and teardown, in the order the spec gives.
+"""The terminal UI's launch and teardown, in the order the spec gives, but for the first screen,
+which is drawn before the session is set up.
 
 1. configuration (`.env`, global and project config) and resolution of every setting and flag
    (`osprey.session.flags`, called by the CLI);
@@ -6,8 +7,11 @@
    background while the app draws and the person types (a tool call waits for it);
 3. the cached model capabilities, read with no network;
 4. the terminal, then the restoration guard (the crash hook);
-5. the active system prompt, the session with its journal, the tool layer, the agent;
-6. the terminal event loop.
+5. the terminal event loop: the first screen, whose prompt takes keys at once (a prompt sent
+   before the session has started waits for it, queued);
+6. the active system prompt, the session with its journal, the tool layer, the agent.
+
+SIGTERM and SIGHUP (a closed terminal) end the launch at any of these steps: see `launch`.
 
 A lane provisioned here belongs to the launch: every session the TUI starts (the first, a /new or
 a /resume) borrows it, and the teardown removes it after the sessions are closed, whatever
@@ -21,7 +25,10 @@ has a prompt), a line on the restored terminal says how to go on with it (`ospre
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -32,7 +39,7 @@ from ..terminal_text import clean
 
 if TYPE_CHECKING:
     from ..config import Settings
-    from ..session.core import SessionOptions
+    from ..session.core import Session, SessionOptions
     from ..toolservice.homes import ToolServiceHome
     from .app import OspreyApp
     from .driver import Hooks, Resume
@@ -108,19 +115,80 @@ def session_options(plan: Launch, settings: Settings, session_id: str, resume: R
 
 
 RunApp = Callable[["OspreyApp"], Awaitable[Any]]
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# Seconds from a stop signal to the end of the process at the latest: the teardown (session closed,
+# lane removed) normally takes well under this; past it the process ends anyway (the journal is a
+# SQLite database, safe to leave at any point), so a closed terminal never leaves it running.
+STOP_BOUND = 10.0
+
+
+def _end_by(seconds: float, status: int) -> None:
+    """End the process with `status` after `seconds`, unless it has ended by then."""
+    timer = threading.Timer(seconds, os._exit, (status,))
+    timer.daemon = True
+    timer.start()
+
+
+def _say(out: TextIO, line: str) -> None:
+    """Write a line for the person; a terminal that went away (it was closed) is not an error."""
+    try:
+        out.write(line)
+        out.flush()
+    except OSError:
+        pass
 
 
 async def launch(plan: Launch, *, run: RunApp | None = None, stderr: TextIO | None = None) -> int:
     """Run the TUI for `plan` and tear it down; returns the exit status. `run` runs the app
-    (default: in this terminal; tests pass a Pilot)."""
-    from .. import crash
-    from ..catalog import initial_catalog
-    from ..config import settings_tool_environment
-    from ..session.core import Session, compose_system_prompt, new_session_id
-    from ..sessions.journal import Journal
-    from .app import OspreyApp
+    (default: in this terminal; tests pass a Pilot).
+
+    SIGTERM and SIGHUP are handled from the start: before the app runs they stop the launch (the
+    lane, when one is starting, is removed); from then on the app leaves in order; and the process
+    ends within STOP_BOUND seconds of the signal whatever the teardown waits for."""
+    import asyncio
 
     out = stderr or sys.stderr
+    loop = asyncio.get_running_loop()
+    launching = asyncio.current_task()
+    apps: list[OspreyApp] = []  # the app, once it is made
+    stopped_by: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        if not stopped_by:
+            stopped_by.append(signum)
+            _end_by(STOP_BOUND, 128 + signum)
+        if apps:
+            apps[0].stop_for_signal(signum)
+        elif launching is not None:
+            launching.cancel()
+
+    def made(app: OspreyApp) -> None:
+        apps.append(app)
+
+    handled = []
+    for signum in STOP_SIGNALS:
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
+            continue
+        handled.append(signum)
+    try:
+        return await _launch(plan, run, out, made)
+    except asyncio.CancelledError:
+        if not stopped_by:
+            raise
+        return 128 + stopped_by[0]
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+
+
+async def _launch(plan: Launch, run: RunApp | None, out: TextIO, made: Callable[[OspreyApp], None]) -> int:
+    from .. import crash
+    from ..catalog import initial_catalog
+    from ..session.core import new_session_id
+    from .app import OspreyApp
+
     settings, trace = plan.settings, plan.trace
     first_id = plan.resume.row.id if plan.resume is not None else new_session_id()
     lane: ToolServiceHome | None = None
@@ -133,10 +201,10 @@ async def launch(plan: Launch, *, run: RunApp | None = None, stderr: TextIO | No
         if app is not None and app.is_running:
             app.post_note(line)  # the terminal belongs to the app now
             return
-        out.write(f"osprey: {line}\n")
-        out.flush()
+        _say(out, f"osprey: {line}\n")
     try:
         if settings.sandbox.enabled:
+            from ..config import settings_tool_environment
             from ..toolservice.homes import make_home
 
             # The lane comes up in the background while the app draws and the person types; the
@@ -149,6 +217,10 @@ async def launch(plan: Launch, *, run: RunApp | None = None, stderr: TextIO | No
         trace("capabilities")
 
         def factory(hooks: Hooks) -> Session:
+            # The session's modules load here, after the first screen is drawn.
+            from ..session.core import Session, compose_system_prompt
+            from ..sessions.journal import Journal
+
             nonlocal first, last_id
             assert app is not None
             current = app.current_settings or settings
@@ -168,7 +240,8 @@ async def launch(plan: Launch, *, run: RunApp | None = None, stderr: TextIO | No
 
         app = OspreyApp(factory, title=plan.title, warnings=settings.warnings, settings_for=plan.settings_for,
                         journal=plan.journal, resume=plan.resume, catalog=catalog, trace=trace, on_terminal=guard,
-                        close_on_exit=False, model_flags=plan.model_flags)
+                        close_on_exit=False, model_flags=plan.model_flags, own_signals=False)
+        made(app)
         status = await (run(app) if run is not None else app.run_async())
         trace("terminal_restored")
     finally:
@@ -181,12 +254,15 @@ async def launch(plan: Launch, *, run: RunApp | None = None, stderr: TextIO | No
         trace("teardown")
     sys.excepthook = previous_hook  # a normal end: the crash hook is not needed any more
     for note in app.late_notes:
-        out.write(f"osprey: {clean(note)}\n")
+        _say(out, f"osprey: {clean(note)}\n")
     if app.crash is not None:
-        crash.report(app.crash, settings.home, stream=out)  # restores the terminal if textual could not
+        try:
+            crash.report(app.crash, settings.home, stream=out)  # restores the terminal if textual could not
+        except OSError:  # the terminal went away; the report is written before it is mentioned
+            pass
         return 1
     if app.start_error is not None:
-        out.write(f"osprey: error: {clean(app.start_error)}\n")
+        _say(out, f"osprey: error: {clean(app.start_error)}\n")
     elif last_id is not None:
         await way_back(plan.journal, last_id, out)
     return status if isinstance(status, int) else app.exit_status
@@ -199,5 +275,4 @@ async def way_back(journal: Path, session_id: str, out: TextIO) -> None:
     from ..sessions.journal import has_prompt
 
     if await asyncio.to_thread(has_prompt, journal, session_id):
-        out.write(f"osprey: to go on with this session: osprey --resume {clean(session_id)} (or osprey --continue in this directory)\n")
-        out.flush()
+        _say(out, f"osprey: to go on with this session: osprey --resume {clean(session_id)} (or osprey --continue in this directory)\n")

@@ -38,7 +38,7 @@ from ..events import (
 )
 from ..terminal_text import StreamCleaner, clean
 from .transcript import Transcript, format_arguments, question_markdown, result_mark, result_text, todo_markdown
-from .widgets import MAX_RESULT_SHOWN, AnswerMarkdown, AnswerRow, FoldRow, NoticeRow, QuestionRow, ToolRow, UserRow, diff_text, todo_progress
+from .widgets import MAX_RESULT_SHOWN, AnswerRow, FoldRow, NoticeRow, QuestionRow, ToolRow, UserRow, diff_text, todo_progress
 
 # `/diff` runs this through the session as a call the person asked for; its result is shown as the diff.
 DIFF_COMMAND = workspace_diff.COMMAND
@@ -361,7 +361,7 @@ class Presenter:
         if mounted is None:
             return
         await mounted
-        stream = AnswerMarkdown.get_stream(row.markdown)
+        stream = type(row.markdown).get_stream(row.markdown)
         try:
             while (chunk := await chunks.get()) is not None:
                 await stream.write(chunk)

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import workspace_diff
-from ..catalog import Catalog
 from ..choices import EFFORTS, MODEL_PROVIDERS
 from ..config import Settings
 from ..errors import OspreyError
@@ -19,9 +18,9 @@ from ..sessions.journal import find_session, list_sessions
 from ..terminal_text import clean
 from . import commands
 from .presenter import DIFF_COMMAND
-from .screens import ModelPicker, PersonaPicker, SessionsScreen
 
 if TYPE_CHECKING:
+    from ..catalog import Catalog
     from .app import OspreyApp
 
 DIFF_TIMEOUT_MS = workspace_diff.TIMEOUT_MS
@@ -131,6 +130,7 @@ class SlashCommands:
             found = await asyncio.to_thread(list_personas, workspace_root=session.settings.workspace_root, home=session.settings.home,
                                             warn=lambda line: self.app.post_note(f"warning: {line}", "warning"))
             current = session.persona.name if session.persona is not None else None
+            from .screens import PersonaPicker  # its widgets load when a command opens it
             chosen = await self.app.push_screen_wait(PersonaPicker([(p.name, p.source, p.description) for p in found], current))
             if not chosen:
                 return
@@ -152,6 +152,7 @@ class SlashCommands:
         if session is None:
             return
         settings = session.settings
+        from .screens import ModelPicker
         picker = ModelPicker(settings.provider, settings.model, lambda: self.catalogs(settings))
         chosen = await self.app.push_screen_wait(picker)
         if chosen:
@@ -261,6 +262,7 @@ class SlashCommands:
             self.note(f"/sessions: {exc}", "error")
             return
         cwd = str(session.settings.cwd) if session is not None else str(Path.cwd())
+        from .screens import SessionsScreen
         chosen = await self.app.push_screen_wait(SessionsScreen(rows, cwd, session.session_id if session else None))
         if chosen is not None:
             await driver.resume(chosen.id)

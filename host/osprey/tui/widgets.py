@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import functools
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -17,7 +18,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.message import Message
 from textual.timer import Timer
-from textual.widgets import Collapsible, Markdown, Static, TextArea
+from textual.widgets import Collapsible, Static, TextArea
 from textual.widgets.collapsible import CollapsibleTitle
 
 from ..events import Question, ToolCallEvent, ToolResultEvent
@@ -29,6 +30,7 @@ from .transcript import PromptHistory, edit_diff, format_arguments
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
     from markdown_it.rules_core import StateCore
+    from textual.widgets import Markdown
 
 MAX_LIVE_OUTPUT = 20_000  # characters of a command's live output kept (its tail)
 LIVE_LINES = 100  # lines of that tail shown while the command runs
@@ -80,17 +82,23 @@ def _clean_tokens(state: StateCore) -> None:
             tokens.extend(token.children)
 
 
-class AnswerMarkdown(Markdown):
-    """Markdown from a model: drawn from cleaned source through `_markdown_parser`; a link it holds
-    opens (when clicked) only if it is http or https."""
+@functools.cache
+def answer_markdown() -> type[Markdown]:
+    """The widget of a model's Markdown: drawn from cleaned source through `_markdown_parser`; a
+    link it holds opens (when clicked) only if it is http or https. Made at its first use, so the
+    Markdown renderer loads after the first screen."""
+    from textual.widgets import Markdown
 
-    def __init__(self, markdown: str | None = None) -> None:
-        super().__init__(clean(markdown) if markdown else markdown, parser_factory=_markdown_parser, open_links=False)
+    class AnswerMarkdown(Markdown):
+        def __init__(self, markdown: str | None = None) -> None:
+            super().__init__(clean(markdown) if markdown else markdown, parser_factory=_markdown_parser, open_links=False)
 
-    def on_markdown_link_clicked(self, event: Markdown.LinkClicked) -> None:
-        href = event.href
-        if urlsplit(href).scheme.lower() in ("http", "https") and href.isprintable():
-            self.app.open_url(href)
+        def on_markdown_link_clicked(self, event: Markdown.LinkClicked) -> None:
+            href = event.href
+            if urlsplit(href).scheme.lower() in ("http", "https") and href.isprintable():
+                self.app.open_url(href)
+
+    return AnswerMarkdown
 
 
 class AnswerRow(Vertical):
@@ -101,7 +109,7 @@ class AnswerRow(Vertical):
     def __init__(self, at: datetime, text: str | None = None) -> None:
         super().__init__()
         self.at = at
-        self.markdown = AnswerMarkdown(text)
+        self.markdown = answer_markdown()(text)
 
     def compose(self) -> ComposeResult:
         yield Stamp(_time(self.at))
