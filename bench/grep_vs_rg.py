@@ -1,6 +1,6 @@
 """grep and find_files (through the local ToolService) against ripgrep given the same flags.
 
-Trees (made in a temporary directory): 50,000 small files in 500 directories, and one big
+Trees (made in a temporary directory): 1,000 and 50,000 small files, 100 a directory, and one big
 file (BIG_MB). Patterns: broad (every line matches), narrow (one line in 1,000 files) and
 none (nothing matches: the whole tree is read).
 
@@ -13,8 +13,10 @@ file, not the search. Where the tool reads everything (no match), the unsorted m
 `rg` is printed too, as the best ripgrep can do. find_files is also set beside `find -name`.
 
 Every round calls the tool and its floors in turn (the order alternating), so load from other
-work on the machine hits both; medians and p90 of ROUNDS rounds, the ratio of medians beside.
-Usage: grep_vs_rg.py [FILES] [BIG_MB]   (defaults 50000 and 200)
+work on the machine hits both; medians and p90 of ROUNDS rounds, the ratio of medians beside,
+and the paired ratios (each round's tool time over its floor's: median, min-max) with the load
+average. Goal: grep and find_files within 1.3x of `rg` given the same flags.
+Usage: grep_vs_rg.py [FILES[,FILES...]] [BIG_MB]   (defaults 1000,50000 and 200; BIG_MB 0 for none)
 """
 
 from __future__ import annotations
@@ -83,6 +85,12 @@ def fmt(samples: list[float]) -> str:
     return f"p50 {median(samples) * 1e3:7.1f} ms  p90 {percentile(samples, 90) * 1e3:7.1f} ms"
 
 
+def paired(tool: list[float], floor: list[float]) -> str:
+    """The round-by-round ratios tool/floor: median (min-max)."""
+    ratios = [t / f for t, f in zip(tool, floor, strict=True)]
+    return f"paired {median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+
+
 async def compare(name: str, tool: Callable[[], Awaitable[str]], floors: dict[str, Callable[[], float]]) -> None:
     note = await tool()  # warm the page cache and the service
     for floor in floors.values():
@@ -99,10 +107,10 @@ async def compare(name: str, tool: Callable[[], Awaitable[str]], floors: dict[st
         if not r % 2:
             for k, floor in floors.items():
                 floor_t[k].append(floor())
-    print(f"{name}: {note}")
+    print(f"{name}: {note} (load average {os.getloadavg()[0]:.2f})")
     print(f"  tool        {fmt(tool_t)}")
     for k, samples in floor_t.items():
-        print(f"  {k:<11} {fmt(samples)}   ratio tool/{k} {median(tool_t) / median(samples):.2f}")
+        print(f"  {k:<11} {fmt(samples)}   ratio tool/{k} {median(tool_t) / median(samples):.2f}, {paired(tool_t, samples)}")
 
 
 async def run(tree: str, big: str, files: int, big_mb: int) -> None:
@@ -128,9 +136,10 @@ async def run(tree: str, big: str, files: int, big_mb: int) -> None:
             if label != "broad":
                 floors["rg (full)"] = lambda p=pattern: head_run([rg, "--no-config", "-n", "-e", p], tree, 1 << 62)
             await compare(f"grep {label} {pattern!r} over {files} files", tool, floors)
-        for label, pattern in (("broad", "quick"), ("narrow", "needle_in_haystack")):
-            tool, floors = grep_case(big, pattern)
-            await compare(f"grep {label} {pattern!r} over one {big_mb} MB file", tool, floors)
+        if big_mb:
+            for label, pattern in (("broad", "quick"), ("narrow", "needle_in_haystack")):
+                tool, floors = grep_case(big, pattern)
+                await compare(f"grep {label} {pattern!r} over one {big_mb} MB file", tool, floors)
 
         for label, glob in (("broad", "*.txt"), ("narrow", "f007.txt"), ("none", "*.nothing")):
             async def find_tool(g: str = glob) -> str:
@@ -145,18 +154,21 @@ async def run(tree: str, big: str, files: int, big_mb: int) -> None:
 
 
 def main() -> None:
-    files = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000
+    sizes = [int(n) for n in (sys.argv[1] if len(sys.argv) > 1 else "1000,50000").split(",")]
     big_mb = int(sys.argv[2]) if len(sys.argv) > 2 else 200
     with tempfile.TemporaryDirectory() as tmp:
-        tree, big = Path(tmp, "tree"), Path(tmp, "big")
-        tree.mkdir()
+        big = Path(tmp, "big")
         big.mkdir()
-        start = time.perf_counter()
-        make_tree(tree, files)
         make_big(big / "big.txt", big_mb)
-        os.sync()
-        print(f"made the trees in {time.perf_counter() - start:.1f} s")
-        asyncio.run(run(str(tree), str(big), files, big_mb))
+        for index, files in enumerate(sizes):
+            tree = Path(tmp, f"tree{files}")
+            tree.mkdir()
+            start = time.perf_counter()
+            make_tree(tree, files)
+            os.sync()
+            print(f"made the tree of {files} files in {time.perf_counter() - start:.1f} s")
+            # The big file is searched once, with the last tree.
+            asyncio.run(run(str(tree), str(big), files, big_mb if index == len(sizes) - 1 else 0))
 
 
 if __name__ == "__main__":

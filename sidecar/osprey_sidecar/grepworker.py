@@ -182,6 +182,18 @@ class FileOpener:
             raise OSError(errno.EAGAIN, "the file changed since it was listed", name)
         return fd, st
 
+    def is_regular(self, real: str) -> bool:
+        """Whether `real` is a regular file reached below the root through no symlink."""
+        head, name = os.path.split(real)
+        try:
+            if head != self._dir:
+                self.close()
+                self._fd = open_under(self.root, head, os.O_PATH | os.O_DIRECTORY)
+                self._dir = head
+            return stat.S_ISREG(os.stat(name, dir_fd=self._fd, follow_symlinks=False).st_mode)
+        except OSError:
+            return False
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)

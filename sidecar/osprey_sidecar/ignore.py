@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 import re
+import stat
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -506,3 +508,117 @@ def _leave(child: _Frame, parent: _Frame | None) -> None:
             pass
     if child.fd >= 0:
         os.close(child.fd)
+
+
+# `rg_ignore_lines` reads the tree's ignore files before any is searched: at most this many
+# bytes of them in all, so that a search that stops early (its count limit) has not read far
+# more than the walk it stands in for. A tree with more is searched by `walk` instead.
+MAX_RG_RULE_BYTES = 1024 * 1024
+# Characters a directory name must not have to stand in a ripgrep ignore line (escaped ones
+# are escaped; these cannot be written at all).
+_UNWRITABLE = ("\n", "\r")
+_GLOB_SPECIAL = re.compile(r"([\\*?\[\]{}])")
+
+
+def _rg_line(negate: bool, dir_only: bool, pattern: str, base: str) -> str:
+    """One `.gitignore` rule of the directory `base` (relative to the walk's top, "" for the top)
+    as a line of an ignore file ripgrep reads relative to the top."""
+    if "/" in pattern:
+        rule = "/" + (_GLOB_SPECIAL.sub(r"\\\1", base) + "/" if base else "") + pattern.lstrip("/")
+    elif base:
+        rule = "/" + _GLOB_SPECIAL.sub(r"\\\1", base) + "/**/" + pattern
+    else:
+        rule = pattern
+    return ("!" if negate else "") + rule + ("/" if dir_only else "")
+
+
+def rg_ignore_lines(top: str, root: str | None, deadline: float | None = None) -> list[str] | None:
+    """Every ignore rule that applies below `top`, as the lines of one ignore file for ripgrep
+    (matched relative to `top`, last match wins): the ancestors' rules, each `.gitignore` in the
+    tree (outer before inner, each rebased to its directory), and `.git` last, so nothing
+    re-includes it. Only directories are walked, by descriptors as `walk` does, and an ignore
+    file is read with the same bounds, so ripgrep itself is told to read none.
+
+    None when the rules cannot be written so (a directory holding a `.gitignore` whose name has
+    a line break or is not UTF-8, ignore files over MAX_RG_RULE_BYTES in all) or the time ran out: the caller
+    then walks with `walk`."""
+    ancestors = ancestor_patterns(top, root) if root else []
+    lines = list(ancestors)
+    read = sum(len(line) + 1 for line in lines)
+    base = IgnoreStack([_Layer("", parse_gitignore("\n".join(ancestors)))] if ancestors else [])
+    top_prefix = top.rstrip(os.sep) + os.sep
+    below_root = root is not None and (top == root or top.startswith(root.rstrip(os.sep) + os.sep))
+    # Directories still to list (not held open, so a wide tree needs few descriptors).
+    todo: list[tuple[str, IgnoreStack, int]] = [("", base, 1)]
+    while todo:
+        rel, stack, depth = todo.pop()
+        path = top_prefix + rel if rel else top
+        try:
+            if below_root:
+                assert root is not None
+                fd = open_under(root, path, _DIR_FLAGS)
+            else:
+                fd = os.open(path, _DIR_FLAGS if rel else os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            continue  # gone, unreadable, or swapped for a symlink since its parent was listed
+        try:
+            subdirs: list[str] = []
+            has_rules = False
+            if os.fstat(fd).st_nlink == 2:
+                # No subdirectory links to it (filesystems that count links, as find's leaf
+                # optimisation assumes; one that does not reports 1): only the names are read,
+                # not the kind of each entry, which costs a stat per entry where the listing lacks it.
+                if ".gitignore" in os.listdir(fd):
+                    has_rules = stat.S_ISREG(os.stat(".gitignore", dir_fd=fd, follow_symlinks=False).st_mode)
+            else:
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        name = entry.name
+                        if name == ".git":
+                            continue
+                        try:
+                            if entry.is_dir(follow_symlinks=False):
+                                subdirs.append(name)
+                            elif name == ".gitignore":
+                                has_rules = entry.is_file(follow_symlinks=False)
+                        except OSError:
+                            continue
+            if has_rules:
+                if any(c in rel for c in _UNWRITABLE):
+                    return None
+                try:
+                    rel.encode("utf-8")
+                except UnicodeEncodeError:
+                    return None
+                read += os.stat(".gitignore", dir_fd=fd, follow_symlinks=False).st_size
+                if read > MAX_RG_RULE_BYTES:
+                    return None
+                text = read_ignore_file(fd)
+                kept = 0
+                for raw in text.split("\n"):
+                    split = _split_line(raw)
+                    if split is None or len(split[2]) > MAX_PATTERN_CHARS:
+                        continue
+                    try:
+                        split[2].encode("utf-8")
+                    except UnicodeEncodeError:
+                        return None
+                    lines.append(_rg_line(*split, rel))
+                    kept += 1
+                    if kept >= MAX_IGNORE_RULES:
+                        break
+                stack = stack.pushed(rel, parse_gitignore(text))
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        if deadline is not None and time.monotonic() > deadline:
+            return None
+        if depth >= MAX_WALK_DEPTH:
+            continue
+        for name in subdirs:
+            child = f"{rel}/{name}" if rel else name
+            if not stack.ignored(child, True) and len(os.fsencode(top_prefix + child)) < PATH_MAX:
+                todo.append((child, stack, depth + 1))
+    lines.append(".git")
+    return lines

@@ -8,10 +8,23 @@ Python engine runs in a worker process (grepworker.py) that is killed at the bud
 since a catastrophic `re` pattern cannot be interrupted inside this process. A call
 that is cancelled (the `cancelled` event is set) stops as soon as it is noticed.
 
-Neither engine opens a searched path by name where a symlink could be swapped in: the
-files are found by the descriptor walk of ignore.py and each is opened below its root
-without following symlinks (paths.py). ripgrep is handed those open files as
-/proc/self/fd/N, in batches, so it never walks or resolves a workspace path itself.
+ripgrep walks a directory itself, so that a search costs this process (and its GIL) little
+more than listing the directories: ignore.rg_ignore_lines walks the directories only, by
+descriptors, reads each `.gitignore` with its bounds (a FIFO or a symlink is never opened), and
+writes every rule into one memory file that ripgrep is given with `--no-ignore`, so it reads
+no ignore file of its own. It runs in the searched directory, opened below its root. Since it
+opens the paths below it by name, a directory or file swapped for a symlink while it runs could
+show it a file elsewhere; so each match returned is read again from its file opened below the
+root without following symlinks, and a file whose lines differ is left out with its count, and
+each path find_files returns is checked to be a regular file reached the same way. (The count
+of matches past the returned ones is not checked so.) A file swapped for a FIFO meanwhile can
+hold ripgrep until the time budget.
+
+Where the rules cannot be written so (a directory name with a line break, more than
+ignore.MAX_RG_RULE_BYTES of ignore files) or the path is one file, the files are found by the
+descriptor walk of ignore.py and each is opened below its root without following symlinks
+(paths.py); ripgrep is handed those open files as /proc/self/fd/N, in batches. The Python
+engine (no ripgrep, or a pattern it refuses) walks the same way.
 """
 
 from __future__ import annotations
@@ -36,8 +49,8 @@ from . import errors as E
 from ._proto import tools_pb2 as pb
 from .errors import ToolFailure, from_os_error
 from .grepworker import MAX_MATCH_CHARS, READ_CHUNK, FileOpener, line_text  # noqa: F401 - MAX_MATCH_CHARS is this module's too
-from .ignore import compile_glob, walk
-from .paths import NotARegularFile, Opened, Roots, cut
+from .ignore import _expand_braces, compile_glob, rg_ignore_lines, walk
+from .paths import NotARegularFile, Opened, Roots, cut, open_under
 
 DEFAULT_FIND_LIMIT = 1000
 DEFAULT_MAX_MATCHES = 500
@@ -66,12 +79,25 @@ _STDERR_KEEP = 4096
 # byte: a file it is given is searched to the end regardless (a walked one would be stopped at it).
 _RG_BINARY_MESSAGES = (b": binary file matches (", b": WARNING: stopped searching binary file")
 _FD_DIR = "/proc/self/fd"
+PATH_MAX_BYTES = 4096
 _SNIFF_BYTES = 8192
 # A file this small is read whole before it is handed to ripgrep when the pattern is a plain
 # literal (or literals joined by `|`): one without any of them cannot match and is not handed
 # over, which spares ripgrep's cost per file (a few system calls and a path to resolve).
 _PREFILTER_BYTES = 64 * 1024
 _REGEX_SYNTAX = frozenset("\\.^$*+?{}[]()|")
+# How ripgrep walks a directory itself: hidden files searched, symlinks not followed (its
+# default), and no ignore file of its own read: the rules come from one file that
+# ignore.rg_ignore_lines writes (the tree's `.gitignore` files read with their bounds, `.git` last).
+# (`--no-ignore` leaves the rules of `--ignore-file` in force, and covers `.rgignore` too).
+_RG_WALK_FLAGS = ("--sort", "path", "--hidden", "--no-ignore")
+_DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# The characters a glob's last segment may hold to be handed to ripgrep as a file-name type
+# (`--type-add`), which, unlike its `--glob`, never re-includes an ignored file.
+_NAME_GLOB = re.compile(r"[A-Za-z0-9._*?+@%=~ -]+")
+# What ripgrep's run in a directory returns when it cannot be used there, so the files are
+# walked here and handed over instead.
+_HAND_OVER = object()
 # Runs the worker; sys.path gets the sidecar's own directory, since a lane puts it there by hand.
 _WORKER = "import sys; sys.path.insert(0, sys.argv[1]); from osprey_sidecar.grepworker import main; sys.exit(main())"
 
@@ -126,6 +152,135 @@ def _count_limit(limit: int) -> int:
     return max(COUNT_LIMIT, limit + 1)
 
 
+def _name_globs(glob: str) -> tuple[list[str], bool] | None:
+    """File-name globs that every path the glob matches has a name matching (ripgrep's
+    `--type-add`), and whether they are the whole glob (it has no `/`); None when its last
+    segment cannot be written so."""
+    pattern = glob.strip()
+    anchored = "/" in pattern
+    if pattern.startswith("./"):
+        pattern = pattern[2:]
+    names = [alternative.rsplit("/", 1)[-1] for alternative in _expand_braces(pattern.lstrip("/"))]
+    if not names or any(not _NAME_GLOB.fullmatch(n) or "**" in n or n.strip() != n for n in names):
+        return None
+    return names, not anchored
+
+
+def _type_flags(names: list[str]) -> list[str]:
+    return [*(f"--type-add=osprey:{name}" for name in names), "--type=osprey"]
+
+
+def _walk_setup(top: str, root: str | None, deadline: float) -> tuple[int, int] | None:
+    """For ripgrep to walk `top` itself: the directory open (ripgrep runs in it, so the path is
+    resolved only here, below its root) and a memory file holding the ignore rules; None when
+    the rules cannot be written (the caller walks instead)."""
+    if root is None or not os.path.isdir(_FD_DIR) or not hasattr(os, "memfd_create"):
+        return None
+    lines = rg_ignore_lines(top, root, deadline)
+    if lines is None:
+        return None
+    try:
+        top_fd = open_under(root, top, _DIR_OPEN)
+    except OSError:
+        return None
+    rules_fd = os.memfd_create("osprey-ignore", os.MFD_CLOEXEC)
+    data = ("\n".join(lines) + "\n").encode("utf-8")
+    view = memoryview(data)
+    while view:
+        view = view[os.write(rules_fd, view) :]
+    return top_fd, rules_fd
+
+
+def _capped(cmd: list[str]) -> tuple[list[str], int | None]:
+    """`cmd` under the prlimit tool, which caps ripgrep's address space before it starts, or
+    `cmd` and the cap for _stream to set on the running process (a moment later), where the
+    tool is missing. preexec_fn is unsafe in a threaded server."""
+    cap = _memory_cap(RG_MEMORY_BYTES)
+    prlimit = shutil.which("prlimit")
+    if prlimit:
+        return [prlimit, f"--as={cap}", "--", *cmd], None
+    return cmd, cap
+
+
+class _FilesOutput:
+    """`rg --files --null` output, parsed as it streams: the first `keep` paths the glob matches,
+    and how many it matches, counting no further than `count_limit`."""
+
+    def __init__(self, keep: int, count_limit: int, regex: re.Pattern[str] | None) -> None:
+        self.keep, self.count_limit, self.regex = keep, count_limit, regex
+        self.kept: list[str] = []
+        self.total = 0
+        self.unparsable = False
+        self._partial = b""
+
+    def feed(self, data: bytes) -> bool:
+        *names, self._partial = (self._partial + data).split(b"\x00")
+        if len(self._partial) > 2 * PATH_MAX_BYTES:
+            self.unparsable = True
+            return True
+        regex = self.regex
+        if regex is None and len(self.kept) >= self.keep:
+            # Only counted from here: no name needs decoding.
+            if self.total + len(names) < self.count_limit:
+                self.total += len(names)
+                return False
+        for name in names:
+            if not name.startswith(b"./"):
+                self.unparsable = True
+                return True
+            rel = os.fsdecode(name[2:])
+            if regex is not None and not regex.fullmatch(rel):
+                continue
+            self.total += 1
+            if len(self.kept) < self.keep:
+                self.kept.append(rel)
+            elif self.total >= self.count_limit:
+                return True
+        return False
+
+
+def _ripgrep_files(
+    rg: str, roots: Roots, top: str, regex: re.Pattern[str], pattern: str, limit: int,
+    deadline: float, cancelled: threading.Event | None,
+) -> tuple[list[str], int] | None:
+    """find_files by `rg --files`, which walks `top` itself; None where it cannot (the caller walks)."""
+    root = roots.root_of(top)
+    setup = _walk_setup(top, root, deadline)
+    if setup is None:
+        return None
+    assert root is not None
+    top_fd, rules_fd = setup
+    try:
+        names = _name_globs(pattern)
+        cmd = [
+            rg, "--no-config", "--files", "--null", *_RG_WALK_FLAGS, "--ignore-file", f"{_FD_DIR}/{rules_fd}",
+            *(_type_flags(names[0]) if names else []), "--", ".",
+        ]
+        cmd, cap = _capped(cmd)
+        out = _FilesOutput(limit, _count_limit(limit), None if names and names[1] else regex)
+        ran = _stream(
+            cmd, stdin=b"", deadline=deadline, feed=out.feed, memory_bytes=cap, pass_fds=(top_fd, rules_fd),
+            cancelled=cancelled, cwd=f"{_FD_DIR}/{top_fd}",
+        )
+    finally:
+        os.close(top_fd)
+        os.close(rules_fd)
+    if ran is None or out.unparsable:
+        return None
+    returncode, stderr = ran
+    if returncode is not None and (returncode < 0 or stderr.startswith(b"prlimit:") or (returncode == 2 and not out.total and b"(os error" not in stderr)):
+        return None
+    # ripgrep walked by path: a directory swapped for a symlink meanwhile could have led it
+    # elsewhere. Each path returned is checked here to be a regular file below the root.
+    opener = FileOpener(root)
+    try:
+        prefix = top.rstrip(os.sep) + os.sep
+        shown = [rel for rel in out.kept if opener.is_regular(prefix + rel)]
+    finally:
+        opener.close()
+    return [_shown(roots, top, rel) for rel in shown], out.total - (len(out.kept) - len(shown))
+
+
 def find_files(
     roots: Roots, pattern: str, path: str = "", limit: int = 0,
     *, budget_s: float = SEARCH_BUDGET_S, cancelled: threading.Event | None = None,
@@ -145,6 +300,16 @@ def find_files(
     if not target.is_dir:
         raise ToolFailure(E.NOT_A_DIRECTORY, f"{cut(path)} is a file; find_files searches a directory")
     top = target.real
+    rg = shutil.which("rg")
+    if rg is not None:
+        try:
+            listed = _ripgrep_files(rg, roots, top, regex, pattern, limit, deadline, cancelled)
+        except _Expired:
+            raise _timeout("find_files", budget_s, "narrow the path or the pattern") from None
+        except _Cancelled:
+            raise _cancelled("find_files") from None
+        if listed is not None:
+            return pb.FindFilesResponse(paths=listed[0], truncated=listed[1] > limit, total=listed[1])
     found: list[str] = []
     total = 0
     try:
@@ -338,22 +503,88 @@ class _Search:
         """None when ripgrep cannot run this search (Python takes over)."""
         if not os.path.isdir(_FD_DIR):
             return None  # no /proc: the files cannot be handed over as descriptors
-        cmd = [
+        flags = [
             rg, "--no-config", "--line-number", "--with-filename", "--null", "--no-heading",
-            "--color", "never", "--no-ignore", "--encoding", "none", "--no-mmap",
-            # One thread searches the files in the order given, so the first matches are
+            "--color", "never", "--encoding", "none", "--no-mmap",
+            # One thread searches the files in path order, so the first matches are
             # final as they arrive and ripgrep can be stopped.
             "--threads", "1",
         ]
         if self.ignore_case:
-            cmd.append("--ignore-case")
-        cmd += ["--regexp", self.pattern, "--"]
-        # The prlimit tool caps the address space before ripgrep starts; without it, _stream caps
-        # the running process (a moment later). preexec_fn is unsafe in a threaded server.
-        cap = _memory_cap(RG_MEMORY_BYTES)
-        prlimit = shutil.which("prlimit")
-        if prlimit:
-            cmd = [prlimit, f"--as={cap}", "--", *cmd]
+            flags.append("--ignore-case")
+        if self.file is None:
+            found = self._ripgrep_walking(flags)
+            if found is not _HAND_OVER:
+                return found  # type: ignore[return-value]
+        return self._ripgrep_handed(flags)
+
+    def _ripgrep_walking(self, flags: list[str]) -> Found | None | object:
+        """ripgrep walks the directory itself (the rules from ignore.rg_ignore_lines); _HAND_OVER
+        where it cannot, so the files are walked here and handed to it."""
+        setup = _walk_setup(self.top, self.root, self.deadline)
+        if setup is None:
+            _check_time(self.deadline, self.cancelled)
+            return _HAND_OVER
+        assert self.root is not None
+        top_fd, rules_fd = setup
+        names = _name_globs(self.glob) if self.glob else None
+        cmd = [*flags, *_RG_WALK_FLAGS, "--ignore-file", f"{_FD_DIR}/{rules_fd}"]
+        if names:
+            cmd += _type_flags(names[0])
+        cmd, cap = _capped([*cmd, "--regexp", self.pattern, "--", "."])
+        out = _RgOutput(self.limit, _count_limit(self.limit), self.deadline)
+        opener = FileOpener(self.root)
+        prefix = self.top.rstrip(os.sep) + os.sep
+        out.walked = lambda rel: _open_listed(opener, prefix + rel)
+        if self.file_filter is not None and not (names and names[1]):
+            out.accept = self.file_filter.fullmatch
+        try:
+            ran = _stream(
+                cmd, stdin=b"", deadline=self.deadline, feed=out.feed, memory_bytes=cap, pass_fds=(top_fd, rules_fd),
+                cancelled=self.cancelled, cwd=f"{_FD_DIR}/{top_fd}",
+            )
+            if ran is None:
+                return None
+            if out.unparsable:
+                return _HAND_OVER  # e.g. a name with a line break in it
+            returncode, stderr = ran
+            if returncode is not None:
+                out.finish()
+                if stderr.startswith(b"prlimit:") or returncode < 0:
+                    return None  # not started, or killed (its memory cap): what it printed may be incomplete
+                if returncode == 2 and not out.seen and b"(os error" not in stderr:
+                    return None  # e.g. a pattern ripgrep's regex engine does not support
+            return self._verified(out, opener, prefix)
+        finally:
+            opener.close()
+            os.close(top_fd)
+            os.close(rules_fd)
+
+    def _verified(self, out: _RgOutput, opener: FileOpener, prefix: str) -> Found:
+        """The matches to return, each checked against its file opened here below the root
+        without following a symlink: ripgrep walked by path, so a directory or file swapped for
+        a symlink while it ran could have shown it a file elsewhere. A file whose lines differ
+        (it changed meanwhile, or was not the one ripgrep read) is left out, with its count."""
+        kept: dict[str, list[tuple[int, str]]] = {}
+        for rel, number, text in out.kept:
+            kept.setdefault(rel, []).append((number, text))
+        wrong = set()
+        for rel, hits in kept.items():
+            fd = _open_listed(opener, prefix + rel)
+            try:
+                if fd < 0 or not _lines_are(fd, hits, self.deadline):
+                    wrong.add(rel)
+            finally:
+                if fd >= 0:
+                    os.close(fd)
+        if not wrong:
+            return out.kept, out.total
+        return [k for k in out.kept if k[0] not in wrong], out.total - sum(out.counts[rel] for rel in wrong)
+
+    def _ripgrep_handed(self, flags: list[str]) -> Found | None:
+        """ripgrep searches the files walked here, handed to it as open descriptors in batches."""
+        cmd = [*flags, "--no-ignore", "--regexp", self.pattern, "--"]
+        cmd, cap = _capped(cmd)
         out = _RgOutput(self.limit, _count_limit(self.limit), self.deadline)
         searched = [0, 0, 0]  # files in the finished runs, the lines they counted, files in the current run
 
@@ -376,7 +607,7 @@ class _Search:
                 try:
                     ran = _stream(
                         cmd + [os.fsdecode(name) for name in out.files], stdin=b"", deadline=self.deadline, feed=out.feed,
-                        memory_bytes=None if prlimit else cap, pass_fds=tuple(fd for fd, _ in batch), cancelled=self.cancelled,
+                        memory_bytes=cap, pass_fds=tuple(fd for fd, _ in batch), cancelled=self.cancelled,
                         idle=batches.step,
                     )
                 finally:
@@ -491,10 +722,16 @@ class _WorkerOutput:
 
 class _RgOutput:
     """ripgrep's `--null --line-number` output over the files of `files` (the name ripgrep
-    was given, /proc/self/fd/N, to the file's relative path and descriptor), parsed as it streams.
+    was given, /proc/self/fd/N, to the file's relative path and descriptor), or, where it
+    walks a directory itself (`walked` set), over the files it names `./REL`, parsed as it streams.
 
-    Each file's lines arrive together, in the order given; a file's matches count only once
+    Each file's lines arrive together, in path order; a file's matches count only once
     the file is complete, since a NUL byte further on makes it binary and drops them."""
+
+    # Where ripgrep walks: opens a file by its relative path below the root (-1 if it cannot).
+    walked: Callable[[str], int] | None = None
+    # Which relative paths are searched (the glob, where ripgrep could not be given it whole).
+    accept: Callable[[str], object] | None = None
 
     def __init__(self, keep: int, count_limit: int, deadline: float) -> None:
         self.keep, self.count_limit, self.deadline = keep, count_limit, deadline
@@ -510,14 +747,19 @@ class _RgOutput:
         self._skip = False  # the current file is binary
         self._hits: list[tuple[int, str]] = []
         self._count = 0
+        self.counts: dict[str, int] = {}  # of the files with matches kept
 
     def feed(self, data: bytes) -> bool:
         """Take more output; True once nothing more is needed."""
         self.seen = True
         start = 0
+        bulk = True
         while True:
-            if not self._partial:
-                start = self._count_run(data, start)
+            if not self._partial and bulk:
+                moved = self._count_run(data, start)
+                # Turned down with every match held: the rest of this output is parsed line by line.
+                bulk = moved != start or len(self.kept) + len(self._hits) < self.keep
+                start = moved
             newline = data.find(b"\n", start)
             if newline == -1:
                 room = _RG_LINE_KEEP - len(self._partial)
@@ -533,23 +775,55 @@ class _RgOutput:
                 return True
 
     def _count_run(self, data: bytes, start: int) -> int:
-        """Once every match to return is held, count the current file's lines from `start` at
-        once, up to the last whole line of `data` when that line is the file's too (a file's
-        lines arrive together, so all between are); where the next line is to be parsed."""
-        if self._name is None or self._skip or len(self.kept) + len(self._hits) < self.keep:
+        """Once every match to return is held, count the whole lines of `data` from `start` at
+        once, where no binary-file message and no file past the glob lies among them and the
+        count limit does not fall in them (else they are parsed line by line); where the next
+        line is to be parsed. A file's lines arrive together, so of the files these lines name,
+        all but the last are complete, and the last one goes on as the current file."""
+        if self.accept is not None or self._skip or len(self.kept) + len(self._hits) < self.keep:
             return start
-        prefix = self._name + b"\x00"
         end = data.rfind(b"\n", start)
-        if end == -1 or not data.startswith(prefix, start):
+        if end == -1:
             return start
-        before_last = data.rfind(b"\n", start, end)
-        if not data.startswith(prefix, start if before_last == -1 else before_last + 1):
-            return start
-        lines = data.count(b"\n", start, end + 1)
+        end += 1
+        lines = data.count(b"\n", start, end)
         if self.total + self._count + lines >= self.count_limit:
-            return start  # the count limit falls in this run: parsed line by line
-        self._count += lines
-        return end + 1
+            return start  # the count limit falls in these lines
+        if any(data.find(message, start, end) != -1 for message in _RG_BINARY_MESSAGES):
+            return start
+        last = data.rfind(b"\n", start, end - 1) + 1 or start
+        nul = data.find(b"\x00", last, end)
+        if nul == -1:
+            return start
+        name = data[last:nul]
+        if data.startswith(name + b"\x00", start):
+            run = start
+        else:
+            run = data.find(b"\n" + name + b"\x00", start, end) + 1
+        if name == self._name:
+            if run != start:
+                return start
+            self._count += lines
+            return end
+        if self.walked is not None:
+            if not name.startswith(b"./"):
+                return start
+            rel, fd = os.fsdecode(name[2:]), -1
+        elif name in self.files:
+            rel, fd = self.files[name]
+        else:
+            return start
+        between = lines - data.count(b"\n", run, end)  # of the current file and files complete here
+        if self._name is not None and data.startswith(self._name + b"\x00", start):
+            own = data.rfind(b"\n" + self._name + b"\x00", start, run)
+            own_end = data.find(b"\n", own + 1 if own != -1 else start, run) + 1
+            own_lines = data.count(b"\n", start, own_end)
+            self._count += own_lines
+            between -= own_lines
+        self.finish()
+        self.total += between
+        self._name, self._rel, self._fd, self._count = name, rel, fd, data.count(b"\n", run, end)
+        return end
 
     def _line(self, line: bytes) -> bool:
         name, sep, rest = line.partition(b"\x00")
@@ -563,11 +837,18 @@ class _RgOutput:
             return False
         if name != self._name:
             self.finish()
-            if name not in self.files:
-                self.unparsable = True
-                return True
-            self._name = name
-            self._rel, self._fd = self.files[name]
+            if self.walked is not None:
+                if not name.startswith(b"./"):
+                    self.unparsable = True
+                    return True
+                self._name, self._rel = name, os.fsdecode(name[2:])
+                self._skip = self.accept is not None and not self.accept(self._rel)
+            else:
+                if name not in self.files:
+                    self.unparsable = True
+                    return True
+                self._name = name
+                self._rel, self._fd = self.files[name]
         if self._skip:
             return False
         self._count += 1
@@ -578,7 +859,13 @@ class _RgOutput:
             return False
         # Enough counted. ripgrep would say whether this file is binary only after all its
         # lines, so look for a NUL directly.
-        if _has_nul(self._fd, self.deadline):
+        fd = self._fd if self.walked is None else self.walked(self._rel)
+        try:
+            binary = fd < 0 or _has_nul(fd, self.deadline)  # a walked file gone meanwhile is left out
+        finally:
+            if fd >= 0 and self.walked is not None:
+                os.close(fd)
+        if binary:
             self._skip = True
             return False
         self.finish()
@@ -589,6 +876,8 @@ class _RgOutput:
         if self._name is not None and not self._skip:
             self.kept += [(self._rel, number, text) for number, text in self._hits]
             self.total += self._count
+            if self._hits:
+                self.counts[self._rel] = self._count
         self._name, self._rel, self._fd, self._skip, self._hits, self._count = None, "", -1, False, [], 0
 
 
@@ -600,15 +889,16 @@ def _memory_cap(wanted: int) -> int:
 def _stream(
     cmd: list[str], *, stdin: bytes, deadline: float, feed: Callable[[bytes], bool], memory_bytes: int | None = None,
     pass_fds: tuple[int, ...] = (), cancelled: threading.Event | None = None, idle: Callable[[], bool] | None = None,
+    cwd: str = "/",
 ) -> tuple[int | None, bytes] | None:
-    """Run `cmd` (in /, with `pass_fds` open in it), handing its output to `feed` as it
+    """Run `cmd` (in `cwd`, with `pass_fds` open in it), handing its output to `feed` as it
     arrives, until it exits or `feed` returns True (it is then killed: return code None).
     Meanwhile `idle` is called between reads until it returns False.
 
     Returns the return code and the start of its stderr, or None when it cannot be started;
     raises _Expired at the deadline and _Cancelled once `cancelled` is set (it is killed)."""
     try:
-        proc = subprocess.Popen(cmd, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=pass_fds)
+        proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=pass_fds)
     except OSError:
         return None
     assert proc.stdin and proc.stdout and proc.stderr
@@ -676,6 +966,45 @@ def _stream(
                 pipe.close()
             except OSError:
                 pass
+
+
+def _open_listed(opener: FileOpener, real: str) -> int:
+    """The regular file `real` open for reading below the root, following no symlink; -1 if it cannot be."""
+    try:
+        return opener.open(real)[0]
+    except OSError:
+        return -1
+
+
+def _lines_are(fd: int, hits: list[tuple[int, str]], deadline: float) -> bool:
+    """Whether the open file's lines at the numbers of `hits` read as their texts (each as
+    ripgrep's output is cut and shown); read from the start in chunks, up to the last of them."""
+    wanted = dict(hits)
+    last = max(wanted)
+    number = offset = 0
+    carry = b""
+    while number < last:
+        chunk = os.pread(fd, READ_CHUNK, offset)
+        if not chunk:
+            break
+        offset += len(chunk)
+        lines = (carry + chunk).split(b"\n")
+        carry = lines.pop()[:_RG_LINE_KEEP]  # only the start of a long line is compared
+        for line in lines:
+            number += 1
+            text = wanted.get(number)
+            if text is not None and line_text(line[:_RG_LINE_KEEP]) != text:
+                return False
+            if number >= last:
+                return True
+        if time.monotonic() > deadline:
+            raise _Expired
+    if number < last and carry:
+        number += 1
+        text = wanted.get(number)
+        if text is not None and line_text(carry) != text:
+            return False
+    return number >= last
 
 
 def _has_nul(fd: int, deadline: float) -> bool:

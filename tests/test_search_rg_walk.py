@@ -1,0 +1,226 @@
+"""grep and find_files let ripgrep walk a directory itself, with the tree's ignore rules handed to it.
+
+The rules come from one file that `ignore.rg_ignore_lines` writes (the `.gitignore` files read
+with their bounds, by a walk of directories only); what ripgrep reports is checked against the
+files opened below the root before it is returned. Results must equal the descriptor walk's
+(test_search_engines.py compares the engines); these tests pin the parts on their own.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from test_search_engines import require_rg, write
+
+from osprey_sidecar import ignore, search
+from osprey_sidecar.grepworker import FileOpener
+from osprey_sidecar.ignore import rg_ignore_lines
+from osprey_sidecar.paths import Roots
+from osprey_sidecar.search import find_files, grep
+
+# --- the rules handed to ripgrep ----------------------------------------------------------------
+
+
+def test_rules_are_rebased_to_their_directory_and_git_comes_last(tmp_path: Path) -> None:
+    write(tmp_path, ".gitignore", "*.log\n/top-only.txt\nbuild/\n")
+    write(tmp_path, "sub/.gitignore", "!keep.log\n/local/\ndeep/x.txt\n# a comment\n\n")
+    write(tmp_path, "sub/a.txt", "")
+    write(tmp_path, "build/.gitignore", "never-read\n")  # its directory is ignored
+    assert rg_ignore_lines(str(tmp_path), str(tmp_path)) == [
+        "*.log", "/top-only.txt", "build/",
+        "!/sub/**/keep.log", "/sub/local/", "/sub/deep/x.txt",
+        ".git",
+    ]
+
+
+def test_directory_names_are_escaped_in_the_rules(tmp_path: Path) -> None:
+    write(tmp_path, "a*[b]{c}?/.gitignore", "x.txt\n")
+    assert rg_ignore_lines(str(tmp_path), str(tmp_path)) == ["/a\\*\\[b\\]\\{c\\}\\?/**/x.txt", ".git"]
+
+
+def test_ancestor_rules_come_first(tmp_path: Path) -> None:
+    write(tmp_path, ".gitignore", "*.tmp\n/sub/anchored.txt\n")
+    write(tmp_path, "sub/.gitignore", "inner.txt\n")
+    assert rg_ignore_lines(str(tmp_path / "sub"), str(tmp_path)) == ["*.tmp", "/anchored.txt", "inner.txt", ".git"]
+
+
+def test_rules_that_cannot_be_written_are_refused(tmp_path: Path) -> None:
+    write(tmp_path, "line\nbreak/.gitignore", "x\n")
+    assert rg_ignore_lines(str(tmp_path), str(tmp_path)) is None
+
+
+def test_ignore_files_past_the_byte_cap_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ignore, "MAX_RG_RULE_BYTES", 1000)
+    for d in range(3):
+        write(tmp_path, f"d{d}/.gitignore", "# nothing\n" * 40)  # 400 bytes each
+    assert rg_ignore_lines(str(tmp_path), str(tmp_path)) is None
+    # ...and the search still answers, by the descriptor walk.
+    write(tmp_path, "d0/a.txt", "needle\n")
+    if search.shutil.which("rg"):
+        r = grep(Roots([str(tmp_path)]), "needle", engine="ripgrep")
+        assert [(m.path, m.line) for m in r.matches] == [("d0/a.txt", 1)] and r.engine == "ripgrep"
+
+
+def test_non_regular_ignore_files_are_not_read(tmp_path: Path) -> None:
+    write(tmp_path, "a.txt", "")
+    os.mkfifo(tmp_path / ".gitignore")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / ".gitignore").symlink_to("/dev/zero")
+    done: list[object] = []
+    thread = threading.Thread(target=lambda: done.append(rg_ignore_lines(str(tmp_path), str(tmp_path))), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert done == [[".git"]]
+
+
+def test_a_name_glob_is_handed_to_ripgrep_only_where_it_cannot_reinclude() -> None:
+    assert search._name_globs("*.py") == (["*.py"], True)
+    assert search._name_globs("*.{py,md}") == (["*.py", "*.md"], True)
+    assert search._name_globs("src/**/*.ts") == (["*.ts"], False)
+    assert search._name_globs("./*.py") == (["*.py"], False)
+    for unwritable in ("**", "src/**", "[!a-m]*.txt", "a\\*b", "x:y", "a**b"):
+        assert search._name_globs(unwritable) is None, unwritable
+
+
+# --- what ripgrep reports is checked -----------------------------------------------------------
+
+
+def test_lines_are_compared_as_shown(tmp_path: Path) -> None:
+    path = tmp_path / "f.txt"
+    path.write_bytes(b"one\r\ntwo\n" + b"x" * 70_000 + b"\nlast without newline")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        far = time.monotonic() + 10
+        assert search._lines_are(fd, [(1, "one"), (2, "two")], far)
+        assert search._lines_are(fd, [(3, search.line_text(b"x" * 70_000)), (4, "last without newline")], far)
+        assert not search._lines_are(fd, [(2, "SECRET two")], far)
+        assert not search._lines_are(fd, [(5, "past the end")], far)
+    finally:
+        os.close(fd)
+
+
+class _Reported(search._RgOutput):
+    """ripgrep's output as if it had read other files than the ones below the root."""
+
+    def __init__(self, kept: list[tuple[str, int, str]], counts: dict[str, int]) -> None:
+        super().__init__(500, search.COUNT_LIMIT, time.monotonic() + 10)
+        self.kept, self.counts, self.total = kept, counts, sum(counts.values())
+
+
+def test_matches_that_differ_from_the_file_below_the_root_are_left_out(tmp_path: Path) -> None:
+    write(tmp_path, "d/target.txt", "inside needle\n")
+    write(tmp_path, "d/other.txt", "needle\nneedle\n")
+    (tmp_path / "d" / "link.txt").symlink_to(tmp_path / "d" / "other.txt")
+    roots = Roots([str(tmp_path)])
+    target = search._open_target(roots, "")
+    run = search._Search(roots, "needle", target, "", None, False, 500, time.monotonic() + 10, None)
+    out = _Reported(
+        [("d/target.txt", 1, "SECRET needle"), ("d/other.txt", 1, "needle"), ("d/other.txt", 2, "needle"), ("d/link.txt", 1, "needle")],
+        {"d/target.txt": 1, "d/other.txt": 2, "d/link.txt": 1},
+    )
+    opener = FileOpener(str(tmp_path))
+    try:
+        kept, total = run._verified(out, opener, str(tmp_path) + os.sep)
+    finally:
+        opener.close()
+    # The symlink is not followed, and the line that is not what the file below the root holds is dropped.
+    assert (kept, total) == ([("d/other.txt", 1, "needle"), ("d/other.txt", 2, "needle")], 2)
+
+
+def test_found_paths_are_regular_files_below_the_root(tmp_path: Path) -> None:
+    write(tmp_path, "d/a.txt", "")
+    (tmp_path / "d" / "l.txt").symlink_to(tmp_path / "d" / "a.txt")
+    (tmp_path / "s").symlink_to(tmp_path / "d", target_is_directory=True)
+    opener = FileOpener(str(tmp_path))
+    try:
+        assert opener.is_regular(str(tmp_path / "d" / "a.txt"))
+        assert not opener.is_regular(str(tmp_path / "d" / "l.txt"))
+        assert not opener.is_regular(str(tmp_path / "s" / "a.txt"))
+        assert not opener.is_regular(str(tmp_path / "d" / "missing.txt"))
+    finally:
+        opener.close()
+
+
+# --- the walk is ripgrep's, not this process's ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wide_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("wide")
+    text = "the quick brown fox jumps over the lazy dog\n" * 20
+    for d in range(40):
+        folder = root / f"d{d:02d}"
+        folder.mkdir()
+        for f in range(100):
+            (folder / f"f{f:03d}.txt").write_text(text + ("needle here\n" if f == 7 else ""))
+    return root
+
+
+def test_grep_of_a_directory_leaves_opening_the_files_to_ripgrep(wide_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 4,000 files: a walk in this process that opens each file to pre-filter it opens them all;
+    # with ripgrep walking, this process opens the directories and the 40 files whose matches it
+    # checks.
+    require_rg()
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting(path: object, *args: object, **kwargs: object) -> int:
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    roots = Roots([str(wide_tree)])
+    monkeypatch.setattr(os, "open", counting)
+    r = grep(roots, "needle")
+    monkeypatch.undo()
+    assert [m.path for m in r.matches] == [f"d{d:02d}/f007.txt" for d in range(40)]  # type: ignore[attr-defined]
+    assert len(opened) < 500, f"grep opened {len(opened):,} paths itself"
+
+
+def test_find_files_of_a_directory_finds_each_match_once(wide_tree: Path) -> None:
+    require_rg()
+    roots = Roots([str(wide_tree)])
+    r = find_files(roots, "f007.txt")
+    assert r.paths == [f"d{d:02d}/f007.txt" for d in range(40)]  # type: ignore[attr-defined]
+
+
+def test_globs_that_are_not_names_still_filter(wide_tree: Path) -> None:
+    require_rg()
+    roots = Roots([str(wide_tree)])
+    r = grep(roots, "needle", glob="d0[0-2]/*.txt")
+    assert [m.path for m in r.matches] == ["d00/f007.txt", "d01/f007.txt", "d02/f007.txt"]
+    r = grep(roots, "needle", glob="d01/**")
+    assert [m.path for m in r.matches] == ["d01/f007.txt"]
+    assert find_files(roots, "d03/f00[0-2].txt").paths == ["d03/f000.txt", "d03/f001.txt", "d03/f002.txt"]
+
+
+@pytest.fixture(scope="module")
+def counted_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """300 files of 7 matching lines, every 10th with one more, and two (f000, f150) made binary
+    by a NUL after 84 KB of matching lines (ripgrep prints those before it sees the NUL)."""
+    root = tmp_path_factory.mktemp("counted")
+    for i in range(300):
+        text = b"hit\n" * (7 + (i % 10 == 0))
+        if i % 150 == 0:
+            text += b"hit late\n" * 10_000 + b"\x00\n"
+        write(root, f"d{i // 50}/f{i:03d}.txt", text)
+    return root
+
+
+@pytest.mark.parametrize("max_matches", [1, 5, 100])
+@pytest.mark.parametrize("count_limit", [100, 1000, 10_000])
+def test_counts_taken_in_bulk_equal_the_python_engines(counted_tree: Path, monkeypatch: pytest.MonkeyPatch, max_matches: int, count_limit: int) -> None:
+    # Past the returned matches, ripgrep's lines are counted a read at a time, not line by line.
+    require_rg()
+    monkeypatch.setattr(search, "COUNT_LIMIT", count_limit)
+    roots = Roots([str(counted_tree)])
+    rg = grep(roots, "hit", max_matches=max_matches, engine="ripgrep")
+    py = grep(roots, "hit", max_matches=max_matches, engine="python")
+    assert rg.engine == "ripgrep"
+    assert [(m.path, m.line) for m in rg.matches] == [(m.path, m.line) for m in py.matches]
+    assert (rg.total, rg.truncated) == (py.total, py.truncated)
+    expected = sum(7 + (i % 10 == 0) for i in range(300) if i % 150)
+    assert rg.total == min(expected, max(count_limit, max_matches + 1))
