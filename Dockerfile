@@ -33,8 +33,11 @@ RUN python3 -m compileall -q /opt/osprey/lib \
 RUN mkdir -p /run/osprey && chmod 1777 /run/osprey
 ENV PYTHONDONTWRITEBYTECODE=1 LANG=C.UTF-8
 # The library path is put on sys.path here rather than in PYTHONPATH, so the python3 that
-# the model's commands run does not see the sidecar's packages.
-ENTRYPOINT ["/usr/bin/tini", "--", "python3", "-c", "import sys; sys.path.insert(0, '/opt/osprey/lib'); from osprey_sidecar.__main__ import main; sys.exit(main())"]
+# the model's commands run does not see the sidecar's packages. -I: the working directory (the
+# workspace) is not on sys.path, so no module there can shadow one the sidecar imports, and no
+# PYTHON* variable counts; -S: no site directories to scan (the sidecar needs none); -B: the
+# bytecode compiled above is all there is.
+ENTRYPOINT ["/usr/bin/tini", "--", "python3", "-I", "-S", "-B", "-c", "import sys; sys.path.insert(0, '/opt/osprey/lib'); from osprey_sidecar.__main__ import main; sys.exit(main())"]
 
 # A headless broker for compose.yaml: `osprey` itself, with its dependencies as wheels.
 FROM lane AS broker

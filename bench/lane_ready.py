@@ -13,6 +13,11 @@
 - `read_file` round trip through the lane versus through the local dispatcher. Goal: <= +1 ms p50.
 
 `--rounds N` (default 12) scales the run (about 3 s a round on two cores).
+
+`--timeline N` instead starts N lanes, each in a fresh process as `osprey agent --sandbox` does,
+and prints where the time goes, step by step (median, min-max, over the N), beside what a fresh
+process pays to import the docker SDK and make its client (which a lane start no longer does
+once the image is known).
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ def floor_create_args(client: Any, image: str, workspace: str, name: str, socket
 
     options = lane_run_options(image, workspace, name, SandboxSettings(enabled=True), socket_dir)
     options.update(name=f"osprey-bench-floor-{os.getpid()}-{name}", labels={"osprey.bench": "lane_ready"},
-                   entrypoint=["/usr/bin/tini", "--", "python3", "-c", LISTENER], command=None)
+                   entrypoint=["/usr/bin/tini", "--", "python3", "-I", "-S", "-c", LISTENER], command=None)
     return _create_container_args({"image": image, "version": client.api._version, **options})
 
 
@@ -189,7 +194,87 @@ async def main(rounds: int) -> None:
     print(f"read_file through the lane:    p50 {n50:.3f} ms  p99 {ms(through_lane, 99):.3f} ms  (+{n50 - l50:.3f} ms p50; goal <= +1 ms)")
 
 
+# One lane start in a fresh process, step by step: the same functions `LocalDockerBackend.provision`
+# runs, each stamped (milliseconds since the process started, on stdout as `step ms`).
+TIMELINE = """
+import time
+T0 = time.perf_counter()
+def stamp(step):
+    print(step, (time.perf_counter() - T0) * 1e3, flush=True)
+import asyncio, os, sys
+from osprey.config import SandboxSettings
+from osprey.toolservice.backend import LaneRequest
+from osprey.toolservice import lanes
+from osprey.toolservice.client import Connection, accepts_connections
+stamp("imports (lanes, config, client)")
+api = lanes.engine_api()
+request = LaneRequest(workspace=sys.argv[1], session_id=sys.argv[2], options=SandboxSettings(enabled=True), home=None)
+image = lanes._known_image(None, None)
+assert image is not None, "the lane image is not known yet: run a lane once"
+stamp("image known (record of an earlier start)")
+socket_dir, token = lanes.make_socket_dir(sys.argv[1])
+options = lanes.lane_run_options(image, sys.argv[1], sys.argv[2], request.options, socket_dir)
+config = lanes.create_config(image, options)
+stamp("socket dir, token, run options")
+cid = api.create_container(config, options["name"])
+stamp("engine: create")
+try:
+    api.start(cid)
+    stamp("engine: start")
+    path = str(socket_dir / lanes.SOCKET_NAME)
+    while not accepts_connections(path):
+        time.sleep(0.002)
+    stamp("sidecar listening (its Python start-up)")
+    async def health():
+        connection = Connection(path, token=token)
+        while not await connection.healthy(timeout=0.5):
+            await asyncio.sleep(0.002)
+        stamp("gRPC health answered")
+        await connection.close()
+    asyncio.run(health())
+finally:
+    api.remove_container(cid)
+    lanes.remove_socket_dir(socket_dir)
+"""
+
+SDK = """
+import time
+T0 = time.perf_counter()
+import docker
+print("import docker", (time.perf_counter() - T0) * 1e3)
+client = docker.from_env(timeout=120)
+client.ping()
+print("docker client and ping", (time.perf_counter() - T0) * 1e3)
+"""
+
+
+def timeline(runs: int) -> None:
+    import statistics
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as workspace:
+        workspace = os.path.realpath(workspace)
+        asyncio.run(lane_once(workspace, f"bench-{os.getpid()}-warm"))  # the image is checked and recorded
+        steps: dict[str, list[float]] = {}
+        for n in range(runs):
+            for script, args in ((TIMELINE, [workspace, f"bench-{os.getpid()}-t{n}"]), (SDK, [])):
+                out = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, check=True).stdout
+                before = 0.0
+                for line in out.splitlines():
+                    step, _, at = line.rpartition(" ")
+                    steps.setdefault(step, []).append(float(at) - before)
+                    before = float(at)
+    print(f"a lane start in a fresh process, {runs} runs (load average {os.getloadavg()[0]:.2f}); each step's own time, ms:")
+    for step, samples in steps.items():
+        print(f"  {step:42} median {statistics.median(samples):6.1f}  ({min(samples):.1f}-{max(samples):.1f})")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=12)
-    asyncio.run(main(parser.parse_args().rounds))
+    parser.add_argument("--timeline", type=int, metavar="N", help="step-by-step timeline of N lane starts in fresh processes")
+    parsed = parser.parse_args()
+    if parsed.timeline:
+        timeline(parsed.timeline)
+    else:
+        asyncio.run(main(parsed.rounds))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
-import secrets
 import signal
 import sys
 from concurrent import futures
@@ -49,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.create_token and not args.token_file:
         parser.error("--create-token needs --token-file")
     if args.create_token and not os.path.exists(args.token_file):
+        import secrets  # only here: a lane's sidecar is given its token and never loads it
+
         fd = os.open(args.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(secrets.token_hex(32) + "\n")

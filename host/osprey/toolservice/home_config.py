@@ -72,3 +72,16 @@ def home_config(
     if sandbox is not None and sandbox.enabled:
         return LaneHomeConfig(workspace=os.path.realpath(roots[0]), session_id=session_id, sandbox=sandbox, home=home)
     return LocalHomeConfig(roots=list(roots), env=dict(env) if env is not None else None)
+
+
+def prepare_home(config: HomeConfig) -> None:
+    """Begin now what the home `config` describes can do before its session is built: a front
+    end calls this as soon as its settings are known, so that a lane's container is made and
+    started (in a thread, `lanes.prepare_lane`) behind the session's own set-up, and the
+    session's lane, asked for with the same configuration, takes it over. Nothing for the other
+    homes, which start fast enough when the session asks."""
+    if isinstance(config, LaneHomeConfig):
+        from .backend import LaneRequest
+        from .lanes import prepare_lane
+
+        prepare_lane(LaneRequest(workspace=config.workspace, session_id=config.session_id, options=config.sandbox, home=config.home))

@@ -13,6 +13,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -56,7 +57,11 @@ def sidecar_dir() -> Path:
 
 def _sidecar_files() -> list[Path]:
     root = sidecar_dir()
-    return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".pyi", ".typed"))
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]  # not walked at all: it holds most of the entries
+        found += [Path(folder, name) for name in files if os.path.splitext(name)[1] in (".py", ".pyi", ".typed")]
+    return sorted(found)
 
 
 def wheel_pins() -> list[str]:
@@ -77,6 +82,73 @@ def recipe_hash(base_id: str) -> str:
     h.update(repo_file("Dockerfile").read_bytes())
     _hash_files(h, sidecar_dir(), _sidecar_files())
     return h.hexdigest()[:16]
+
+
+# Which lane image a recipe made, for later processes: keyed by what the recipe's hash reads,
+# by file identity (path, size, mtime) instead of content, so a start checks it with a few stats.
+LANE_IMAGE_CACHE = "lane-images.json"
+LANE_IMAGE_CACHE_MAX_BYTES = 64 * 1024
+LANE_IMAGE_CACHE_ENTRIES = 16
+_LANE_TAG = re.compile(rf"{LANE_REPOSITORY}:[0-9a-f]{{16}}")
+
+
+def engine_key() -> tuple[str, ...]:
+    """Which engine the environment names (its address and TLS settings)."""
+    return tuple(os.environ.get(name, "") for name in ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONTEXT"))
+
+
+def _lane_image_cache(home: Path | None) -> Path:
+    return (home or Path.home() / ".osprey") / "cache" / LANE_IMAGE_CACHE
+
+
+def recipe_fingerprint(configured_base: str | None, engine: tuple[str, ...]) -> str:
+    """What the lane image's tag depends on, cheaply: the recipe's version, the configured base,
+    the engine, the wheel pins, and the identity of the Dockerfile and of each sidecar file."""
+    h = hashlib.sha256(f"recipe {RECIPE_VERSION}\nbase {configured_base}\narch {platform.machine()}\nengine {engine}\n".encode())
+    h.update("\n".join(wheel_pins()).encode())
+    for path in [repo_file("Dockerfile"), *_sidecar_files()]:
+        st = path.stat()
+        h.update(f"\0{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}".encode())
+    return h.hexdigest()[:32]
+
+
+def known_lane_image(home: Path | None, fingerprint: str) -> str | None:
+    """The lane image an earlier start found or built for this fingerprint, if any (not checked
+    against the engine: a start whose image is gone checks again)."""
+    from ..files import read_no_follow
+
+    raw = read_no_follow(_lane_image_cache(home), LANE_IMAGE_CACHE_MAX_BYTES)
+    try:
+        tag = json.loads(raw).get(fingerprint) if raw else None
+    except (ValueError, AttributeError):
+        return None
+    return tag if isinstance(tag, str) and _LANE_TAG.fullmatch(tag) else None
+
+
+def remember_lane_image(home: Path | None, fingerprint: str, tag: str | None) -> None:
+    """Record (or, with None, forget) the lane image of a fingerprint; best effort."""
+    from ..files import read_no_follow
+
+    path = _lane_image_cache(home)
+    raw = read_no_follow(path, LANE_IMAGE_CACHE_MAX_BYTES)
+    try:
+        known = json.loads(raw) if raw else {}
+    except ValueError:
+        known = {}
+    if not isinstance(known, dict):
+        known = {}
+    known.pop(fingerprint, None)
+    if tag is not None:
+        known[fingerprint] = tag
+    entries = dict(list(known.items())[-LANE_IMAGE_CACHE_ENTRIES:])
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".lane-images-", dir=path.parent)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(entries, fh)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # only a cache: the next start checks the image again
 
 
 def _hash_files(h: Any, root: Path, files: list[Path]) -> None:
@@ -248,11 +320,13 @@ def image_tag(client: Any, configured_base: str | None, progress: Progress = _qu
 
 
 def ensure_image(client: Any, configured_base: str | None = None, *, force: bool = False, progress: Progress = _quiet, home: Path | None = None, cancel: threading.Event | None = None) -> str:
-    """The lane image for this recipe: reused when its tag exists, built otherwise.
+    """The lane image for this recipe: reused when its tag exists, built otherwise; recorded in
+    `home` for later lane starts (`known_lane_image`).
 
     Setting `cancel` (from another thread) stops a build that is under way."""
     tag, base = image_tag(client, configured_base, progress, cancel)
     if not force and _image_exists(client, tag):
+        remember_lane_image(home, recipe_fingerprint(configured_base, engine_key()), tag)
         return tag
     with tempfile.TemporaryDirectory(prefix="osprey-lane-build-") as tmp:
         context = Path(tmp)
@@ -275,6 +349,8 @@ def ensure_image(client: Any, configured_base: str | None = None, *, force: bool
         except Exception:  # noqa: BLE001 - only a tag to tidy away
             pass
     progress(f"built {tag}")
+    # Later lane starts take this image without asking the engine while the recipe's files stay as they are.
+    remember_lane_image(home, recipe_fingerprint(configured_base, engine_key()), tag)
     return tag
 
 

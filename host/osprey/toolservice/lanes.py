@@ -20,6 +20,8 @@ the docker SDK.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import concurrent.futures
 import os
 import re
 import secrets
@@ -30,7 +32,7 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +43,7 @@ from ..files import read_no_follow
 from ..owners import boot_id, pid_alive, pid_namespace
 from .backend import Lane, LaneBackend, LaneRequest, LaneState, Progress, quiet
 from .client import Connection, accepts_connections
-from .images import _short, docker_client, ensure_image
+from .images import _short, docker_client, engine_key, ensure_image, known_lane_image, recipe_fingerprint
 
 LABEL = "osprey.lane"
 SOCKET_IN_LANE = "/run/osprey"
@@ -61,7 +63,7 @@ _images: dict[tuple[tuple[str, ...], str | None], str] = {}
 
 
 def _engine_key() -> tuple[str, ...]:
-    return tuple(os.environ.get(name, "") for name in ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONTEXT"))
+    return engine_key()
 
 
 def lane_client() -> Any:
@@ -90,6 +92,201 @@ def _remember_image(base: str | None, tag: str | None) -> None:
             _images.pop((_engine_key(), base), None)
         else:
             _images[(_engine_key(), base)] = tag
+
+
+# --- the engine's API, as a lane's start and end use it ---------------------------------------------
+
+DOCKER_SOCKET = "/var/run/docker.sock"
+# An engine answer larger than this is not one of the small JSON documents a lane asks for.
+ENGINE_REPLY_MAX_BYTES = 8 * 1024 * 1024
+ENGINE_TIMEOUT_S = 120.0
+
+
+class EngineError(Exception):
+    """The engine refused a call: its HTTP status and its message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{message} (HTTP {status})")
+        self.status = status
+        self.message = message
+
+
+def local_engine_socket() -> str | None:
+    """The engine's unix socket when the environment names one (or none, the default) without
+    TLS; None when the docker SDK must be used (TCP, SSH, TLS, a context)."""
+    if os.environ.get("DOCKER_TLS_VERIFY") or os.environ.get("DOCKER_CERT_PATH") or os.environ.get("DOCKER_CONTEXT"):
+        return None
+    host = os.environ.get("DOCKER_HOST", "")
+    if not host:
+        return DOCKER_SOCKET
+    if host.startswith("unix://") and len(host) > len("unix://"):
+        return host[len("unix://"):]
+    return None
+
+
+class EngineAPI:
+    """The engine calls of a lane's start, watch and end, over the engine's unix socket with the
+    standard library's HTTP client: a lane start pays no docker SDK import and no client set-up
+    (about 180 ms of a fresh process's time, much of it holding the GIL the session's own start-up
+    needs). Each call opens its own connection, so calls from several threads never share one."""
+
+    def __init__(self, socket_path: str, timeout: float = ENGINE_TIMEOUT_S) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, body: Any = None, query: Mapping[str, str] | None = None) -> bytes:
+        import http.client
+        import json
+        from urllib.parse import quote, urlencode
+
+        class UnixConnection(http.client.HTTPConnection):
+            def connect(conn) -> None:  # noqa: N805 - the inner class's own self
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(self.timeout)
+                try:
+                    sock.connect(self.socket_path)
+                except OSError:
+                    sock.close()
+                    raise
+                conn.sock = sock
+
+        url = quote(path) + ("?" + urlencode(query) if query else "")
+        payload = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"} if payload is not None else {}
+        conn = UnixConnection("localhost", timeout=self.timeout)
+        try:
+            conn.request(method, url, body=payload, headers=headers)
+            reply = conn.getresponse()
+            data = reply.read(ENGINE_REPLY_MAX_BYTES + 1)
+        except (OSError, http.client.HTTPException) as exc:
+            raise SandboxError(f"no Docker engine answers on {self.socket_path} ({exc or type(exc).__name__}). Start it (e.g. `dockerd &` or "
+                               "Docker Desktop), check DOCKER_HOST, or run without --sandbox") from None
+        finally:
+            conn.close()
+        if len(data) > ENGINE_REPLY_MAX_BYTES:
+            raise SandboxError(f"the Docker engine's answer to {method} {path} is over {ENGINE_REPLY_MAX_BYTES} bytes")
+        if reply.status >= 400:
+            try:
+                message = str(json.loads(data).get("message", ""))
+            except (ValueError, AttributeError):
+                message = data[:300].decode("utf-8", "replace")
+            raise EngineError(reply.status, message[:300] or reply.reason)
+        return data
+
+    def _json(self, method: str, path: str, body: Any = None, query: Mapping[str, str] | None = None) -> Any:
+        import json
+
+        data = self._call(method, path, body, query)
+        return json.loads(data) if data else None
+
+    def create_container(self, config: Mapping[str, Any], name: str) -> str:
+        return str(self._json("POST", "/containers/create", config, {"name": name})["Id"])
+
+    def start(self, container_id: str) -> None:
+        self._call("POST", f"/containers/{container_id}/start")
+
+    def inspect_container(self, container_id: str) -> dict[str, Any]:
+        return dict(self._json("GET", f"/containers/{container_id}/json"))
+
+    def remove_container(self, container_id: str) -> None:
+        self._call("DELETE", f"/containers/{container_id}", query={"force": "1"})
+
+    def lanes(self) -> list[dict[str, Any]]:
+        """Every container labelled as a lane, running or not, with its labels."""
+        import json
+
+        return list(self._json("GET", "/containers/json", query={"all": "1", "filters": json.dumps({"label": [LABEL]})}))
+
+    def logs(self, container_id: str, lines: int) -> str:
+        data = self._call("GET", f"/containers/{container_id}/logs", query={"stdout": "1", "stderr": "1", "tail": str(lines)})
+        return _demultiplexed(data).decode("utf-8", "replace").strip()
+
+
+class SdkEngineAPI(EngineAPI):
+    """The same calls through a docker SDK client: an engine reached over TCP, SSH or TLS, or a
+    client a caller hands in."""
+
+    def __init__(self, client: Any) -> None:
+        super().__init__("")
+        self.client = client
+
+    def _sdk(self, call: Callable[[], Any]) -> Any:
+        import docker
+
+        try:
+            return call()
+        except docker.errors.APIError as exc:
+            raise EngineError(exc.status_code or 500, str(exc.explanation or exc)[:300]) from None
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"the Docker engine did not answer: {_short(exc)}") from None
+
+    def create_container(self, config: Mapping[str, Any], name: str) -> str:
+        return str(self._sdk(lambda: self.client.api.create_container_from_config(dict(config), name=name))["Id"])
+
+    def start(self, container_id: str) -> None:
+        self._sdk(lambda: self.client.api.start(container_id))
+
+    def inspect_container(self, container_id: str) -> dict[str, Any]:
+        return dict(self._sdk(lambda: self.client.api.inspect_container(container_id)))
+
+    def remove_container(self, container_id: str) -> None:
+        self._sdk(lambda: self.client.api.remove_container(container_id, force=True))
+
+    def lanes(self) -> list[dict[str, Any]]:
+        return list(self._sdk(lambda: self.client.api.containers(all=True, filters={"label": LABEL})))
+
+    def logs(self, container_id: str, lines: int) -> str:
+        return bytes(self._sdk(lambda: self.client.api.logs(container_id, tail=lines))).decode("utf-8", "replace").strip()
+
+
+def _demultiplexed(data: bytes) -> bytes:
+    """The output in a container's log stream (no TTY: 8-byte frame headers, then the bytes)."""
+    out, at = bytearray(), 0
+    while at + 8 <= len(data) and data[at] in (0, 1, 2) and data[at + 1:at + 4] == b"\0\0\0":
+        size = struct.unpack(">I", data[at + 4:at + 8])[0]
+        out += data[at + 8:at + 8 + size]
+        at += 8 + size
+    return bytes(out) if at else data
+
+
+def engine_api(client: Any | None = None) -> EngineAPI:
+    """How lanes reach the engine: `client` (a docker SDK client) if given; else the engine's unix
+    socket directly when it has one; else this process's shared SDK client (`lane_client`)."""
+    if client is not None:
+        return SdkEngineAPI(client)
+    path = local_engine_socket()
+    return EngineAPI(path) if path is not None else SdkEngineAPI(lane_client())
+
+
+def create_config(image: str, run_options: Mapping[str, Any]) -> dict[str, Any]:
+    """The engine's container-create document for a lane's run options (`lane_run_options`):
+    what the docker SDK sends for them, field for field (tests/test_lane_startup.py compares)."""
+    volumes: Mapping[str, Mapping[str, str]] = run_options["volumes"]
+    host_config = {
+        "Binds": [f"{host}:{mount['bind']}:{mount['mode']}" for host, mount in volumes.items()],
+        "CapDrop": list(run_options["cap_drop"]),
+        "Memory": run_options["mem_limit"],
+        "MemorySwap": run_options["memswap_limit"],
+        "NanoCpus": run_options["nano_cpus"],
+        "NetworkMode": run_options["network_mode"],
+        "PidsLimit": run_options["pids_limit"],
+        "ReadonlyRootfs": bool(run_options["read_only"]),
+        "SecurityOpt": list(run_options["security_opt"]),
+        "ShmSize": size_bytes(run_options["shm_size"]),
+        "Tmpfs": dict(run_options["tmpfs"]),
+    }
+    return {
+        "Image": image,
+        "Cmd": list(run_options["command"]),
+        "User": run_options["user"],
+        "WorkingDir": run_options["working_dir"],
+        "Env": [f"{key}={value}" for key, value in run_options["environment"].items()],
+        "Labels": dict(run_options["labels"]),
+        "Volumes": {mount["bind"]: {} for mount in volumes.values()},
+        "AttachStdin": False, "AttachStdout": True, "AttachStderr": True, "OpenStdin": False, "StdinOnce": False, "Tty": False,
+        "NetworkDisabled": False,
+        "HostConfig": host_config,
+    }
 
 
 def _owner_alive(labels: dict[str, str]) -> bool:
@@ -146,9 +343,9 @@ def workspace_owner(workspace: str) -> tuple[int, int]:
     return uid, gid
 
 
-def _logs_of(client: Any, container_id: str, lines: int = LOG_LINES) -> str:
+def _logs_of(api: EngineAPI, container_id: str, lines: int = LOG_LINES) -> str:
     try:
-        return client.api.logs(container_id, tail=lines).decode("utf-8", "replace").strip()
+        return api.logs(container_id, lines)
     except Exception:  # noqa: BLE001 - the container may already be gone
         return ""
 
@@ -167,21 +364,20 @@ def list_lanes(client: Any | None = None) -> list[dict[str, Any]]:
     return out
 
 
-def reap_orphans(client: Any | None = None) -> list[str]:
+def reap_orphans(client: Any | None = None, *, api: EngineAPI | None = None) -> list[str]:
     """Remove lanes whose owner process is gone (or from an earlier boot), with their socket dirs.
 
-    One engine call lists them with their labels (no inspection per container)."""
-    import docker
-
-    client = client or docker_client()
+    One engine call lists them with their labels (no inspection per container). `client` is a
+    docker SDK client to use, `api` an engine connection (default: `engine_api()`)."""
+    api = api or engine_api(client)
     removed = []
-    for c in client.api.containers(all=True, filters={"label": LABEL}):
+    for c in api.lanes():
         labels = c.get("Labels") or {}
         if _owner_alive(labels):
             continue
         try:
-            client.api.remove_container(c["Id"], force=True)
-        except docker.errors.DockerException:
+            api.remove_container(c["Id"])
+        except (EngineError, SandboxError):
             continue  # gone already, or not ours to remove: it must not stop this start
         remove_socket_dir(labels.get("osprey.socket_dir", ""))
         names = c.get("Names") or [c["Id"][:12]]
@@ -448,7 +644,7 @@ def make_socket_dir(workspace: str) -> tuple[Path, str]:
     return socket_dir, token
 
 
-async def wait_lane_ready(client: Any, container_id: str, connection: Connection, socket_path: str, deadline_s: float) -> int | None:
+async def wait_lane_ready(api: EngineAPI, container_id: str, connection: Connection, socket_path: str, deadline_s: float) -> int | None:
     """Wait until the sidecar answers its health check; fail early, with the lane's logs, if
     the container exits. Returns the pid (in this pid namespace) of a process of the lane, for
     `lock_down`: the sidecar's, from its socket, else the container's from the engine.
@@ -466,19 +662,19 @@ async def wait_lane_ready(client: Any, container_id: str, connection: Connection
             if accepts_connections(socket_path) and await connection.healthy(timeout=0.5):
                 pid = _listener_pid(socket_path)
                 if pid is None:
-                    attrs = await asyncio.to_thread(client.api.inspect_container, container_id)
+                    attrs = await asyncio.to_thread(api.inspect_container, container_id)
                     pid = attrs.get("State", {}).get("Pid") or None
                 return pid
             if state is not None and state.done():
                 attrs, state = state.result(), None
                 if attrs.get("State", {}).get("Status") in ("exited", "dead"):
-                    raise SandboxError(f"the lane exited during start-up (exit code {attrs['State'].get('ExitCode')}); its last log lines:\n{await asyncio.to_thread(_logs_of, client, container_id) or '(none)'}")
+                    raise SandboxError(f"the lane exited during start-up (exit code {attrs['State'].get('ExitCode')}); its last log lines:\n{await asyncio.to_thread(_logs_of, api, container_id) or '(none)'}")
             now = time.monotonic()
             if now > end:
-                raise SandboxError(f"the lane did not answer within {deadline_s:g} s; its last log lines:\n{await asyncio.to_thread(_logs_of, client, container_id) or '(none)'}")
+                raise SandboxError(f"the lane did not answer within {deadline_s:g} s; its last log lines:\n{await asyncio.to_thread(_logs_of, api, container_id) or '(none)'}")
             if state is None and now >= next_state_check:
                 next_state_check = now + STATE_CHECK_S
-                state = asyncio.ensure_future(asyncio.to_thread(client.api.inspect_container, container_id))
+                state = asyncio.ensure_future(asyncio.to_thread(api.inspect_container, container_id))
             await asyncio.sleep(SOCKET_POLL_S)
     finally:
         if state is not None and not state.done():
@@ -504,13 +700,13 @@ def _listener_pid(socket_path: str) -> int | None:
 NOBODY = 65534
 
 
-def lock_down(container: Any, socket_dir: Path, pid: int | None = None) -> None:
+def lock_down(container: Any | None, socket_dir: Path, pid: int | None = None) -> None:
     """After start-up, take the socket dir and /dev out of the lane's hands.
 
     The sidecar seals both (mode 0555), but their owner could chmod them back. A host running as
     root hands them to `nobody`, which the lane's user (root without capabilities included) can
     neither write to nor chmod. Without root on the host the seal is all there is. `pid` is the
-    container's main pid when known (else the engine is asked).
+    container's main pid when known (else `container`, a docker SDK container, is asked).
     """
     # The broker holds the token in memory. The sidecar has sealed the dir, which, without
     # root, we own too: open it just long enough to delete the file.
@@ -519,7 +715,7 @@ def lock_down(container: Any, socket_dir: Path, pid: int | None = None) -> None:
     os.chmod(socket_dir, 0o555)
     if os.geteuid() != 0:
         return
-    if pid is None:
+    if pid is None and container is not None:
         container.reload()
         pid = container.attrs.get("State", {}).get("Pid")
     targets = [socket_dir] + ([Path(f"/proc/{pid}/root/dev")] if pid else [])
@@ -544,13 +740,23 @@ async def _quietly(task: asyncio.Future[Any]) -> None:
         pass
 
 
-async def _lane_image(client: Any, options: SandboxSettings, progress: Progress, home: Path | None) -> str:
-    """The lane image, checked (or built) once per process and base."""
-    import docker
+def _known_image(base: str | None, home: Path | None) -> str | None:
+    """The lane image this process checked, or one an earlier process checked for the same
+    recipe files (`known_lane_image`); None when it must be checked (`_lane_image`)."""
+    cached = _cached_image(base)
+    if cached is None:
+        cached = known_lane_image(home, recipe_fingerprint(base, _engine_key()))
+        if cached is not None:
+            _remember_image(base, cached)
+    return cached
 
-    cached = _cached_image(options.base_image)
-    if cached is not None:
-        return cached
+
+async def _lane_image(options: SandboxSettings, progress: Progress, home: Path | None) -> str:
+    """The lane image checked against the engine (built when missing), and recorded for this
+    process and later ones."""
+    import docker  # only here: a start whose image is known never loads the SDK
+
+    client = await asyncio.to_thread(lane_client)
     cancel = threading.Event()
     # A first build can take a minute; Ctrl-C must stop it rather than wait for it.
     build = asyncio.ensure_future(asyncio.to_thread(lambda: ensure_image(client, options.base_image, progress=progress, home=home, cancel=cancel)))
@@ -565,60 +771,167 @@ async def _lane_image(client: Any, options: SandboxSettings, progress: Progress,
         raise
     except docker.errors.DockerException as exc:
         raise SandboxError(f"preparing the lane failed: {_short(exc)}") from None
-    _remember_image(options.base_image, image)
+    _remember_image(options.base_image, image)  # and `ensure_image` recorded it for later processes
     return image
 
 
-async def _create_and_start_shielded(client: Any, image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path,
-                                     home: Path | None = None) -> str:
-    # The thread finishes even if we are cancelled meanwhile; wait for it, so that a
-    # container it made is known to the caller and removed.
-    create = asyncio.ensure_future(asyncio.to_thread(_create_and_start, client, image, workspace, session_id, options, socket_dir, home))
+@dataclass
+class _Started:
+    """A lane container created and started, not yet answering."""
+
+    image: str
+    socket_dir: Path
+    token: str
+    protected: dict[str, str | None]
+    container_id: str
+
+
+def _start_lane(api: EngineAPI, image: str | None, request: LaneRequest, workspace: str) -> _Started | None:
+    """Everything of a lane start up to its container running, in one thread (so that a busy
+    event loop, such as a session setting itself up, does not delay each step): the image,
+    the socket dir and token, the protected paths, create and start. None when the image is not
+    known yet (`_lane_image` checks it first); a socket dir made is removed again on failure."""
+    options, home = request.options, request.home
+    image = image or _known_image(options.base_image, home)
+    if image is None:
+        return None
+    check_home_outside(workspace, options, home)
+    socket_dir, token = make_socket_dir(workspace)
     try:
-        return await asyncio.shield(create)
+        protected = protected_state(workspace)
+        container_id = _create_and_start(api, image, workspace, request.session_id, options, socket_dir, home)
+    except BaseException:
+        remove_socket_dir(socket_dir)
+        raise
+    return _Started(image=image, socket_dir=socket_dir, token=token, protected=protected, container_id=container_id)
+
+
+async def _start_lane_shielded(api: EngineAPI, image: str | None, request: LaneRequest, workspace: str,
+                               prepared: concurrent.futures.Future[_Started | None] | None = None) -> _Started | None:
+    # Handed to a thread at once (not through a task that would wait for the loop's next turn),
+    # or taken over from `prepare_lane`. The thread finishes even if we are cancelled meanwhile;
+    # wait for it, so that a container it made is removed with its socket dir.
+    start = asyncio.wrap_future(prepared) if prepared is not None else \
+        asyncio.get_running_loop().run_in_executor(None, _start_lane, api, image, request, workspace)
+    try:
+        return await asyncio.shield(start)
     except asyncio.CancelledError:
         try:
-            container_id = await create
+            started = await start
         except Exception:  # noqa: BLE001 - it failed on its own; nothing to remove
             raise asyncio.CancelledError from None
-        await asyncio.to_thread(_force_remove, client, container_id)
+        if started is not None:
+            await asyncio.to_thread(_force_remove, api, started.container_id)
+            remove_socket_dir(started.socket_dir)
         raise
 
 
-def _create_and_start(client: Any, image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path,
+# Lane starts a front end began before its session asked (`prepare_lane`), by workspace and session.
+_prepared_lock = threading.Lock()
+_Prepared = tuple[LaneRequest, EngineAPI, "concurrent.futures.Future[_Started | None]"]
+_prepared: dict[tuple[str, str], _Prepared] = {}
+_discard_at_exit: list[bool] = []
+PREPARED_EXIT_WAIT_S = 30.0
+
+
+def prepare_lane(request: LaneRequest) -> None:
+    """Begin the start of the lane `request` describes now, in a thread: its image, socket dir,
+    container create and start. A front end calls this as soon as its settings are known, before
+    the session's own set-up (imports, journal, provider, tool sources), and the session's lane
+    (`LocalDockerBackend.provision` of the same request) takes it over and waits only for the
+    sidecar to answer. A start not taken over is removed when `discard_prepared_lanes` runs (at
+    the latest when the process exits). Where the image is not known yet the thread does
+    nothing, and the session's start checks or builds it as usual."""
+    workspace = os.path.realpath(request.workspace)
+    request = request.model_copy(update={"workspace": workspace})
+    future: concurrent.futures.Future[_Started | None] = concurrent.futures.Future()
+    with _prepared_lock:
+        if (workspace, request.session_id) in _prepared:
+            return
+        if not _discard_at_exit:
+            atexit.register(discard_prepared_lanes)
+            _discard_at_exit.append(True)
+        api = engine_api() if local_engine_socket() is not None else None
+        if api is None:
+            return  # an engine reached through the SDK: making its client is the slow part; leave it to the session
+        _prepared[(workspace, request.session_id)] = (request, api, future)
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(_start_lane(api, None, request, workspace))
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever takes the start over
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="osprey-lane-prepare", daemon=True).start()
+
+
+async def _take_prepared(request: LaneRequest) -> concurrent.futures.Future[_Started | None] | None:
+    """The start `prepare_lane` began for this very request, if any. One begun for the same
+    workspace and session with other settings is removed (it holds the lane's name)."""
+    with _prepared_lock:
+        found = _prepared.pop((request.workspace, request.session_id), None)
+    if found is None:
+        return None
+    if found[0] != request:
+        await asyncio.to_thread(_discard, found)
+        return None
+    return found[2]
+
+
+def _discard(prepared: _Prepared) -> None:
+    _, api, future = prepared
+    try:
+        started = future.result(timeout=PREPARED_EXIT_WAIT_S)
+    except BaseException:  # noqa: BLE001 - it failed, or is stuck: nothing made to remove
+        return
+    if started is not None:
+        try:
+            _force_remove(api, started.container_id)
+        except SandboxError:
+            pass  # the next start reaps it: its owner is gone by then
+        remove_socket_dir(started.socket_dir)
+
+
+def discard_prepared_lanes() -> None:
+    """Remove the lanes `prepare_lane` began that no session took over (their containers and
+    socket dirs); runs at exit too."""
+    with _prepared_lock:
+        left = list(_prepared.values())
+        _prepared.clear()
+    for prepared in left:
+        _discard(prepared)
+
+
+def _create_and_start(api: EngineAPI, image: str, workspace: str, session_id: str, options: SandboxSettings, socket_dir: Path,
                       home: Path | None = None) -> str:
     """Create the lane's container with all its options in one call and start it (two engine
     calls: no inspection in between); its id."""
-    import docker
-    from docker.models.containers import _create_container_args
-
     run_options = lane_run_options(image, workspace, session_id, options, socket_dir, home)
+    name = run_options["name"]
     try:
-        args = _create_container_args({"image": image, "version": client.api._version, **run_options})
-        container_id: str = client.api.create_container(**args)["Id"]
-    except docker.errors.ImageNotFound:
-        raise _ImageGone() from None
-    except docker.errors.APIError as exc:
-        if exc.status_code == 409:
+        container_id = api.create_container(create_config(image, run_options), name)
+    except EngineError as exc:
+        if exc.status == 404:
+            raise _ImageGone() from None  # the only thing a create cannot find is its image
+        if exc.status == 409:
             raise _NameTaken() from None
         raise SandboxError(f"the lane container could not be created: {_short(exc)}") from None
-    except docker.errors.DockerException as exc:
-        raise SandboxError(f"the lane container could not be created: {_short(exc)}") from None
     try:
-        client.api.start(container_id)
-    except docker.errors.DockerException as exc:
-        _force_remove(client, container_id)
+        api.start(container_id)
+    except EngineError as exc:
+        _force_remove(api, container_id)
         raise SandboxError(f"the lane container could not start: {_short(exc)}") from None
     return container_id
 
 
-def _force_remove(client: Any, container_id: str) -> None:
-    import docker
-
+def _force_remove(api: EngineAPI, container_id: str) -> None:
     try:
-        client.api.remove_container(container_id, force=True)
-    except docker.errors.NotFound:
-        pass
+        api.remove_container(container_id)
+    except EngineError as exc:
+        if exc.status != 404:
+            raise SandboxError(f"the lane container {container_id[:12]} could not be removed: {_short(exc)}") from None
 
 
 class LocalDockerBackend(LaneBackend):
@@ -626,37 +939,43 @@ class LocalDockerBackend(LaneBackend):
     variables pick which; the engine must see this machine's file system, since the workspace
     and the socket dir are bind-mounted at the same paths).
 
-    `client` is a docker SDK client to use; by default this process's shared one (`lane_client`)."""
+    `client` is a docker SDK client to use; by default the engine's unix socket is spoken to
+    directly (`engine_api`), and the SDK is loaded only to build an image or reach an engine
+    over the network."""
 
     def __init__(self, client: Any | None = None) -> None:
         self._client = client
+        self._api: EngineAPI | None = None
 
-    async def _engine(self) -> Any:
-        if self._client is not None:
-            return self._client
-        return await asyncio.to_thread(lane_client)
+    async def _engine(self) -> EngineAPI:
+        if self._api is None:
+            self._api = engine_api(self._client) if self._client is not None or local_engine_socket() is not None \
+                else await asyncio.to_thread(engine_api)
+        return self._api
 
     async def provision(self, request: LaneRequest, *, progress: Progress = quiet) -> LocalDockerLane:
         """A fresh lane, ready to answer; everything is removed again on failure.
 
-        Orphaned lanes are reaped (`reap`) while this one starts; the engine client and the
-        checked image are reused across starts (see `lane_client`)."""
+        Orphaned lanes are reaped (`reap`) while this one starts; the checked image is reused
+        across starts, and across processes while the recipe's files are unchanged."""
         workspace = os.path.realpath(request.workspace)
         options, home, session_id = request.options, request.home, request.session_id
-        client = await self._engine()
+        api = await self._engine()
         reaping = asyncio.ensure_future(self.reap())
         socket_dir: Path | None = None
         container_id: str | None = None
         connection = None
         try:
-            image = await _lane_image(client, options, progress, home)
-            check_home_outside(workspace, options, home)
-            socket_dir, token = make_socket_dir(workspace)
-            protected = protected_state(workspace)
             name = f"osprey-lane-{session_id}"
+            image: str | None = None
+            started: _Started | None = None
+            prepared = await _take_prepared(request.model_copy(update={"workspace": workspace})) if self._client is None else None
             for attempt in range(2):
                 try:
-                    container_id = await _create_and_start_shielded(client, image, workspace, session_id, options, socket_dir, home)
+                    started = await _start_lane_shielded(api, image, request, workspace, prepared if not attempt else None)
+                    if started is None:  # the image is not known yet: check it (or build it), then start
+                        image = await _lane_image(options, progress, home)
+                        started = await _start_lane_shielded(api, image, request, workspace)
                     break
                 except _NameTaken:
                     if attempt:
@@ -664,17 +983,18 @@ class LocalDockerBackend(LaneBackend):
                     await _quietly(reaping)  # an orphan of the same name is being removed
                 except _ImageGone:
                     if attempt:
-                        raise SandboxError(f"the lane image {image} disappeared during start-up") from None
+                        raise SandboxError(f"the lane image {image or _cached_image(options.base_image)} disappeared during start-up") from None
                     _remember_image(options.base_image, None)
-                    image = await _lane_image(client, options, progress, home)
-            assert container_id is not None
+                    image = await _lane_image(options, progress, home)
+            assert started is not None
+            image, socket_dir, token, protected, container_id = started.image, started.socket_dir, started.token, started.protected, started.container_id
             socket_path = str(socket_dir / SOCKET_NAME)
             connection = Connection(socket_path, token=token)
-            pid = await wait_lane_ready(client, container_id, connection, socket_path, options.ready_timeout)
-            if pid is not None:
-                lock_down(None, socket_dir, pid)  # no engine call: only the file system
-            else:
-                await asyncio.to_thread(lock_down, client.containers.prepare_model({"Id": container_id}), socket_dir, pid)
+            pid = await wait_lane_ready(api, container_id, connection, socket_path, options.ready_timeout)
+            if pid is None:
+                attrs = await asyncio.to_thread(api.inspect_container, container_id)
+                pid = attrs.get("State", {}).get("Pid") or None
+            lock_down(None, socket_dir, pid)  # no engine call: only the file system
             await _quietly(reaping)
             return LocalDockerLane(id=container_id, name=name, workspace=workspace, image=image, connection=connection,
                                    protected=protected, socket_dir=socket_dir, token=token)
@@ -682,19 +1002,21 @@ class LocalDockerBackend(LaneBackend):
             if connection is not None:
                 await connection.close()
             if container_id is not None:
-                await asyncio.to_thread(_force_remove, client, container_id)
+                await asyncio.to_thread(_force_remove, api, container_id)
             if socket_dir is not None:
                 remove_socket_dir(socket_dir)
             await _quietly(reaping)
             raise
 
     async def state(self, lane: Lane) -> LaneState:
-        import docker
-
         try:
-            client = await self._engine()
-            attrs = await asyncio.to_thread(client.api.inspect_container, lane.id)
-        except (docker.errors.NotFound, SandboxError):
+            api = await self._engine()
+            attrs = await asyncio.to_thread(api.inspect_container, lane.id)
+        except EngineError as exc:
+            if exc.status == 404:
+                return LaneState(running=False, gone=True)
+            raise SandboxError(f"the Docker engine could not say how the lane is: {_short(exc)}") from None
+        except SandboxError:
             return LaneState(running=False, gone=True)
         state = attrs.get("State") or {}
         exit_code = state.get("ExitCode")
@@ -703,25 +1025,25 @@ class LocalDockerBackend(LaneBackend):
 
     async def logs(self, lane: Lane, lines: int = LOG_LINES) -> str:
         try:
-            client = await self._engine()
+            api = await self._engine()
         except SandboxError:
             return ""
-        return await asyncio.to_thread(_logs_of, client, lane.id, lines)
+        return await asyncio.to_thread(_logs_of, api, lane.id, lines)
 
     async def destroy(self, lane: Lane) -> None:
         """Remove the lane's container and socket dir; safe to call twice."""
         await lane.connection.close()
         try:
-            client = await self._engine()
-            await asyncio.to_thread(_force_remove, client, lane.id)
+            api = await self._engine()
+            await asyncio.to_thread(_force_remove, api, lane.id)
         finally:
             if isinstance(lane, LocalDockerLane):
                 remove_socket_dir(lane.socket_dir)
 
     async def reap(self) -> list[str]:
         """Remove lanes whose owner process is gone (or from an earlier boot), with their socket dirs."""
-        client = await self._engine()
-        return await asyncio.to_thread(reap_orphans, client)
+        api = await self._engine()
+        return await asyncio.to_thread(reap_orphans, api=api)
 
     def protected_changes(self, request: LaneRequest, before: Mapping[str, str | None]) -> list[str]:
         return changed_paths(request.workspace, request.options, before)
