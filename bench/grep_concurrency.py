@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stats import ensure_bytecode  # noqa: E402
+from _stats import ensure_bytecode, figure  # noqa: E402
 from grep_vs_rg import make_tree  # noqa: E402
 
 from osprey.toolservice.homes import open_tool_service  # noqa: E402
@@ -126,6 +126,9 @@ async def run(tree: str, files: int, rounds: int, only: list[str]) -> None:
                     f"  {n:>2}  {spread(tool[n]):>22}  {spread(floor[n]):>22}  {statistics.median(tool[n]) / base_t:12.2f}"
                     f"  {statistics.median(floor[n]) / base_f:8.2f}  {spread(ratios, 1):>25}  {spread(cpu[n])}"
                 )
+            top = LEVELS[-1]
+            figure(f"{kind}, {top} at once against {top} rg processes", statistics.median(tool[top]) / statistics.median(floor[top]), "x", floor=1.0)
+            figure(f"{kind}, service CPU per call at {top} at once", statistics.median(cpu[top]) * 1e3, "ms")
 
 
 def main() -> None:

@@ -24,8 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from osprey.toolservice.homes import open_tool_service
-from osprey_sidecar.search import COUNT_LIMIT
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _stats import figure  # noqa: E402
+
+from osprey.toolservice.homes import open_tool_service  # noqa: E402
+from osprey_sidecar.search import COUNT_LIMIT  # noqa: E402
 
 LINE = b"the quick brown fox jumps over the lazy dog 0123456789 abcdefghijklmnopqrstuvwxyz\n"
 TREE_LINES = 40  # per file of the tree, every one matching the broad pattern
@@ -138,6 +142,7 @@ def main() -> None:
         for name, root, call, pattern, all_bytes in cases:
             before, growth, seconds, outcome = asyncio.run(servicer_case(root, call, pattern))
             line = f"{name}: {outcome}; servicer +{growth:.1f} MB (from {before:.0f} MB) in {seconds * 1e3:.0f} ms"
+            figure(f"{name}: servicer memory growth", growth, "MB")
             if rg is not None:
                 flags = [rg, "--no-config", "--sort", "path", "--hidden", "--no-require-git"]
                 cmd = [*flags, "--files", "-g", pattern] if call == "find" else [*flags, "-n", "-e", pattern]

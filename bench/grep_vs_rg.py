@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stats import median, percentile  # noqa: E402
+from _stats import figure, median, percentile  # noqa: E402
 
 from osprey.toolservice.homes import open_tool_service  # noqa: E402
 from osprey_sidecar.search import COUNT_LIMIT  # noqa: E402
@@ -111,6 +111,8 @@ async def compare(name: str, tool: Callable[[], Awaitable[str]], floors: dict[st
     print(f"  tool        {fmt(tool_t)}")
     for k, samples in floor_t.items():
         print(f"  {k:<11} {fmt(samples)}   ratio tool/{k} {median(tool_t) / median(samples):.2f}, {paired(tool_t, samples)}")
+    first = next(iter(floor_t))
+    figure(f"{name} against {first}", median(tool_t) / median(floor_t[first]), "x", floor=1.0)
 
 
 async def run(tree: str, big: str, files: int, big_mb: int) -> None:

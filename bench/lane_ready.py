@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stats import percentile  # noqa: E402
+from _stats import figure, percentile  # noqa: E402
 
 from osprey.config import SandboxSettings  # noqa: E402
 from osprey.toolservice.homes import make_home, open_tool_service  # noqa: E402
@@ -192,6 +192,9 @@ async def main(rounds: int) -> None:
     l50, n50 = ms(local, 50), ms(through_lane, 50)
     print(f"read_file local dispatcher:    p50 {l50:.3f} ms  p99 {ms(local, 99):.3f} ms")
     print(f"read_file through the lane:    p50 {n50:.3f} ms  p99 {ms(through_lane, 99):.3f} ms  (+{n50 - l50:.3f} ms p50; goal <= +1 ms)")
+    figure("lane ready against create+start of the same image, p50", ms(lane, 50) / ms(floor, 50), "x", floor=1.0)
+    figure("lane ready, p50", ms(lane, 50), "ms", floor=ms(floor, 50))
+    figure("read_file through the lane, added over the local dispatcher, p50", n50 - l50, "ms", floor=l50)
 
 
 # One lane start in a fresh process, step by step: the same functions `LocalDockerBackend.provision`

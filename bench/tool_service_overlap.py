@@ -36,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stats import ensure_bytecode, median  # noqa: E402
+from _stats import ensure_bytecode, figure, median  # noqa: E402
 
 from osprey.config import load_settings  # noqa: E402
 from osprey.events import Event, ToolResultEvent  # noqa: E402
@@ -123,6 +123,7 @@ def processes(rounds: int) -> None:
     for name, samples in times.items():
         print(f"  {name:8} min {min(samples) * 1e3:6.0f}  median {median(samples) * 1e3:6.0f}  max {max(samples) * 1e3:6.0f} ms")
     print(f"  gap      min {min(gaps) * 1e3:+6.0f}  median {median(gaps) * 1e3:+6.0f}  max {max(gaps) * 1e3:+6.0f} ms (goal <= +250)")
+    figure("osprey agent --sandbox, first tool result over the host run", median(gaps) * 1e3, "ms", floor=median(times["host"]) * 1e3)
 
 
 async def main() -> None:
@@ -163,6 +164,7 @@ async def main() -> None:
             mid = median(times[(ms, subject)])
             cells.append(f"{mid * 1e3:7.0f} ms (+{(mid - floor) * 1e3:4.0f})")
         print(f"{ms:>11} ms {floor * 1e3:11.0f} ms {cells[0]:>16} {cells[1]:>16}")
+        figure(f"{where}, model at {ms} ms: first tool result over an always-ready home", (median(times[(ms, 'overlap')]) - floor) * 1e3, "ms", floor=floor * 1e3)
 
 
 if __name__ == "__main__":

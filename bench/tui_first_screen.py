@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stats import ensure_bytecode, median  # noqa: E402
+from _stats import ensure_bytecode, figure, median  # noqa: E402
 
 from osprey.testing.model_server import ModelServer  # noqa: E402
 
@@ -150,6 +150,8 @@ def main() -> None:
                 print(_line("osprey ready (session started)", ready, floor))
                 medians.append((median(floor), median(first), median(ready),
                                 median([f / b for f, b in zip(first, floor, strict=True)])))
+                figure("first screen in tmux against a minimal textual app", medians[-1][3], "x", floor=1.0)
+                figure("first screen's CPU time against the minimal app's", median(first_cpu) / median(floor_cpu), "x", floor=1.0)
             span = [(min(m[i] for m in medians), max(m[i] for m in medians)) for i in range(4)]
             print(f"over the rounds (medians): floor {span[0][0] * 1e3:.0f}–{span[0][1] * 1e3:.0f} ms · first screen "
                   f"{span[1][0] * 1e3:.0f}–{span[1][1] * 1e3:.0f} ms ({span[3][0]:.2f}–{span[3][1]:.2f}x the floor, goal <= 1.5x) · "
