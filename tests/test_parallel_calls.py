@@ -1,5 +1,6 @@
 """Read-only calls of one turn run at the same time, end to end: the broker's batch, the client's
-channel and the server's worker pool.
+channel and the server's worker pool; a turn's read_file calls reach the service together, as
+one ReadFiles call.
 
 A real gRPC server on a loopback unix socket (the sidecar's `build_server`, in this process,
 with a servicer whose ReadFile waits at a barrier), the real client, and the real session
@@ -31,6 +32,37 @@ BARRIER_TIMEOUT_S = 30.0
 def small_files(workspace: Path, count: int) -> None:
     for i in range(count):
         (workspace / f"f{i}.txt").write_text("".join(f"line {j} of file {i}\n" for j in range(20)))
+        (workspace / f"d{i}").mkdir()
+
+
+async def one_turn(tmp_path: Path, workspace: Path, calls: list[ToolCall], servicer: type[ToolServicer], monkeypatch: pytest.MonkeyPatch) -> list[ToolResultEvent]:
+    """The results of a session's turn whose model asks for `calls`, served by `servicer`."""
+    monkeypatch.setattr(sidecar_server, "ToolServicer", servicer)
+    socket_path = str(tmp_path / "tools.sock")
+    server = sidecar_server.build_server([str(workspace)], socket_path)
+    results: list[ToolResultEvent] = []
+
+    def emit(event: Event) -> None:
+        if isinstance(event, ToolResultEvent):
+            results.append(event)
+
+    try:
+        with ModelServer([Reply.tool_calls(calls), Reply.text("done")]) as model:
+            flags = {"provider": "openai", "model": "test-model", "base_url": model.base_url, "approval_policy": "never"}
+            settings = load_settings(workspace, flags, {"OSPREY_HOME": str(tmp_path / "home"), "OPENAI_API_KEY": "test"})
+            async with AttachedLane([str(workspace)], socket_path) as home:
+                session = Session(SessionOptions(settings=settings), emit=emit, home=home)
+                await session.start()
+                try:
+                    end = await session.submit("Look at the sixteen of them.")
+                finally:
+                    await session.close()
+    finally:
+        server.stop(0)
+    assert end.outcome == "Completed", end.error
+    assert [r.ok for r in results] == [True] * len(calls), [r.output for r in results if not r.ok]
+    assert len({r.id for r in results}) == len(calls)
+    return results
 
 
 async def test_a_turns_read_only_calls_meet_at_a_barrier_only_concurrent_calls_pass(
@@ -42,33 +74,32 @@ async def test_a_turns_read_only_calls_meet_at_a_barrier_only_concurrent_calls_p
     passed: list[int] = []
 
     class MeetingServicer(ToolServicer):
-        def ReadFile(self, request: Any, context: Any) -> Any:
+        def ListDirectory(self, request: Any, context: Any) -> Any:
             passed.append(barrier.wait())  # BrokenBarrierError (a failed call) unless all 16 run at once
+            return super().ListDirectory(request, context)
+
+    await one_turn(tmp_path, workspace, [ToolCall("list_directory", {"path": f"d{i}"}) for i in range(CALLS)], MeetingServicer, monkeypatch)
+    assert sorted(passed) == list(range(CALLS))
+
+
+async def test_a_turns_read_file_calls_reach_the_service_as_one_readfiles_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reads arrive together only if the broker made them in the same event-loop iteration."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    small_files(workspace, CALLS)
+    received: list[tuple[str, int]] = []
+
+    class CountingServicer(ToolServicer):
+        def ReadFile(self, request: Any, context: Any) -> Any:
+            received.append(("ReadFile", 1))
             return super().ReadFile(request, context)
 
-    monkeypatch.setattr(sidecar_server, "ToolServicer", MeetingServicer)
-    socket_path = str(tmp_path / "tools.sock")
-    server = sidecar_server.build_server([str(workspace)], socket_path)
-    results: list[ToolResultEvent] = []
+        def ReadFiles(self, request: Any, context: Any) -> Any:
+            received.append(("ReadFiles", len(request.reads)))
+            return super().ReadFiles(request, context)
 
-    def emit(event: Event) -> None:
-        if isinstance(event, ToolResultEvent):
-            results.append(event)
-
-    try:
-        with ModelServer([Reply.tool_calls([ToolCall("read_file", {"path": f"f{i}.txt"}) for i in range(CALLS)]), Reply.text("done")]) as model:
-            flags = {"provider": "openai", "model": "test-model", "base_url": model.base_url, "approval_policy": "never"}
-            settings = load_settings(workspace, flags, {"OSPREY_HOME": str(tmp_path / "home"), "OPENAI_API_KEY": "test"})
-            async with AttachedLane([str(workspace)], socket_path) as home:
-                session = Session(SessionOptions(settings=settings), emit=emit, home=home)
-                await session.start()
-                try:
-                    end = await session.submit("Read the sixteen files.")
-                finally:
-                    await session.close()
-    finally:
-        server.stop(0)
-    assert end.outcome == "Completed", end.error
-    assert [r.ok for r in results] == [True] * CALLS, [r.output for r in results if not r.ok]
-    assert len({r.id for r in results}) == CALLS
-    assert sorted(passed) == list(range(CALLS))
+    results = await one_turn(tmp_path, workspace, [ToolCall("read_file", {"path": f"f{i}.txt"}) for i in range(CALLS)], CountingServicer, monkeypatch)
+    assert received == [("ReadFiles", CALLS)]
+    shown = [i for r in results for i in range(CALLS) if f"line 19 of file {i}\n" in r.output + "\n"]
+    assert sorted(shown) == list(range(CALLS))  # each call its own file's lines

@@ -21,7 +21,7 @@ from .paths import Roots, cut
 from .search import SEARCH_BUDGET_S, find_files, grep
 from .shell import BashRun, ExecRun
 from .strays import reap_strays
-from .wire import CATEGORY_KEY, WRITE_MAX_BYTES
+from .wire import CATEGORY_KEY, MAX_MESSAGE_BYTES, READ_FILES_MAX_ITEMS, WRITE_MAX_BYTES
 
 log = logging.getLogger("osprey_sidecar")
 
@@ -34,6 +34,20 @@ _CODES = {
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+# ReadFiles: the most reads in one request, and the most bytes of results in one answer (the
+# message limit, less room for the items' framing); an answer stops before the result that
+# would pass it, and the client asks again for the rest.
+READ_FILES_MAX_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
+
+
+def _status(exc: Exception) -> tuple[grpc.StatusCode, str, str]:
+    """(status code, category, message) a call that raised `exc` ends with."""
+    if isinstance(exc, ToolFailure):
+        return _CODES.get(exc.category, grpc.StatusCode.FAILED_PRECONDITION), exc.category, exc.message
+    log.error("tool crashed", exc_info=exc)
+    return grpc.StatusCode.INTERNAL, "internal", f"{type(exc).__name__}: {cut(str(exc))}"
 
 
 def _abort(context: grpc.ServicerContext, category: str, message: str) -> None:
@@ -49,12 +63,10 @@ def _mapped(method: F) -> F:
         self.calls.enter()
         try:
             return method(self, request, context)
-        except ToolFailure as exc:
-            _abort(context, exc.category, exc.message)
         except Exception as exc:  # noqa: BLE001 - reported to the caller, not swallowed
-            log.exception("tool crashed")
-            context.set_trailing_metadata(((CATEGORY_KEY, "internal"),))
-            context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {cut(str(exc))}")
+            code, category, message = _status(exc)
+            context.set_trailing_metadata(((CATEGORY_KEY, category),))
+            context.abort(code, message)
         finally:
             self.calls.leave()
 
@@ -197,6 +209,33 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
     @_mapped
     def ReadFile(self, request: pb.ReadFileRequest, context: grpc.ServicerContext) -> pb.ReadFileResponse:
         return read_file(self.roots, request.path, request.offset, request.limit)
+
+    @_mapped
+    def ReadFiles(self, request: pb.ReadFilesRequest, context: grpc.ServicerContext) -> pb.ReadFilesResponse:
+        """Each read as ReadFile does it, in order, in this one worker: its result, or the status
+        ReadFile would have ended with. Stops early when the answer would pass the message limit
+        (or the call has ended): the answer then holds the first reads only."""
+        if len(request.reads) > READ_FILES_MAX_ITEMS:
+            raise ToolFailure(E.INVALID_ARGUMENT, f"a ReadFiles call holds {len(request.reads)} reads; at most {READ_FILES_MAX_ITEMS} are allowed (send the rest in another call)")
+        response = pb.ReadFilesResponse()
+        size = 0
+        for read in request.reads:
+            try:
+                item = pb.ReadFilesItem(file=read_file(self.roots, read.path, read.offset, read.limit))
+            except Exception as exc:  # noqa: BLE001 - reported to the caller in its item
+                code, category, message = _status(exc)
+                item = pb.ReadFilesItem(error=pb.ReadFileError(code=code.value[0], message=message, category=category))
+            item_size = item.ByteSize() + 8  # with the item's tag and length
+            if item_size > READ_FILES_MAX_BYTES:  # alone: ReadFile could not send it either
+                item = pb.ReadFilesItem(error=pb.ReadFileError(
+                    code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], message=f"the result of reading {cut(read.path)} is {item_size} bytes, over the "
+                    f"{MAX_MESSAGE_BYTES}-byte message limit; read it in parts (offset and limit)"))
+                item_size = item.ByteSize() + 8
+            size += item_size
+            if response.items and (size > READ_FILES_MAX_BYTES or not context.is_active()):
+                break
+            response.items.append(item)
+        return response
 
     @_mapped
     def WriteFile(self, request: pb.WriteFileRequest, context: grpc.ServicerContext) -> pb.WriteFileResponse:

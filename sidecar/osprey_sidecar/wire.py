@@ -18,6 +18,7 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # 50 MB about the same; most of a chunk's cost is the client's fresh memory for its copies.)
 WRITE_CHUNK_BYTES = 256 * 1024
 WRITE_MAX_BYTES = MAX_MESSAGE_BYTES
+READ_FILES_MAX_ITEMS = 64  # reads in one ReadFiles call (the client sends more in several)
 # The gRPC health service reports SERVING for this name once the ToolService answers.
 SERVICE_NAME = "osprey.sandbox.v1.ToolService"
 CHANNEL_OPTIONS = (

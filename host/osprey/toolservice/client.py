@@ -16,6 +16,7 @@ callers see the pydantic results of `wire.py`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import socket
 import time
@@ -141,21 +142,79 @@ def _map_rpc_error(exc: grpc.aio.AioRpcError, where: str, deadline_s: float | No
     for key, value in exc.trailing_metadata() or ():
         if key == wire.CATEGORY_KEY:
             category = value
-    code = exc.code()
+    return _map_status(exc.code(), exc.details(), category, where, deadline_s)
+
+
+def _map_status(code: grpc.StatusCode, details: str | None, category: str, where: str, deadline_s: float | None = None) -> Exception:
+    """The project error for a call that ended with status `code`, its `details` and the error
+    category its trailing metadata carried ("" when none)."""
     if category and category not in ("internal", "unauthenticated"):
-        return ToolError(category, exc.details() or category)
+        return ToolError(category, details or category)
     if code == grpc.StatusCode.UNAUTHENTICATED:
-        return DispatcherError(f"the ToolService at {where} refused the call: {exc.details()}; the lane token does not match")
+        return DispatcherError(f"the ToolService at {where} refused the call: {details}; the lane token does not match")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED and deadline_s is not None:
         return ToolTimeout(f"the ToolService did not answer within {deadline_s:g} s, so the call was cancelled")
-    if code == grpc.StatusCode.UNAVAILABLE and (refused := tls_refusal(exc.details() or "", where)) is not None:
+    if code == grpc.StatusCode.UNAVAILABLE and (refused := tls_refusal(details or "", where)) is not None:
         return refused
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-        return DispatcherError(f"the ToolService at {where} is unreachable ({code.name}: {exc.details()}); the sandbox lane or dispatcher may have stopped")
+        return DispatcherError(f"the ToolService at {where} is unreachable ({code.name}: {details}); the sandbox lane or dispatcher may have stopped")
     if code == grpc.StatusCode.CANCELLED:
         # Our own cancellation surfaces as asyncio.CancelledError, never as a status.
         return DispatcherError(f"the ToolService at {where} cancelled the call (it may be shutting down)")
-    return ToolError("internal", f"the ToolService failed ({code.name}): {exc.details()}")
+    return ToolError("internal", f"the ToolService failed ({code.name}): {details}")
+
+
+def _status_code(number: int) -> grpc.StatusCode:
+    """The status code numbered `number` (UNKNOWN for a number gRPC does not define)."""
+    for code in grpc.StatusCode:
+        if code.value[0] == number:
+            return code
+    return grpc.StatusCode.UNKNOWN
+
+
+# ReadFiles (the read_file calls made in one event-loop iteration, sent together): the most reads
+# the service takes in one request, and the request bytes after which the rest go in another.
+READ_FILES_MAX_REQUEST_BYTES = wire.MAX_MESSAGE_BYTES // 2
+
+# A read waiting for its batch: the request and the future its caller awaits. The future's
+# result is the response, or None when the caller must send a plain ReadFile itself (it was
+# alone, or the service has no ReadFiles).
+_Read = tuple["pb.ReadFileRequest", "asyncio.Future[pb.ReadFileResponse | None]"]
+
+
+def _settle(future: asyncio.Future[Any], result: Any = None, error: BaseException | None = None) -> None:
+    if future.done():
+        return  # its caller was cancelled
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _cancel_when_abandoned(batch: asyncio.Task[None], futures: list[asyncio.Future[Any]]) -> None:
+    """Cancel `batch` once every caller waiting on it is cancelled, as their own calls would be."""
+    def abandoned(future: asyncio.Future[Any]) -> None:
+        if future.cancelled() and not batch.done() and all(f.done() for f in futures):
+            batch.cancel()
+
+    for future in futures:
+        future.add_done_callback(abandoned)
+
+
+def _read_chunks(reads: list[_Read]) -> Iterator[list[_Read]]:
+    """`reads` in requests of at most `wire.READ_FILES_MAX_ITEMS` reads and about
+    READ_FILES_MAX_REQUEST_BYTES bytes."""
+    chunk: list[_Read] = []
+    size = 0
+    for read in reads:
+        read_size = read[0].ByteSize() + 8
+        if chunk and (len(chunk) == wire.READ_FILES_MAX_ITEMS or size + read_size > READ_FILES_MAX_REQUEST_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(read)
+        size += read_size
+    if chunk:
+        yield chunk
 
 
 def accepts_connections(socket_path: str) -> bool:
@@ -243,6 +302,13 @@ class ToolClient:
         self._recover = recover
         self._starting: asyncio.Future[None] | None = None
         self.call_deadline_s = call_deadline_s
+        # read_file calls made in this event-loop iteration, sent together once it ends.
+        self._pending_reads: list[_Read] | None = None
+        self._read_batches: set[asyncio.Task[None]] = set()
+        # The connection whose service answered ReadFiles as UNIMPLEMENTED (an older one).
+        self._no_read_files: Connection | None = None
+        # Whether read_file calls made together go as one ReadFiles call (False: each alone).
+        self.batch_reads = True
 
     @classmethod
     def for_socket(cls, socket_path: str, *, token: str | None = None) -> ToolClient:
@@ -345,8 +411,99 @@ class ToolClient:
             raise
 
     async def read_file(self, path: str, offset: int = 0, limit: int = 0) -> ReadFileResult:
-        r = await self._unary("ReadFile", _request(pb.ReadFileRequest, path=path, offset=offset, limit=limit))
-        return toolwire.ReadFileResult.from_wire(r)
+        """Calls made in the same event-loop iteration (a turn's calls gathered together) go to
+        the service in one ReadFiles call; each gets its own result or error, as from ReadFile."""
+        request = _request(pb.ReadFileRequest, path=path, offset=offset, limit=limit)
+        await self._started()
+        used = self._connection
+        if self.batch_reads and used is not None and used is not self._no_read_files:
+            try:
+                batched = await self._join_reads(request)
+            except (DispatcherError, ToolTimeout) as exc:
+                await self._after_failure(exc, used)
+                raise
+            if batched is not None:
+                return toolwire.ReadFileResult.from_wire(batched)
+        return toolwire.ReadFileResult.from_wire(await self._unary("ReadFile", request))
+
+    def _join_reads(self, request: pb.ReadFileRequest) -> asyncio.Future[pb.ReadFileResponse | None]:
+        """Add `request` to the reads of this loop iteration (the first schedules their flush)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[pb.ReadFileResponse | None] = loop.create_future()
+        if self._pending_reads is None:
+            self._pending_reads = []
+            loop.call_soon(self._flush_reads)
+        self._pending_reads.append((request, future))
+        return future
+
+    def _flush_reads(self) -> None:
+        reads = [read for read in self._pending_reads or () if not read[1].done()]
+        self._pending_reads = None
+        if len(reads) == 1:
+            reads[0][1].set_result(None)  # alone: its caller sends a plain ReadFile
+            return
+        for chunk in _read_chunks(reads):
+            batch = asyncio.get_running_loop().create_task(self._send_reads(chunk))
+            self._read_batches.add(batch)
+            batch.add_done_callback(self._read_batches.discard)
+            _cancel_when_abandoned(batch, [future for _, future in chunk])
+
+    async def _send_reads(self, reads: list[_Read]) -> None:
+        """One ReadFiles call for `reads` (again for the rest, if the answer held only the first
+        ones), settling each caller's future with its result or its error."""
+        connection = self._connection
+        try:
+            while reads:
+                reads = [read for read in reads if not read[1].done()]
+                if len(reads) <= 1 or connection is None:
+                    for _, future in reads:
+                        _settle(future, None)  # its caller sends a plain ReadFile
+                    return
+                reply = await self._read_files(connection, reads)
+                if reply is None:
+                    return
+                for (_, future), item in zip(reads, reply.items, strict=False):
+                    if item.HasField("file"):
+                        _settle(future, item.file)
+                    else:
+                        error = item.error
+                        _settle(future, error=_map_status(_status_code(error.code), error.message, error.category, connection.where, self.call_deadline_s))
+                reads = reads[len(reply.items):]
+        except asyncio.CancelledError:
+            if _being_cancelled():
+                for _, future in reads:
+                    future.cancel()  # (every caller was cancelled already, unless the loop is closing)
+                raise
+            for _, future in reads:
+                _settle(future, error=_closed_under(connection) if connection is not None else DispatcherError("the ToolService is not running"))
+        except BaseException as exc:
+            for _, future in reads:
+                _settle(future, error=ToolError("internal", f"sending reads together to the ToolService failed: {type(exc).__name__}: {exc}"))
+            raise
+
+    async def _read_files(self, connection: Connection, reads: list[_Read]) -> pb.ReadFilesResponse | None:
+        """The ReadFiles call for `reads`; None when it failed (every future then settled: with
+        the error a ReadFile would have got, or None to send ReadFile when ReadFiles is unknown)."""
+        failure: Callable[[], Exception]
+        try:
+            reply = await connection.stub.ReadFiles(pb.ReadFilesRequest(reads=[request for request, _ in reads]),
+                                                    metadata=connection.metadata, timeout=self.call_deadline_s)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                self._no_read_files = connection
+                for _, future in reads:
+                    _settle(future, None)
+                return None
+            failure = functools.partial(_map_rpc_error, exc, connection.where, self.call_deadline_s)
+        except grpc.aio.UsageError as exc:
+            failure = functools.partial(DispatcherError, f"the connection to the ToolService at {connection.where} is closed ({exc})")
+        else:
+            if reply.items and len(reply.items) <= len(reads):
+                return reply
+            failure = functools.partial(ToolError, "internal", f"the ToolService at {connection.where} answered {len(reads)} reads with {len(reply.items)} results")
+        for _, future in reads:
+            _settle(future, error=failure())  # each caller its own (its recovery note is written on it)
+        return None
 
     async def write_file(self, path: str, content: str) -> WriteFileResult:
         """Small content goes in one message; larger content streams in chunks, each encoded as

@@ -37,6 +37,36 @@ class ReadFileResponse(_message.Message):
     total_lines_is_lower_bound: bool
     def __init__(self, content: _Optional[str] = ..., start_line: _Optional[int] = ..., end_line: _Optional[int] = ..., total_lines: _Optional[int] = ..., more: _Optional[bool] = ..., long_lines_cut: _Optional[int] = ..., resolved_path: _Optional[str] = ..., total_lines_is_lower_bound: _Optional[bool] = ...) -> None: ...
 
+class ReadFilesRequest(_message.Message):
+    __slots__ = ("reads",)
+    READS_FIELD_NUMBER: _ClassVar[int]
+    reads: _containers.RepeatedCompositeFieldContainer[ReadFileRequest]
+    def __init__(self, reads: _Optional[_Iterable[_Union[ReadFileRequest, _Mapping]]] = ...) -> None: ...
+
+class ReadFileError(_message.Message):
+    __slots__ = ("code", "message", "category")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CATEGORY_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    category: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., category: _Optional[str] = ...) -> None: ...
+
+class ReadFilesItem(_message.Message):
+    __slots__ = ("file", "error")
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    file: ReadFileResponse
+    error: ReadFileError
+    def __init__(self, file: _Optional[_Union[ReadFileResponse, _Mapping]] = ..., error: _Optional[_Union[ReadFileError, _Mapping]] = ...) -> None: ...
+
+class ReadFilesResponse(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[ReadFilesItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[ReadFilesItem, _Mapping]]] = ...) -> None: ...
+
 class WriteFileRequest(_message.Message):
     __slots__ = ("path", "content")
     PATH_FIELD_NUMBER: _ClassVar[int]

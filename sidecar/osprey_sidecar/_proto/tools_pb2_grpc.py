@@ -39,6 +39,11 @@ class ToolServiceStub:
                 request_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.ReadFileRequest.SerializeToString,
                 response_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.ReadFileResponse.FromString,
                 _registered_method=True)
+        self.ReadFiles = channel.unary_unary(
+                '/osprey.sandbox.v1.ToolService/ReadFiles',
+                request_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.ReadFilesRequest.SerializeToString,
+                response_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.ReadFilesResponse.FromString,
+                _registered_method=True)
         self.WriteFile = channel.unary_unary(
                 '/osprey.sandbox.v1.ToolService/WriteFile',
                 request_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.WriteFileRequest.SerializeToString,
@@ -91,6 +96,17 @@ class ToolServiceServicer:
 
     def ReadFile(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadFiles(self, request, context):
+        """Several ReadFile calls in one round trip: each read is done as ReadFile would do it, in
+        order, and answered with its result or with the error ReadFile would have ended with. At
+        most 64 reads in one request. The answer may hold fewer items than the request (a prefix
+        of it) when the next result would take the message over its size limit: the client asks
+        again for the rest.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -162,6 +178,11 @@ def add_ToolServiceServicer_to_server(servicer, server):
                     servicer.ReadFile,
                     request_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.ReadFileRequest.FromString,
                     response_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.ReadFileResponse.SerializeToString,
+            ),
+            'ReadFiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadFiles,
+                    request_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.ReadFilesRequest.FromString,
+                    response_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.ReadFilesResponse.SerializeToString,
             ),
             'WriteFile': grpc.unary_unary_rpc_method_handler(
                     servicer.WriteFile,
@@ -236,6 +257,33 @@ class ToolService:
             '/osprey.sandbox.v1.ToolService/ReadFile',
             osprey__sidecar_dot___proto_dot_tools__pb2.ReadFileRequest.SerializeToString,
             osprey__sidecar_dot___proto_dot_tools__pb2.ReadFileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadFiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/osprey.sandbox.v1.ToolService/ReadFiles',
+            osprey__sidecar_dot___proto_dot_tools__pb2.ReadFilesRequest.SerializeToString,
+            osprey__sidecar_dot___proto_dot_tools__pb2.ReadFilesResponse.FromString,
             options,
             channel_credentials,
             insecure,
