@@ -102,12 +102,13 @@ def test_a_one_turn_session_builds_the_models_it_uses_and_no_other(one_turn: dic
             "osprey.messages.ModelTurn", "osprey.messages.ToolSpec", "osprey.session.core.SessionOptions")
     assert {name: built.get(name) for name in used} == dict.fromkeys(used, True)
     # ...and what it never made has none: events it did not emit, a tool call and its result,
-    # approvals nobody was asked, hooks and saved rules it has no file of, a search service it has not.
+    # approvals nobody was asked, hooks and saved rules it has no file of, a search service it has not,
+    # a session it did not resume, projects it trusts none of.
     unused = ("osprey.events.Compaction", "osprey.events.Advisory", "osprey.events.PersonaSwitch", "osprey.events.ModelSwitch",
               "osprey.events.Question", "osprey.events.TodoList", "osprey.events.ToolCallEvent", "osprey.events.ToolResultEvent",
               "osprey.messages.ToolResultMessage", "osprey.policy.approvals.ApprovalRequest", "osprey.policy.approvals.ApprovalAnswer",
               "osprey.policy.store.SavedRule", "osprey.extensions.hooks.HookVerdict", "osprey.extensions.hooks.HookEntry",
-              "osprey.config.schema.ResolvedWebSearch")
+              "osprey.config.schema.ResolvedWebSearch", "osprey.sessions.resume.ResumePoint", "osprey.trust.ProjectTrust")
     # (The hooks machinery is not even loaded without a hooks file.)
     assert {name: built.get(name, False) for name in unused} == dict.fromkeys(unused, False)
 

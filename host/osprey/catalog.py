@@ -62,7 +62,7 @@ class ModelInfo(BaseModel):
     """One model as the picker shows it. `provider` is the Osprey provider that speaks to it
     (`openai` for any OpenAI-compatible server); prices are US dollars per million tokens."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)  # built when a catalog is first read
 
     provider: str = Field(min_length=1, max_length=64)
     id: str = Field(min_length=1, max_length=256)
@@ -82,7 +82,7 @@ class Catalog(BaseModel):
     for one endpoint is not shown for another. `stale` is set when a refresh failed and this is
     older data (or the built-in list); `problem` then says why and what to do."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     models: list[ModelInfo] = Field(default_factory=list, max_length=MAX_MODELS)
     source: Source
@@ -101,6 +101,8 @@ class Catalog(BaseModel):
 
 
 class _CacheFile(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     version: Literal[1] = 1
     catalog: Catalog
 

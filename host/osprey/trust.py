@@ -48,7 +48,8 @@ def digest(data: bytes) -> str:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Built at first use: a run reads trust.toml only when it has something to trust.
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class ProjectTrust(_Strict):

@@ -12,9 +12,10 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler
+from pydantic_core import CoreSchema, core_schema
 
 from ..config import Settings
 from ..errors import ConfigError
@@ -52,6 +53,17 @@ def new_session_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+class _Given:
+    """A field's value is an instance of `cls` (or None) that code made, never data to parse: it is
+    checked by isinstance alone, so `cls`'s schema is not built for a session that never sets it."""
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.nullable_schema(core_schema.is_instance_schema(self.cls))
+
+
 class SessionOptions(BaseModel):
     """Everything a front end decides about a session, besides the settings files."""
 
@@ -66,7 +78,7 @@ class SessionOptions(BaseModel):
     # Whether a person can answer approval prompts (the TUI); headless runs cannot.
     interactive: bool = False
     # Go on with a journaled session: its conversation, turns and usage (keep its session_id).
-    resume: ResumePoint | None = None
+    resume: Annotated[ResumePoint | None, _Given(ResumePoint)] = None
     # The model's context window in tokens, for automatic compaction near it. None: from the
     # cached model catalog when it knows the model, else no automatic compaction.
     context_window: int | None = None

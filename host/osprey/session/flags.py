@@ -137,8 +137,6 @@ class Resolution:
     def persona(self) -> Any:
         """The persona the session starts as: --persona, else the resumed session's own, else
         `[agent].default_persona`; None when none is named. A ConfigError when it does not resolve."""
-        from ..personas import resolve_persona
-
         name = self.flags.persona
         if name is None and self.resumed is not None:
             from ..sessions.resume import recorded_persona
@@ -147,6 +145,8 @@ class Resolution:
         name = name or self.settings.agent.default_persona
         if name is None:
             return None
+        from ..personas import resolve_persona  # only when a persona is named
+
         return resolve_persona(name, workspace_root=self.settings.workspace_root, home=self.settings.home)
 
 

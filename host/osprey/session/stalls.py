@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .. import lazy
 from ..events import Advisory, Event
 from ..interception import Interceptor, Order, PendingCall, PromptSubmission, PromptVerdict, Verdict
 from ..policy.wrappers import unwrap
@@ -65,7 +66,7 @@ MAX_COMMAND_CHARS = 16 * 1024  # of a bash command line, parsed to find its prog
 class StallSettings(BaseModel):
     """The detectors' thresholds (the spec's headless defaults)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)  # built when the detectors start
 
     doom_loop_repeats: int = Field(3, ge=2)
     identical_failure_threshold: int = Field(2, ge=1)
@@ -111,19 +112,19 @@ class Family:
         return f"{what}, {self.status}" + (f": {self.signature}" if self.signature else "")
 
 
-_HEX = re.compile(r"\b(?:0x[0-9a-fA-F]+|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,})\b")
-_PATH = re.compile(r"(?:[A-Za-z]:)?(?:~|\.{1,2})?(?:[\w.@+~-]*/)+[\w.@+~-]*")
-_DIGITS = re.compile(r"\d+")
-_SPACE = re.compile(r"\s+")
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b")
-_ERROR_WORDS = re.compile(
+_HEX = lazy.Pattern(r"\b(?:0x[0-9a-fA-F]+|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,})\b")
+_PATH = lazy.Pattern(r"(?:[A-Za-z]:)?(?:~|\.{1,2})?(?:[\w.@+~-]*/)+[\w.@+~-]*")
+_DIGITS = lazy.Pattern(r"\d+")
+_SPACE = lazy.Pattern(r"\s+")
+_EXCEPTION_LINE = lazy.Pattern(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b")
+_ERROR_WORDS = lazy.Pattern(
     r"(?i)\b(?:error|errors|exception|fatal|failed|failure|failures|traceback|panic(?:ked)?|cannot|can't|could not|not found|"
     r"no such|denied|refused|undefined|unexpected|invalid|segmentation fault|abort(?:ed)?)\b"
 )
-_TRACEBACK_HEADER = re.compile(r"^Traceback \(most recent call last\):?$")
-_STATUS_EXIT = re.compile(r"exit(?:ed with)? code (-?\d+)")
-_STATUS_SIGNAL = re.compile(r"killed by signal (\d+)")
-_DROPPED = re.compile(r"^\[\.\.\. \d+ characters dropped")
+_TRACEBACK_HEADER = lazy.Pattern(r"^Traceback \(most recent call last\):?$")
+_STATUS_EXIT = lazy.Pattern(r"exit(?:ed with)? code (-?\d+)")
+_STATUS_SIGNAL = lazy.Pattern(r"killed by signal (\d+)")
+_DROPPED = lazy.Pattern(r"^\[\.\.\. \d+ characters dropped")
 
 
 def normalise(line: str) -> str:
@@ -205,7 +206,7 @@ _SETUP = frozenset({
 })
 _SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh"})
 _INTERPRETERS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "python", "python2", "python3", "node", "ruby", "perl", "php", "deno", "bun"})
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_:.-]*")
+_WORD = lazy.Pattern(r"[A-Za-z][A-Za-z0-9_:.-]*")
 _SUBSTITUTIONS = frozenset({"command_substitution", "process_substitution"})
 
 
@@ -317,7 +318,7 @@ _CHANGING_SUBCOMMANDS: dict[str, frozenset[str]] = {
     "ruff": frozenset({"format"}),
     "tar": frozenset(),  # with an x/extract option: see below
 }
-_WRITE_CALL = re.compile(r"""\.write_text\(|\.write_bytes\(|\bopen\([^)]*,\s*['"][wax]|\bwriteFileSync\(|\bfs\.writeFile\(""")
+_WRITE_CALL = lazy.Pattern(r"""\.write_text\(|\.write_bytes\(|\bopen\([^)]*,\s*['"][wax]|\bwriteFileSync\(|\bfs\.writeFile\(""")
 
 
 def changes_artifacts(name: str, arguments: Mapping[str, Any], outcome: ToolOutcome, settings: StallSettings | None = None) -> bool:

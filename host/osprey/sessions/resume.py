@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..choices import EFFORTS, MODEL_PROVIDERS
 from ..events import (
@@ -31,6 +31,8 @@ ENDED_TEXT = "Error (cancelled): the session ended before this call finished; it
 
 class ResumePoint(BaseModel):
     """Where a resumed session starts: its conversation, the turns it has had and its usage."""
+
+    model_config = ConfigDict(defer_build=True)  # built when a session is resumed
 
     messages: list[Message] = Field(default_factory=list)
     turns: int = 0

@@ -4,6 +4,7 @@ schema-only tools (manifests, MCP servers, personas) are validated with jsonsche
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -133,7 +134,7 @@ class Tool:
     def from_model(cls, name: str, description: str, input_model: type[BaseModel], run: RunFunction, *, read_only: bool = False, trusted: bool = False,
                    own_state: bool = False) -> Tool:
         """A tool whose schema comes from a pydantic model; its run function gets the model in `call.input`."""
-        return cls(name, description, clean_schema(input_model.model_json_schema()), run, read_only=read_only, trusted=trusted,
+        return cls(name, description, model_schema(input_model), run, read_only=read_only, trusted=trusted,
                    own_state=own_state, input_model=input_model)
 
     def spec(self) -> ToolSpec:
@@ -157,6 +158,20 @@ class Tool:
             if len(problems) >= 10:
                 break
         return (arguments, None) if not problems else (None, "; ".join(problems))
+
+
+# The cleaned JSON schema of each input model, as JSON text: generated once per process (a child
+# session makes its tools again), each tool getting a copy of its own.
+_MODEL_SCHEMAS: dict[type[BaseModel], str] = {}
+
+
+def model_schema(input_model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema of a tool's input model, cleaned (see `clean_schema`); a new dict each time."""
+    text = _MODEL_SCHEMAS.get(input_model)
+    if text is None:
+        text = _MODEL_SCHEMAS[input_model] = json.dumps(clean_schema(input_model.model_json_schema()))
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
 
 
 def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:

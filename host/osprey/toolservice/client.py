@@ -245,24 +245,49 @@ def _channel(target: UnixTarget | TlsTarget) -> grpc.aio.Channel:
 
 class Connection:
     """One gRPC channel to one ToolService, with the token its calls present. `target` is a
-    `UnixTarget` or a `TlsTarget`; a plain string is a unix socket's path."""
+    `UnixTarget` or a `TlsTarget`; a plain string is a unix socket's path.
+
+    The channel is made at its first use: gRPC and protobuf load then (tens of milliseconds), so
+    a session without tool calls never loads them. Closed before that, it never makes one, and a
+    call made through it after fails as a closed connection does."""
 
     def __init__(self, target: ServiceTarget | str, *, token: str | None = None) -> None:
         self.target: UnixTarget | TlsTarget = UnixTarget(path=target) if isinstance(target, str) else target
         self.where = self.target.where
         self.token = token
-        self.channel = _channel(self.target)
-        self.stub = pb_grpc.ToolServiceStub(self.channel)
-        self._health = health_pb2_grpc.HealthStub(self.channel)
         self.metadata = ((wire.TOKEN_KEY, token),) if token else None
         # Why TLS cannot be made to work, once a health check found that (see `tls_refusal`).
         self.refused: str | None = None
+        self._closed = False
+
+    @functools.cached_property
+    def channel(self) -> grpc.aio.Channel:
+        if self._closed:
+            raise DispatcherError(f"the connection to the ToolService at {self.where} is closed")
+        return _channel(self.target)
+
+    @functools.cached_property
+    def stub(self) -> pb_grpc.ToolServiceStub:
+        return pb_grpc.ToolServiceStub(self.channel)
+
+    @functools.cached_property
+    def _health(self) -> health_pb2_grpc.HealthStub:
+        return health_pb2_grpc.HealthStub(self.channel)
+
+    @property
+    def channel_made(self) -> bool:
+        """Whether the gRPC channel (and so gRPC itself) was needed yet."""
+        return "channel" in self.__dict__
 
     async def close(self) -> None:
-        await self.channel.close()
+        self._closed = True
+        if self.channel_made:
+            await self.channel.close()
 
     async def healthy(self, timeout: float = 1.0) -> bool:
         """Whether the service answers its health check within `timeout` seconds."""
+        if self._closed and not self.channel_made:
+            return False
         try:
             reply = await self._health.Check(health_pb2.HealthCheckRequest(service=wire.SERVICE_NAME), metadata=self.metadata, timeout=timeout)
         except grpc.aio.AioRpcError as exc:

@@ -46,6 +46,11 @@ if TYPE_CHECKING:
     from ..config import SandboxSettings
 
 READY_DEADLINE_S = 10.0
+# Where the local dispatcher's directory cannot be watched, its socket is checked after 1 ms, then
+# at doubling intervals up to 16 ms; where it can, at each change there and at least every 50 ms.
+READY_POLL_FIRST_S = 0.001
+READY_POLL_MAX_S = 0.016
+READY_WATCHED_POLL_S = 0.05
 HEALTH_PROBE_S = 2.0
 STOP_GRACE_S = 2.0
 DISPATCHER_DIR_PREFIX = "osprey-tools-"
@@ -191,46 +196,48 @@ class LocalDispatcher(ToolServiceHome):
         self._pending = (socket_path, token)
 
     async def _come_up(self) -> None:
-        """Wait until the process serves (its gRPC health), then point the client at it."""
+        """Wait until the process listens on its socket, then point the client at it."""
         assert self.proc is not None and self._pending is not None
         (socket_path, token), self._pending = self._pending, None
         try:
-            self.connection = await self._wait_ready(self.proc, socket_path, token)
+            await self._wait_listening(self.proc, socket_path)
         except BaseException:
             await self._stop()
             raise
         os.unlink(os.path.join(os.path.dirname(socket_path), TOKEN_FILE))  # the child has read it; the broker keeps it in memory
+        self.connection = Connection(socket_path, token=token)
         self._client.use(self.connection)
 
-    async def _wait_ready(self, proc: asyncio.subprocess.Process, socket_path: str, token: str) -> Connection:
-        connections: list[Connection] = []
+    async def _wait_listening(self, proc: asyncio.subprocess.Process, socket_path: str) -> None:
+        """Return once the socket accepts connections (the child reads its token and registers its
+        services before it listens); raise DispatcherError with the child's last output when it
+        exits first or does not listen within READY_DEADLINE_S.
 
-        async def ready_when_listening() -> None:
-            # gRPC only once the socket accepts (see accepts_connections): not merely once it
-            # exists. Until then gRPC is not even loaded, so a start in the background does not
-            # hold up the event loop while the child process starts.
-            end = time.monotonic() + READY_DEADLINE_S
-            while not accepts_connections(socket_path) and proc.returncode is None and time.monotonic() < end:
-                await asyncio.sleep(0.002)
-            connections.append(Connection(socket_path, token=token))
-            await connections[0].wait_ready(max(end - time.monotonic(), 0.1))
-
-        ready = asyncio.ensure_future(ready_when_listening())
+        A plain connect on the socket, not gRPC: gRPC and protobuf then load at the first tool call
+        (`Connection`), never on the event loop while the first model request is in flight.
+        The socket is checked when something changes in its directory (it is made there, and the
+        child's log line saying it serves is written there), not in a busy loop."""
+        end = time.monotonic() + READY_DEADLINE_S
+        delay = READY_POLL_FIRST_S
         exited = asyncio.ensure_future(proc.wait())
-        served = False
+        watch = DirectoryWatch.open(os.path.dirname(socket_path))
         try:
-            await asyncio.wait({ready, exited}, return_when=asyncio.FIRST_COMPLETED)
-            served = ready.done() and not ready.cancelled() and ready.exception() is None  # a failure's own exception: the log says more
+            while not accepts_connections(socket_path):
+                remaining = end - time.monotonic()
+                if proc.returncode is not None or remaining <= 0:
+                    raise DispatcherError(f"the local dispatcher did not start serving on {socket_path}; its last output:\n{self.log_tail() or '(none)'}")
+                if watch is not None:
+                    changed = asyncio.ensure_future(watch.changed.wait())
+                    await asyncio.wait({changed, exited}, timeout=min(READY_WATCHED_POLL_S, remaining), return_when=asyncio.FIRST_COMPLETED)
+                    changed.cancel()
+                    watch.changed.clear()
+                else:
+                    await asyncio.wait({exited}, timeout=min(delay, remaining))
+                    delay = min(delay * 2, READY_POLL_MAX_S)
         finally:
             exited.cancel()
-            if not ready.done():
-                ready.cancel()
-            if not served:
-                for connection in connections:
-                    await connection.close()
-        if served:
-            return connections[0]
-        raise DispatcherError(f"the local dispatcher did not start serving on {socket_path}; its last output:\n{self.log_tail() or '(none)'}")
+            if watch is not None:
+                watch.close()
 
     def log_tail(self, lines: int = 20) -> str:
         if self.dir is None:
@@ -283,6 +290,51 @@ class LocalDispatcher(ToolServiceHome):
 
     async def _close(self) -> None:
         await self._stop()
+
+
+class DirectoryWatch:
+    """Sets `changed` when an entry is made or written in a directory (inotify, read by the event
+    loop). `open` gives None where that is not available (not Linux, no inotify left)."""
+
+    _IN_MODIFY, _IN_CREATE, _IN_MOVED_TO = 0x2, 0x100, 0x80
+    _IN_NONBLOCK, _IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.changed = asyncio.Event()
+        asyncio.get_running_loop().add_reader(fd, self._read)
+
+    @classmethod
+    def open(cls, directory: str) -> DirectoryWatch | None:
+        if not sys.platform.startswith("linux"):
+            return None
+        import ctypes  # loaded already by the broker's process privacy set-up
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init1(cls._IN_NONBLOCK | cls._IN_CLOEXEC)
+        except (OSError, AttributeError):
+            return None
+        if fd < 0:
+            return None
+        if libc.inotify_add_watch(fd, os.fsencode(directory), cls._IN_CREATE | cls._IN_MODIFY | cls._IN_MOVED_TO) < 0:
+            os.close(fd)
+            return None
+        return cls(fd)
+
+    def _read(self) -> None:
+        try:
+            while os.read(self.fd, 4096):  # the events themselves do not matter, only that there were some
+                pass
+        except BlockingIOError:
+            pass
+        except OSError:
+            asyncio.get_running_loop().remove_reader(self.fd)  # the waiter goes on with its timed checks
+        self.changed.set()
+
+    def close(self) -> None:
+        asyncio.get_running_loop().remove_reader(self.fd)
+        os.close(self.fd)
 
 
 async def _stop_process(proc: asyncio.subprocess.Process) -> None:
