@@ -95,7 +95,7 @@ async def test_owned_parts_close_once_in_reverse_order(harness: Harness) -> None
             http, home = session._http, session.home
             assert http is not None and home is not None
         await session.close()  # a second close closes nothing again
-    assert session.owned_parts == ["http", "home", "processes", "tools:builtin", "tools:web", "tools:control", "tools:skills", "tools:memory",
+    assert session.owned_parts == ["home", "http", "processes", "tools:builtin", "tools:web", "tools:control", "tools:skills", "tools:memory",
                                    "tools:extensions"]
     assert session.closed_parts == list(reversed(session.owned_parts))
     assert http.is_closed

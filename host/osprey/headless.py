@@ -53,7 +53,11 @@ def run_headless(prompt: str, options: Mapping[str, Any]) -> int:
         _warn(warning)
     jsonl = bool(options.get("events_jsonl")) or not sys.stdout.isatty()
     try:
-        return asyncio.run(_session(resolution.session_options(), prompt, jsonl, journal=bool(options.get("journal", True))))
+        session_id = _prepare_lane(resolution)
+        session_options = resolution.session_options()
+        if session_id is not None:
+            session_options.session_id = session_id
+        return asyncio.run(_session(session_options, prompt, jsonl, journal=bool(options.get("journal", True))))
     except OspreyError as exc:
         _error(str(exc))
         return 1
@@ -65,6 +69,20 @@ def _progress(line: str) -> None:
 
 def _error(message: str) -> None:
     sys.stderr.write(f"osprey: error: {message}\n")
+
+
+def _prepare_lane(resolution: Any) -> str | None:
+    """With `--sandbox`, start making the session's lane now, before the session's own set-up
+    (the session takes it over); the session id it is named for, or None without a new lane."""
+    settings = resolution.settings
+    if not settings.sandbox.enabled or settings.sandbox.socket:
+        return None
+    from .session.core import new_session_id
+    from .toolservice.home_config import home_config, prepare_home
+
+    session_id: str = resolution.resumed.row.id if resolution.resumed is not None else new_session_id()
+    prepare_home(home_config([str(settings.cwd)], sandbox=settings.sandbox, session_id=session_id, home=settings.home))
+    return session_id
 
 
 async def _session(options: SessionOptions, prompt: str, jsonl: bool, *, journal: bool = True) -> int:

@@ -333,19 +333,20 @@ class Session:
             from ..providers.limiter import RequestLimiter
 
             self.limiter = RequestLimiter(per_minute)
-        if self.provider is None:
-            self.provider = await self._make_provider()
-        if settings.approval_policy == "never" and not settings.sandbox.enabled and self.options.parent_id is None:
-            self.warn("tool calls run on the host without approval (--yolo without --sandbox); only isolation outside Osprey and the hardline floor protect this machine")
         host_env = settings_tool_environment(settings)
         if self.home is None:
-            # Started in the background: the first model request does not wait for it, and a tool
-            # call made before it answers does. A failed start ends the session (`_watch_tools`).
+            # Started first, in the background: the provider's set-up and the first model request
+            # do not wait for it, and a tool call made before it answers does. A failed start ends
+            # the session (`_watch_tools`).
             home_made = make_home([str(settings.cwd)], sandbox=settings.sandbox, session_id=self.session_id,
                                   progress=self.progress, home=settings.home, env=host_env)
             self.home = home_made
             self._own("home", home_made.close)
             await home_made.begin()
+        if self.provider is None:
+            self.provider = await self._make_provider()
+        if settings.approval_policy == "never" and not settings.sandbox.enabled and self.options.parent_id is None:
+            self.warn("tool calls run on the host without approval (--yolo without --sandbox); only isolation outside Osprey and the hardline floor protect this machine")
         home = self.home
         self._watch_tools(home)
         processes = None

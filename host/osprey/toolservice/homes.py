@@ -103,6 +103,7 @@ class ToolServiceHome(abc.ABC):
             self._starting = asyncio.ensure_future(self._come_up())
             self._starting.add_done_callback(_retrieve)
             self._client.wait_for(self._starting)
+            await asyncio.sleep(0)  # the start's first step runs now (a lane hands its engine work to a thread), not after the caller's next one
         return self._starting
 
     async def _set_up(self) -> None:  # noqa: B027 - most homes have nothing to do at once
