@@ -89,6 +89,25 @@ def test_a_name_glob_is_handed_to_ripgrep_only_where_it_cannot_reinclude() -> No
 # --- what ripgrep reports is checked -----------------------------------------------------------
 
 
+def test_lines_are_checked_across_chunks_without_splitting_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Small chunks, so wanted lines, long lines and line ends fall on every side of a chunk's edge.
+    monkeypatch.setattr(search, "READ_CHUNK", 7)
+    lines = [f"line {n} " + "y" * (n % 13) for n in range(1, 200)]
+    lines[120] = "z" * 40_000  # longer than the part compared
+    path = tmp_path / "f.txt"
+    path.write_bytes("\n".join(lines).encode())  # the last line has no newline
+    far = time.monotonic() + 60
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for wanted in ([1], [2, 3], [50], [120, 121, 122], [199], [7, 150, 199]):
+            hits = [(n, search.line_text(lines[n - 1].encode()[:search._RG_LINE_KEEP])) for n in wanted]
+            assert search._lines_are(fd, hits, far), wanted
+            assert not search._lines_are(fd, [*hits[:-1], (hits[-1][0], "not this line")], far), wanted
+        assert not search._lines_are(fd, [(200, "past the end")], far)
+    finally:
+        os.close(fd)
+
+
 def test_lines_are_compared_as_shown(tmp_path: Path) -> None:
     path = tmp_path / "f.txt"
     path.write_bytes(b"one\r\ntwo\n" + b"x" * 70_000 + b"\nlast without newline")

@@ -29,6 +29,7 @@ engine (no ripgrep, or a pattern it refuses) walks the same way.
 
 from __future__ import annotations
 
+import bisect
 import errno
 import json
 import math
@@ -980,7 +981,8 @@ def _lines_are(fd: int, hits: list[tuple[int, str]], deadline: float) -> bool:
     """Whether the open file's lines at the numbers of `hits` read as their texts (each as
     ripgrep's output is cut and shown); read from the start in chunks, up to the last of them."""
     wanted = dict(hits)
-    last = max(wanted)
+    targets = sorted(wanted)
+    last = targets[-1]
     number = offset = 0
     carry = b""
     while number < last:
@@ -988,6 +990,14 @@ def _lines_are(fd: int, hits: list[tuple[int, str]], deadline: float) -> bool:
         if not chunk:
             break
         offset += len(chunk)
+        ends = chunk.count(b"\n")  # counted in C: a chunk with no line wanted is never split
+        upcoming = targets[bisect.bisect_right(targets, number)]
+        if upcoming > number + ends:
+            number += ends
+            carry = (carry + chunk)[:_RG_LINE_KEEP] if not ends else chunk[chunk.rfind(b"\n") + 1:][:_RG_LINE_KEEP]
+            if time.monotonic() > deadline:
+                raise _Expired
+            continue
         lines = (carry + chunk).split(b"\n")
         carry = lines.pop()[:_RG_LINE_KEEP]  # only the start of a long line is compared
         for line in lines:
