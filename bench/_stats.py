@@ -52,3 +52,38 @@ def figure(key: str, value: float, unit: str, *, floor: float | None = None) -> 
 
     record = {"key": key, "value": value, "unit": unit, "floor": floor, "load": os.getloadavg()[0]}
     print(FIGURE_PREFIX + json.dumps(record), flush=True)
+
+
+def serve_grpc_floor(socket_path: str, handlers: dict[str, object]) -> None:
+    """A bare grpcio server with the sidecar's workers and channel options, serving `handlers`
+    (method name to grpcio method handler) as the service `floor.Floor` on a unix socket: the
+    floor of the ToolService benchmarks. Says "ready" on stdout once it listens, and stops when
+    its stdin closes (run it in a child process, `start_grpc_floor`)."""
+    import sys
+    from concurrent import futures
+
+    import grpc
+
+    from osprey_sidecar.server import MAX_WORKERS
+    from osprey_sidecar.wire import CHANNEL_OPTIONS
+
+    handler = grpc.method_handlers_generic_handler("floor.Floor", handlers)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_WORKERS), options=list(CHANNEL_OPTIONS))
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(f"unix:{socket_path}")
+    server.start()
+    print("ready", flush=True)
+    sys.stdin.read()
+    server.stop(0)
+
+
+def start_grpc_floor(script: str, socket_path: str, cwd: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`script --floor-server SOCKET` in a child process, once it listens; it stops when its
+    stdin closes."""
+    import sys
+
+    server = subprocess.Popen([sys.executable, script, "--floor-server", socket_path], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, env=env, cwd=cwd)
+    assert server.stdout is not None
+    server.stdout.readline()
+    return server

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stats import figure, percentile  # noqa: E402
+from _stats import figure, percentile, serve_grpc_floor, start_grpc_floor  # noqa: E402
 
 COMMAND = "echo hi"
 CONCURRENCY = 16
@@ -46,9 +46,6 @@ def serve_floor(socket_path: str) -> None:
     """The bare grpcio server the floors talk to (run in a child process)."""
     import grpc
 
-    from osprey_sidecar.server import MAX_WORKERS
-    from osprey_sidecar.wire import CHANNEL_OPTIONS
-
     def echo(request: bytes, context: object) -> Iterator[bytes]:
         yield request
         yield b"0"
@@ -58,25 +55,15 @@ def serve_floor(socket_path: str) -> None:
         yield done.stdout
         yield str(done.returncode).encode()
 
-    handler = grpc.method_handlers_generic_handler("floor.Floor", {
+    serve_grpc_floor(socket_path, {
         "Echo": grpc.unary_stream_rpc_method_handler(echo),
         "Run": grpc.unary_stream_rpc_method_handler(run),
     })
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_WORKERS), options=list(CHANNEL_OPTIONS))
-    server.add_generic_rpc_handlers((handler,))
-    server.add_insecure_port(f"unix:{socket_path}")
-    server.start()
-    print("ready", flush=True)
-    sys.stdin.read()  # until the parent closes our stdin
-    server.stop(0)
 
 
 def start_floor_server(socket_path: str, env: dict[str, str], cwd: str) -> subprocess.Popen[bytes]:
     """The floor server in a child process, once it listens; it stops when its stdin closes."""
-    server = subprocess.Popen([sys.executable, __file__, "--floor-server", socket_path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=cwd)
-    assert server.stdout is not None
-    server.stdout.readline()
-    return server
+    return start_grpc_floor(__file__, socket_path, cwd, env)
 
 
 def summary(samples: list[float]) -> tuple[float, float, float]:

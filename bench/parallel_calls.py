@@ -32,13 +32,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stats import ensure_bytecode, figure, median  # noqa: E402
+from _stats import ensure_bytecode, figure, median, serve_grpc_floor, start_grpc_floor  # noqa: E402
 
 COUNTS = (1, 2, 4, 8, 16)
 TOOLS = ("read_file", "list_directory", "tree", "find_files", "grep")
@@ -51,28 +50,15 @@ def serve_floor(socket_path: str) -> None:
     """The bare grpcio server of the `grpc` floor (run in a child process)."""
     import grpc
 
-    from osprey_sidecar.server import MAX_WORKERS
-    from osprey_sidecar.wire import CHANNEL_OPTIONS
-
     def echo(request: bytes, context: object) -> bytes:
         return request
 
-    handler = grpc.method_handlers_generic_handler("floor.Floor", {"Echo": grpc.unary_unary_rpc_method_handler(echo)})
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_WORKERS), options=list(CHANNEL_OPTIONS))
-    server.add_generic_rpc_handlers((handler,))
-    server.add_insecure_port(f"unix:{socket_path}")
-    server.start()
-    print("ready", flush=True)
-    sys.stdin.read()  # until the parent closes our stdin
-    server.stop(0)
+    serve_grpc_floor(socket_path, {"Echo": grpc.unary_unary_rpc_method_handler(echo)})
 
 
 def start_floor_server(socket_path: str, cwd: str) -> subprocess.Popen[bytes]:
     """The floor server in a child process, once it listens; it stops when its stdin closes."""
-    server = subprocess.Popen([sys.executable, __file__, "--floor-server", socket_path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=cwd)
-    assert server.stdout is not None
-    server.stdout.readline()
-    return server
+    return start_grpc_floor(__file__, socket_path, cwd)
 
 
 def make_workspace(root: Path, files: int) -> None:
