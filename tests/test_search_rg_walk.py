@@ -89,45 +89,41 @@ def test_a_name_glob_is_handed_to_ripgrep_only_where_it_cannot_reinclude() -> No
 # --- what ripgrep reports is checked -----------------------------------------------------------
 
 
-def test_lines_are_checked_across_chunks_without_splitting_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Small chunks, so wanted lines, long lines and line ends fall on every side of a chunk's edge.
-    monkeypatch.setattr(search, "READ_CHUNK", 7)
-    lines = [f"line {n} " + "y" * (n % 13) for n in range(1, 200)]
-    lines[120] = "z" * 40_000  # longer than the part compared
-    path = tmp_path / "f.txt"
-    path.write_bytes("\n".join(lines).encode())  # the last line has no newline
-    far = time.monotonic() + 60
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        for wanted in ([1], [2, 3], [50], [120, 121, 122], [199], [7, 150, 199]):
-            hits = [(n, search.line_text(lines[n - 1].encode()[:search._RG_LINE_KEEP])) for n in wanted]
-            assert search._lines_are(fd, hits, far), wanted
-            assert not search._lines_are(fd, [*hits[:-1], (hits[-1][0], "not this line")], far), wanted
-        assert not search._lines_are(fd, [(200, "past the end")], far)
-    finally:
-        os.close(fd)
+def _at(lines: list[bytes], number: int, text: str | None = None) -> tuple[int, str, int]:
+    """A hit for line `number` of a file made of `lines` joined by newlines: its text (or
+    `text`) as ripgrep's output shows it, and where the line starts."""
+    offset = sum(len(line) + 1 for line in lines[: number - 1])
+    return number, text if text is not None else search.line_text(lines[number - 1][: search._RG_LINE_KEEP]), offset
 
 
-def test_lines_are_compared_as_shown(tmp_path: Path) -> None:
+def test_matches_are_checked_at_their_offsets(tmp_path: Path) -> None:
+    lines = [f"line {n} ".encode() + b"y" * (n % 13) for n in range(1, 200)]
+    lines[120] = b"z" * 40_000  # longer than the part compared
+    lines[3] = b""
     path = tmp_path / "f.txt"
-    path.write_bytes(b"one\r\ntwo\n" + b"x" * 70_000 + b"\nlast without newline")
+    path.write_bytes(b"\n".join(lines))  # the last line has no newline
     fd = os.open(path, os.O_RDONLY)
     try:
-        far = time.monotonic() + 10
-        assert search._lines_are(fd, [(1, "one"), (2, "two")], far)
-        assert search._lines_are(fd, [(3, search.line_text(b"x" * 70_000)), (4, "last without newline")], far)
-        assert not search._lines_are(fd, [(2, "SECRET two")], far)
-        assert not search._lines_are(fd, [(5, "past the end")], far)
+        for wanted in ([1], [2, 3], [4], [50], [120, 121, 122], [199], [7, 150, 199]):
+            hits = [_at(lines, n) for n in wanted]
+            assert search._lines_at(fd, hits), wanted
+            assert not search._lines_at(fd, [*hits[:-1], _at(lines, wanted[-1], "not this line")]), wanted
+        assert not search._lines_at(fd, [(2, "line 2 ", 3)])  # not where a line starts
+        assert not search._lines_at(fd, [(2, "ine 2 yy", 1)])  # nor here
+        assert not search._lines_at(fd, [(200, "past the end", path.stat().st_size + 5)])
     finally:
         os.close(fd)
 
 
 class _Reported(search._RgOutput):
-    """ripgrep's output as if it had read other files than the ones below the root."""
+    """ripgrep's output as if it had read other files than the ones below the root: each match
+    with the byte offset ripgrep reported for its line."""
 
-    def __init__(self, kept: list[tuple[str, int, str]], counts: dict[str, int]) -> None:
+    def __init__(self, kept: list[tuple[str, int, str, int]], counts: dict[str, int]) -> None:
         super().__init__(500, search.COUNT_LIMIT, time.monotonic() + 10)
-        self.kept, self.counts, self.total = kept, counts, sum(counts.values())
+        self.kept = [(rel, number, text) for rel, number, text, _ in kept]
+        self.offsets = {(rel, number): offset for rel, number, _, offset in kept}
+        self.counts, self.total = counts, sum(counts.values())
 
 
 def test_matches_that_differ_from_the_file_below_the_root_are_left_out(tmp_path: Path) -> None:
@@ -138,7 +134,7 @@ def test_matches_that_differ_from_the_file_below_the_root_are_left_out(tmp_path:
     target = search._open_target(roots, "")
     run = search._Search(roots, "needle", target, "", None, False, 500, time.monotonic() + 10, None)
     out = _Reported(
-        [("d/target.txt", 1, "SECRET needle"), ("d/other.txt", 1, "needle"), ("d/other.txt", 2, "needle"), ("d/link.txt", 1, "needle")],
+        [("d/target.txt", 1, "SECRET needle", 0), ("d/other.txt", 1, "needle", 0), ("d/other.txt", 2, "needle", 7), ("d/link.txt", 1, "needle", 0)],
         {"d/target.txt": 1, "d/other.txt": 2, "d/link.txt": 1},
     )
     opener = FileOpener(str(tmp_path))

@@ -29,7 +29,6 @@ engine (no ripgrep, or a pattern it refuses) walks the same way.
 
 from __future__ import annotations
 
-import bisect
 import errno
 import json
 import math
@@ -505,7 +504,7 @@ class _Search:
         if not os.path.isdir(_FD_DIR):
             return None  # no /proc: the files cannot be handed over as descriptors
         flags = [
-            rg, "--no-config", "--line-number", "--with-filename", "--null", "--no-heading",
+            rg, "--no-config", "--line-number", "--byte-offset", "--with-filename", "--null", "--no-heading",
             "--color", "never", "--encoding", "none", "--no-mmap",
             # One thread searches the files in path order, so the first matches are
             # final as they arrive and ripgrep can be stopped.
@@ -566,14 +565,14 @@ class _Search:
         without following a symlink: ripgrep walked by path, so a directory or file swapped for
         a symlink while it ran could have shown it a file elsewhere. A file whose lines differ
         (it changed meanwhile, or was not the one ripgrep read) is left out, with its count."""
-        kept: dict[str, list[tuple[int, str]]] = {}
+        kept: dict[str, list[tuple[int, str, int]]] = {}
         for rel, number, text in out.kept:
-            kept.setdefault(rel, []).append((number, text))
+            kept.setdefault(rel, []).append((number, text, out.offsets[(rel, number)]))
         wrong = set()
         for rel, hits in kept.items():
             fd = _open_listed(opener, prefix + rel)
             try:
-                if fd < 0 or not _lines_are(fd, hits, self.deadline):
+                if fd < 0 or not _lines_at(fd, hits):
                     wrong.add(rel)
             finally:
                 if fd >= 0:
@@ -746,9 +745,10 @@ class _RgOutput:
         self._rel = ""
         self._fd = -1
         self._skip = False  # the current file is binary
-        self._hits: list[tuple[int, str]] = []
+        self._hits: list[tuple[int, str, int]] = []  # line number, text, byte offset
         self._count = 0
         self.counts: dict[str, int] = {}  # of the files with matches kept
+        self.offsets: dict[tuple[str, int], int] = {}  # where each kept match's line starts in its file
 
     def feed(self, data: bytes) -> bool:
         """Take more output; True once nothing more is needed."""
@@ -854,8 +854,9 @@ class _RgOutput:
             return False
         self._count += 1
         if len(self.kept) + len(self._hits) < self.keep:
-            number, _, text = rest.partition(b":")
-            self._hits.append((int(number), line_text(text)))
+            number, _, rest = rest.partition(b":")
+            offset, _, text = rest.partition(b":")
+            self._hits.append((int(number), line_text(text), int(offset)))
         if self.total + self._count < self.count_limit:
             return False
         # Enough counted. ripgrep would say whether this file is binary only after all its
@@ -875,7 +876,8 @@ class _RgOutput:
     def finish(self) -> None:
         """The current file is complete."""
         if self._name is not None and not self._skip:
-            self.kept += [(self._rel, number, text) for number, text in self._hits]
+            self.kept += [(self._rel, number, text) for number, text, _ in self._hits]
+            self.offsets.update(((self._rel, number), offset) for number, _, offset in self._hits)
             self.total += self._count
             if self._hits:
                 self.counts[self._rel] = self._count
@@ -977,44 +979,18 @@ def _open_listed(opener: FileOpener, real: str) -> int:
         return -1
 
 
-def _lines_are(fd: int, hits: list[tuple[int, str]], deadline: float) -> bool:
-    """Whether the open file's lines at the numbers of `hits` read as their texts (each as
-    ripgrep's output is cut and shown); read from the start in chunks, up to the last of them."""
-    wanted = dict(hits)
-    targets = sorted(wanted)
-    last = targets[-1]
-    number = offset = 0
-    carry = b""
-    while number < last:
-        chunk = os.pread(fd, READ_CHUNK, offset)
-        if not chunk:
-            break
-        offset += len(chunk)
-        ends = chunk.count(b"\n")  # counted in C: a chunk with no line wanted is never split
-        upcoming = targets[bisect.bisect_right(targets, number)]
-        if upcoming > number + ends:
-            number += ends
-            carry = (carry + chunk)[:_RG_LINE_KEEP] if not ends else chunk[chunk.rfind(b"\n") + 1:][:_RG_LINE_KEEP]
-            if time.monotonic() > deadline:
-                raise _Expired
-            continue
-        lines = (carry + chunk).split(b"\n")
-        carry = lines.pop()[:_RG_LINE_KEEP]  # only the start of a long line is compared
-        for line in lines:
-            number += 1
-            text = wanted.get(number)
-            if text is not None and line_text(line[:_RG_LINE_KEEP]) != text:
-                return False
-            if number >= last:
-                return True
-        if time.monotonic() > deadline:
-            raise _Expired
-    if number < last and carry:
-        number += 1
-        text = wanted.get(number)
-        if text is not None and line_text(carry) != text:
+def _lines_at(fd: int, hits: list[tuple[int, str, int]]) -> bool:
+    """Whether the open file holds each of `hits` (line number, text as ripgrep's output is cut
+    and shown, byte offset where ripgrep said the line starts) at its offset, each a line of its
+    own: one read a match, wherever in the file it lies."""
+    for _, text, offset in hits:
+        data = os.pread(fd, _RG_LINE_KEEP + 1, offset - 1) if offset else b"\n" + os.pread(fd, _RG_LINE_KEEP, 0)
+        if not data.startswith(b"\n"):
+            return False  # not the start of a line
+        end = data.find(b"\n", 1)
+        if line_text(data[1:end if end != -1 else None][:_RG_LINE_KEEP]) != text:
             return False
-    return number >= last
+    return True
 
 
 def _has_nul(fd: int, deadline: float) -> bool:
