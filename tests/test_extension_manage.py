@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -420,11 +419,14 @@ print(json.dumps({"text": outcome.text, "category": outcome.category, "changed":
 """
 
 
-def _limit_file_size() -> None:
-    import resource
-
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing
-    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+# The child limits its own file size before it does anything else. (A preexec_fn would run in a
+# fork of this process, which may hold gRPC's threads from earlier tests: their fork handlers can
+# abort the child.)
+LIMITED_CHILD = """
+import resource, signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+""" + CHILD
 
 
 def test_a_failed_artifact_write_after_the_provenance_write_restores_the_old_pair(home: Home) -> None:
@@ -433,8 +435,8 @@ def test_a_failed_artifact_write_after_the_provenance_write_restores_the_old_pai
     before = home.pair("APPEND_SYSTEM.md")
     request = ManageInput(operation="replace", kind="append_system", content="new text " * 1000, expected_digest=sha256(b"old text\n"))
     env = {**os.environ, **home.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    run = subprocess.run([sys.executable, "-c", CHILD, str(home.cwd), json.dumps(home.environ), request.model_dump_json()],
-                         capture_output=True, text=True, env=env, preexec_fn=_limit_file_size, timeout=120, check=True)
+    run = subprocess.run([sys.executable, "-c", LIMITED_CHILD, str(home.cwd), json.dumps(home.environ), request.model_dump_json()],
+                         capture_output=True, text=True, env=env, timeout=120, check=True)
     result = json.loads(run.stdout)
     assert result["category"] == "storage_unavailable" and not result["changed"], result
     assert "previous file and its provenance are kept" in result["text"]
@@ -442,8 +444,8 @@ def test_a_failed_artifact_write_after_the_provenance_write_restores_the_old_pai
     assert sorted(p.name for p in home.home.iterdir()) == [LOCK_FILE, "APPEND_SYSTEM.md", "APPEND_SYSTEM.md.provenance.json"]
     # a new artifact whose write fails leaves no provenance file behind
     request = ManageInput(operation="create", kind="system_prompt", content="big " * 2000)
-    run = subprocess.run([sys.executable, "-c", CHILD, str(home.cwd), json.dumps(home.environ), request.model_dump_json()],
-                         capture_output=True, text=True, env=env, preexec_fn=_limit_file_size, timeout=120, check=True)
+    run = subprocess.run([sys.executable, "-c", LIMITED_CHILD, str(home.cwd), json.dumps(home.environ), request.model_dump_json()],
+                         capture_output=True, text=True, env=env, timeout=120, check=True)
     assert json.loads(run.stdout)["category"] == "storage_unavailable"
     assert not (home.home / "SYSTEM.md").exists() and not sidecar(home.home / "SYSTEM.md").exists()
 

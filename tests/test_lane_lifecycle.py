@@ -301,6 +301,11 @@ def test_a_killed_brokers_lane_is_reaped_by_the_next_start(lanes: Brokers) -> No
         # orphan is gone.
         assert lanes.model_server.wait_held(1, timeout=RUN_TIMEOUT), f"the next broker never asked the model\n{finish(proc, 5)}"
         running_lane_of(proc.pid)
+        # The lane may have been started ahead of the session (`osprey agent --sandbox` prepares it
+        # as soon as its settings resolve): the session's start reaps while it takes the lane over.
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while (lanes_of(dead_pid) or os.path.exists(socket_dir)) and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert lanes_of(dead_pid) == [], "the next start did not reap the orphaned lane"
         assert not os.path.exists(socket_dir)
     finally:

@@ -169,7 +169,8 @@ def lane_containers(name: str) -> list[str]:
 
     client = docker.from_env()
     try:
-        return [c.id for c in client.containers.list(all=True, filters={"label": f"osprey.session={session(name)}"})]
+        # sparse: no inspection, so a container removed meanwhile is not an error
+        return [c.id for c in client.containers.list(all=True, sparse=True, filters={"label": f"osprey.session={session(name)}"})]
     finally:
         client.close()
 
