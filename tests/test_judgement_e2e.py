@@ -78,13 +78,28 @@ def dirs(tmp_path: Path) -> Dirs:
     return Dirs(workspace, home)
 
 
-def agent(server: ModelServer, dirs: Dirs, *flags: str, prompt: str = "Do it.") -> Run:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OSPREY_", "OPENAI_", "ANTHROPIC_"))}
-    env.update(OSPREY_HOME=str(dirs.home), OPENAI_API_KEY="test-key")
+def git_dirs(tmp_path: Path) -> Dirs:
+    """A workspace that is a repository's root (it holds `.git`), and a home."""
+    dirs = Dirs(tmp_path / "ws", tmp_path / "home")
+    (dirs.workspace / ".git").mkdir(parents=True)
+    dirs.home.mkdir()
+    return dirs
+
+
+def run_agent(server: ModelServer, dirs: Dirs, *flags: str, prompt: str, env: dict[str, str] | None = None,
+              timeout: float = RUN_TIMEOUT) -> Run:
+    """`osprey agent` in a subprocess against `server`, in `dirs`, with no OSPREY_, OPENAI_ or
+    ANTHROPIC_ variable from this environment (`env` adds some)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OSPREY_", "OPENAI_", "ANTHROPIC_"))}
+    base.update(OSPREY_HOME=str(dirs.home), OPENAI_API_KEY="test-key", **(env or {}))
     proc = subprocess.run([sys.executable, "-m", "osprey", "agent", "-C", str(dirs.workspace), "--provider", "openai", "--model", "m",
-                           "--base-url", server.base_url, "--yolo", *flags, prompt], env=env, capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
+                           "--base-url", server.base_url, *flags, prompt], env=base, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
     return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+def agent(server: ModelServer, dirs: Dirs, *flags: str, prompt: str = "Do it.") -> Run:
+    return run_agent(server, dirs, "--yolo", *flags, prompt=prompt)
 
 
 def told(request: RecordedRequest) -> list[dict[str, Any]]:

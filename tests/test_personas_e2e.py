@@ -6,14 +6,11 @@ the persona's prompt and tool allowlist, switch_persona, and resume restoring th
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_judgement_e2e import Dirs, Run, assert_ended, told
+from test_judgement_e2e import Dirs, Run, assert_ended, git_dirs, run_agent, told
 
 from osprey.session.loop import TERMINAL_REMINDERS, terminal_reminder
 from osprey.testing.model_server import ModelServer, Reply
@@ -30,19 +27,11 @@ PLAN = {
 
 @pytest.fixture
 def dirs(tmp_path: Path) -> Dirs:
-    workspace, home = tmp_path / "ws", tmp_path / "home"
-    (workspace / ".git").mkdir(parents=True)
-    home.mkdir()
-    return Dirs(workspace, home)
+    return git_dirs(tmp_path)
 
 
 def agent(server: ModelServer, dirs: Dirs, *flags: str, prompt: str = "Plan the --json flag.") -> Run:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OSPREY_", "OPENAI_", "ANTHROPIC_"))}
-    env.update(OSPREY_HOME=str(dirs.home), OPENAI_API_KEY="test-key")
-    proc = subprocess.run([sys.executable, "-m", "osprey", "agent", "-C", str(dirs.workspace), "--provider", "openai", "--model", "m",
-                           "--base-url", server.base_url, "--events-jsonl", *flags, prompt], env=env, capture_output=True, text=True,
-                          timeout=90, stdin=subprocess.DEVNULL)
-    return Run(proc.returncode, proc.stdout, proc.stderr)
+    return run_agent(server, dirs, "--events-jsonl", *flags, prompt=prompt, timeout=90)
 
 
 def tools_offered(request: Any) -> list[str]:

@@ -5,14 +5,11 @@ user's; the terminal UI's /skills, /skill NAME, /NAME and /bug-report."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from session_harness import text
-from test_judgement_e2e import Dirs, Run, assert_ended, told
+from test_judgement_e2e import Dirs, Run, assert_ended, git_dirs, run_agent, told
 from test_tui import SIZE, TuiRig, notices, started, type_prompt, until
 
 from osprey.testing.model_server import ModelServer, Reply
@@ -30,19 +27,11 @@ def skill(root: Path, name: str, description: str, body: str) -> Path:
 
 @pytest.fixture
 def dirs(tmp_path: Path) -> Dirs:
-    workspace, home = tmp_path / "ws", tmp_path / "home"
-    (workspace / ".git").mkdir(parents=True)
-    home.mkdir()
-    return Dirs(workspace, home)
+    return git_dirs(tmp_path)
 
 
 def agent(server: ModelServer, dirs: Dirs, *flags: str, env: dict[str, str] | None = None, prompt: str = "Review it.") -> Run:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("OSPREY_", "OPENAI_", "ANTHROPIC_"))}
-    base.update(OSPREY_HOME=str(dirs.home), OPENAI_API_KEY="test-key", **(env or {}))
-    proc = subprocess.run([sys.executable, "-m", "osprey", "agent", "-C", str(dirs.workspace), "--provider", "openai", "--model", "m",
-                           "--base-url", server.base_url, "--events-jsonl", *flags, prompt], env=base, capture_output=True, text=True,
-                          timeout=90, stdin=subprocess.DEVNULL)
-    return Run(proc.returncode, proc.stdout, proc.stderr)
+    return run_agent(server, dirs, "--events-jsonl", *flags, prompt=prompt, env=env, timeout=90)
 
 
 @pytest.mark.e2e
