@@ -19,7 +19,7 @@ one ReadFile call each (the client's batching off) and with the session asking o
 slowest of them (the 2,000-line file). The figure is the tool phase: from the first call event
 to the last result event; the floor is the same for the slowest call alone.
 
-    .venv/bin/python bench/parallel_calls.py [--lane] [--rounds 5] [--files 2000]
+    .venv/bin/python bench/parallel_calls.py [--lane] [--rounds 5] [--files 2000] [--only curves|turn]
 """
 
 from __future__ import annotations
@@ -245,6 +245,7 @@ async def main() -> None:
     parser.add_argument("--lane", action="store_true", help="a sandbox lane instead of the local dispatcher")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--files", type=int, default=2000, help="small files in the tree grep and find_files search")
+    parser.add_argument("--only", choices=("curves", "turn"), help="run only the curves, or only the turn")
     parser.add_argument("--floor-server", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floor_server:
@@ -280,8 +281,10 @@ async def main() -> None:
                 home = make_home([str(workspace)], sandbox=settings.sandbox, session_id=f"parallel-{os.getpid()}", home=settings.home)
                 async with home:
                     print(f"{'sandbox lane' if args.lane else 'local dispatcher'}, {args.files} small files in the tree")
-                    await curves(home.client, echo, args.rounds, sidecar_pid(home), floor.pid)
-                    await turn(settings, server, home, args.rounds)
+                    if args.only != "turn":
+                        await curves(home.client, echo, args.rounds, sidecar_pid(home), floor.pid)
+                    if args.only != "curves":
+                        await turn(settings, server, home, args.rounds)
         finally:
             await channel.close()
             floor.stdin.close()

@@ -140,38 +140,77 @@ def _read_line(fh: io.BufferedReader[io.FileIO]) -> tuple[str, int] | None:
     return head[:length], 0
 
 
-def _read_window(fh: io.BufferedReader[io.FileIO], start: int, count: int) -> tuple[list[str], int]:
-    """Up to `count` numbered lines from here, and how many were cut. Lines are taken a chunk
-    at a time; a line with no newline in a whole chunk goes through `_read_line`."""
-    out: list[str] = []
+def _prefixes(first: int, count: int) -> list[str]:
+    """The prefixes of lines `first` .. `first + count - 1`: a newline, the number right-aligned in
+    six columns, a tab. Those of the first PREFIX_TABLE_LINES lines come from a table built once."""
+    global _prefix_table
+    stop = first + count
+    table = _prefix_table
+    if stop > len(table) and len(table) <= PREFIX_TABLE_LINES:
+        # A new table, bound in one assignment: threads reading at the same time each see a whole one.
+        grown = min(max(stop, 2 * len(table)), PREFIX_TABLE_LINES + 1)
+        table = _prefix_table = table + [_PREFIX % n for n in range(len(table), grown)]
+    if stop <= len(table):
+        return table[first:stop]
+    return [_PREFIX % n for n in range(first, stop)]
+
+
+_PREFIX = "\n%6d\t"
+# Line prefixes kept (about 60 bytes each): the lines of most reads are numbered from the table.
+PREFIX_TABLE_LINES = 16 * 1024
+_prefix_table: list[str] = []
+
+
+def _nth_newline(chunk: bytes, n: int) -> int:
+    """The position of the `n`th newline in `chunk`, which holds more than `n`."""
+    return len(chunk) - len(chunk.split(b"\n", n)[n]) - 1
+
+
+def _read_window(fh: io.BufferedReader[io.FileIO], start: int, count: int) -> tuple[list[str], int, int]:
+    """Up to `count` numbered lines from here: (pieces that joined are the lines, each after a
+    newline; how many lines; how many were cut). The lines of a chunk are decoded, split and
+    numbered at once; a line with no newline in a whole chunk goes through `_read_line`."""
+    pieces: list[str] = []
+    got = 0
     cut_lines = 0
-    while len(out) < count:
+    while got < count:
         at = fh.tell()
         chunk = fh.read(READ_CHUNK_BYTES)
         if not chunk:
             break
-        parts = chunk.split(b"\n")
-        del parts[-1]  # what follows the last newline is read again with the next chunk
-        if not parts:
+        newlines = chunk.count(b"\n")
+        if not newlines:
             fh.seek(at)
-            got = _read_line(fh)
-            if got is None:
+            read = _read_line(fh)
+            if read is None:
                 break
-            line, dropped = got
+            line, dropped = read
             if dropped:
                 line += f" [... line cut, {dropped} more characters]"
                 cut_lines += 1
-            out.append(f"{start + len(out):>6}\t{line}")
+            pieces += (_prefixes(start + got, 1)[0], line)
+            got += 1
             continue
-        del parts[count - len(out) :]
-        fh.seek(at + sum(map(len, parts)) + len(parts))
-        for raw in parts:
-            line = raw.decode("utf-8", "replace").rstrip("\r")
-            if len(line) > MAX_LINE_CHARS:
-                line = line[:MAX_LINE_CHARS] + f" [... line cut, {len(line) - MAX_LINE_CHARS} more characters]"
-                cut_lines += 1
-            out.append(f"{start + len(out):>6}\t{line}")
-    return out, cut_lines
+        # What follows the last newline taken is read again with the next chunk. A newline byte is
+        # never part of a UTF-8 sequence, so decoding the lines together decodes each as alone.
+        taken = min(newlines, count - got)
+        end = chunk.rfind(b"\n") if taken == newlines else _nth_newline(chunk, taken)
+        fh.seek(at + end + 1)
+        text = chunk[:end].decode("utf-8", "replace")
+        lines = text.split("\n")
+        if "\r" in text:
+            lines = [line.rstrip("\r") for line in lines]
+        if len(text) > MAX_LINE_CHARS and max(map(len, lines)) > MAX_LINE_CHARS:
+            for i, line in enumerate(lines):
+                if len(line) > MAX_LINE_CHARS:
+                    lines[i] = line[:MAX_LINE_CHARS] + f" [... line cut, {len(line) - MAX_LINE_CHARS} more characters]"
+                    cut_lines += 1
+        numbered = [""] * (2 * taken)
+        numbered[0::2] = _prefixes(start + got, taken)
+        numbered[1::2] = lines
+        pieces.append("".join(numbered))
+        got += taken
+    return pieces, got, cut_lines
 
 
 def _count_ahead(fh: io.BufferedReader[io.FileIO]) -> tuple[int, bool]:
@@ -206,22 +245,25 @@ def read_file(roots: Roots, path: str, offset: int = 0, limit: int = 0) -> pb.Re
 
     def read(parent: Parent) -> tuple[str, pb.ReadFileResponse]:
         fd, st = _open_file(parent, shown)
-        with io.BufferedReader(io.FileIO(fd, "rb", closefd=True), READ_CHUNK_BYTES) as fh:
+        # A buffer no larger than the file: a small file does not pay for a whole chunk's buffer.
+        with io.BufferedReader(io.FileIO(fd, "rb", closefd=True), min(max(st.st_size + 1, 4096), READ_CHUNK_BYTES)) as fh:
             if _looks_binary(os.pread(fd, BINARY_SNIFF_BYTES, 0)):
                 raise ToolFailure(
                     E.BINARY_FILE,
                     f"{shown} is a binary file ({st.st_size} bytes); read_file only reads text. Use bash (for example `file` or `xxd | head`) to inspect it.",
                 )
             before = _skip_lines(fh, start - 1)
-            out, cut_lines = _read_window(fh, start, count)
+            pieces, lines, cut_lines = _read_window(fh, start, count)
             after, complete = _count_ahead(fh)
-        total = before + len(out) + after
+        if pieces:
+            pieces[0] = pieces[0][1:]  # the first line's newline: nothing comes before it
+        total = before + lines + after
         if total and start > total:
             raise ToolFailure(E.INVALID_ARGUMENT, f"offset {offset} is past the end of {shown}, which has {total} lines")
-        end = start + len(out) - 1 if out else 0
+        end = start + lines - 1 if lines else 0
         return parent.real, pb.ReadFileResponse(
-            content="\n".join(out),
-            start_line=start if out else 0,
+            content="".join(pieces),
+            start_line=start if lines else 0,
             end_line=end,
             total_lines=total,
             more=end < total,

@@ -10,9 +10,9 @@ import asyncio
 import codecs
 import copy
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from ..events import Event, ToolCallEvent, ToolResultEvent
 from ..interception import Interceptor, PendingCall, Verdict, in_order
@@ -25,6 +25,17 @@ CANCELLED_TEXT = "Error (cancelled): the user interrupted this call before it fi
 # Live output kept for a call that may be stopped; the ToolService streams at most the command's
 # output limit, this bounds what a misbehaving one could make the broker hold.
 MAX_STOPPED_OUTPUT_BYTES = 8 * 1024 * 1024
+# What a call no interceptor decided on gets (a frozen verdict: one serves every call).
+_DEFAULT_VERDICT = Verdict.allow("default")
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def snapshot(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `arguments` that later changes to them (in place or nested) do not reach: a
+    plain copy when every value is a scalar (a model's usual call), else a deep one."""
+    if all(type(value) in _SCALARS for value in arguments.values()):
+        return dict(arguments)
+    return copy.deepcopy(dict(arguments))
 
 
 @dataclass
@@ -223,8 +234,8 @@ class CallPath:
         return CallResult(False, outcome.category or "tool_error", text, outcome.truncated_chars)
 
     async def _before(self, call: PendingCall, approved: bool = False) -> Verdict:
-        verdict = Verdict.allow("default")
-        judged = copy.deepcopy(call.arguments)  # what the floor, first in the chain, will judge
+        verdict = _DEFAULT_VERDICT
+        judged = snapshot(call.arguments)  # what the floor, first in the chain, will judge
         for interceptor in self.chain(approved=approved):
             said = await interceptor.before_call(call)
             if said is not None and said.context:

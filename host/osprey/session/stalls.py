@@ -61,6 +61,8 @@ MAX_SCAN_LINES = 2_000
 MAX_LINE_CHARS = 500
 MAX_SIGNATURE_CHARS = 160
 MAX_COMMAND_CHARS = 16 * 1024  # of a bash command line, parsed to find its program
+# Argument values a copy keeps from later changes (so equal typed copies mean equal identities).
+_SCALARS = (str, int, float, bool, type(None))
 
 
 class StallSettings(BaseModel):
@@ -396,6 +398,11 @@ def arguments_hash(name: str, arguments: Mapping[str, Any]) -> str:
     return hashlib.sha256(f"{name}\x00{canonical}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+def _typed(arguments: Mapping[str, Any]) -> tuple[tuple[str, type, Any], ...]:
+    """Scalar arguments with their types: equal only where their JSON is (1, 1.0 and True are not)."""
+    return tuple((key, type(value), value) for key, value in arguments.items())
+
+
 def doom_loop_text(name: str, repeats: int) -> str:
     return (f"This call was not run: it is the same {name} call, with the same arguments, {repeats} times in a row, and it "
             "would give the same result again. Change your approach: use what the earlier results already told you, "
@@ -464,6 +471,9 @@ class StallDetectors(Interceptor):
         self._batch_changed = False
         self._given: dict[tuple[str, str], int] = {}  # (detector, subject) -> turn an advisory was given
         self._pending: list[_Pending] = []
+        # Identities worked out before calls ran, for after them: call object's id -> (its tool,
+        # a copy of its arguments then, identity); the batch's end clears it.
+        self._identities: dict[int, tuple[str, tuple[tuple[str, type, Any], ...], str]] = {}
 
     # -------------------------------------------------------------- state
 
@@ -481,6 +491,7 @@ class StallDetectors(Interceptor):
         self._batch_changed = False
         self._given.clear()
         self._pending.clear()
+        self._identities.clear()
         for detector in open_detectors:
             self.resolve(detector)
 
@@ -516,6 +527,7 @@ class StallDetectors(Interceptor):
 
     def end_batch(self, turn: int) -> None:
         s = self.settings
+        self._identities.clear()
         if self._batch_changed:
             self._stasis_turns = 0
             self._pending = [p for p in self._pending if p.detector != "artifact_stasis"]
@@ -537,6 +549,8 @@ class StallDetectors(Interceptor):
     async def before_call(self, call: PendingCall) -> Verdict | None:
         self._turn = max(self._turn, call.turn)
         identity = arguments_hash(call.name, call.arguments)
+        if len(self._identities) < MAX_TRACKED and all(type(value) in _SCALARS for value in call.arguments.values()):
+            self._identities[id(call)] = (call.name, _typed(call.arguments), identity)
         self._streak = self._streak + 1 if identity == self._last_call else 1
         self._last_call = identity
         if self._streak < self.settings.doom_loop_repeats:
@@ -552,7 +566,7 @@ class StallDetectors(Interceptor):
         s = self.settings
         turn = max(self._turn, call.turn)
         notices: list[str] = []
-        identity = arguments_hash(call.name, call.arguments)
+        identity = self._identity_after(call)
         if changes_artifacts(call.name, call.arguments, outcome, s):
             self._batch_changed = True
         # identical failure
@@ -586,6 +600,14 @@ class StallDetectors(Interceptor):
         if not notices:
             return None
         return replace(outcome, text="\n\n".join([*notices, outcome.text]))
+
+    def _identity_after(self, call: PendingCall) -> str:
+        """The call's identity, as `before_call` worked it out if the call is still as it was then
+        (a later interceptor may have changed its arguments)."""
+        known = self._identities.pop(id(call), None)
+        if known is not None and known[0] == call.name and known[1] == _typed(call.arguments):
+            return known[2]
+        return arguments_hash(call.name, call.arguments)
 
     def _withdraw_families(self, command: str) -> None:
         """A process call of `command` succeeded: its families' objections are withdrawn (the
