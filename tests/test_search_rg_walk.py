@@ -239,3 +239,158 @@ def test_counts_taken_in_bulk_equal_the_python_engines(counted_tree: Path, monke
     assert (rg.total, rg.truncated) == (py.total, py.truncated)
     expected = sum(7 + (i % 10 == 0) for i in range(300) if i % 150)
     assert rg.total == min(expected, max(count_limit, max_matches + 1))
+
+
+def test_matches_of_one_file_are_checked_in_one_read_where_they_lie_close(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    filler = b"x" * 99
+    lines = [b"needle first", *[filler] * 200, b"needle near", *[filler] * 6000, b"needle far", *[filler] * 3000, b"needle last"]
+    path = tmp_path / "f.txt"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    numbers = [n for n, line in enumerate(lines, 1) if line.startswith(b"needle")]
+    hits = [_at(lines, n) for n in numbers]
+    assert hits[2][2] - hits[1][2] > search._VERIFY_SPAN and hits[3][2] - hits[2][2] > search._VERIFY_SPAN
+    reads: list[int] = []
+    real_pread = os.pread
+
+    def pread(fd: int, size: int, offset: int) -> bytes:
+        reads.append(size)
+        return real_pread(fd, size, offset)
+
+    monkeypatch.setattr(search.os, "pread", pread)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert search._lines_at(fd, hits)
+        assert len(reads) == 3  # the first two together, the others each alone
+        assert max(reads) <= search._VERIFY_SPAN + search._RG_LINE_KEEP + 1
+        for changed in range(4):
+            wrong = [*hits]
+            wrong[changed] = (hits[changed][0], "needle elsewhere", hits[changed][2])
+            assert not search._lines_at(fd, wrong), changed
+        assert not search._lines_at(fd, [hits[0], (numbers[1], "needle near", hits[1][2] + 1)])
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("files", [3, 12])
+def test_found_paths_are_checked_a_directory_at_a_time(tmp_path: Path, files: int) -> None:
+    # Few paths in a directory are looked up one by one, many by one listing of it: the same answer.
+    names = [f"f{n:02d}.txt" for n in range(files)]
+    for name in names:
+        write(tmp_path, f"d/{name}", "")
+    (tmp_path / "d" / "l.txt").symlink_to(tmp_path / "d" / "f00.txt")
+    os.mkfifo(tmp_path / "d" / "p.txt")
+    (tmp_path / "s").symlink_to(tmp_path / "d", target_is_directory=True)
+    write(tmp_path, "top.txt", "")
+    asked = [f"d/{name}" for name in names] + ["d/l.txt", "d/p.txt", "d/missing.txt", "s/f00.txt", "top.txt", "gone/x.txt"]
+    regular = search._regular_files(str(tmp_path), str(tmp_path), asked)
+    assert regular == {f"d/{name}" for name in names} | {"top.txt"}
+    assert search._regular_files(str(tmp_path), str(tmp_path / "d"), ["f01.txt", "l.txt"]) == {"f01.txt"}
+
+
+def test_paths_are_shown_as_the_roots_show_them(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    other = tmp_path / "other"
+    for folder in (work / "sub", other):
+        folder.mkdir(parents=True)
+    rels = ["a.txt", "x/y.txt", "caf\u00e9.txt", os.fsdecode(b"bad\xff.txt"), ""]
+    for roots, tops in (
+        (Roots([str(work), str(other)]), [str(work), str(work / "sub"), str(other)]),
+        (Roots([str(work / "sub"), str(work)]), [str(work), str(work / "sub")]),  # the working directory below the top
+        (Roots(["/"]), ["/", str(work)]),
+    ):
+        for top in tops:
+            shown = search._shower(roots, top)
+            assert [shown(rel) for rel in rels] == [search._shown(roots, top, rel) for rel in rels], (roots.roots, top)
+
+
+def _address_space(pid: int) -> int | None:
+    with open(f"/proc/{pid}/limits") as limits:
+        for line in limits:
+            if line.startswith("Max address space"):
+                value = line.split()[3]
+                return None if value == "unlimited" else int(value)
+    return None
+
+
+def test_ripgrep_runs_capped_with_no_program_in_between(tmp_path: Path) -> None:
+    require_rg()
+    cmd, cap = search._capped(["rg", "--version"])
+    assert cmd == ["rg", "--version"] and cap == search._memory_cap(search.RG_MEMORY_BYTES)
+    printed = bytearray()
+
+    def feed(data: bytes) -> bool:
+        printed.extend(data)
+        return False
+
+    # What a started program's address space is once it runs: the cap, set from here.
+    ran = search._stream(
+        ["sh", "-c", "read line; exec cat /proc/self/limits"], stdin=b"go\n", deadline=time.monotonic() + 10,
+        feed=feed, memory_bytes=cap,
+    )
+    assert ran is not None and ran[0] == 0
+    line = next(line for line in printed.decode().splitlines() if line.startswith("Max address space"))
+    assert int(line.split()[3]) == cap
+
+
+def test_a_program_grown_past_the_cap_before_it_was_capped_is_refused(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    grown = subprocess.Popen(
+        [sys.executable, "-c", "import sys; b = bytearray(96 << 20); print('ready', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )
+    small = subprocess.Popen(["sleep", "30"])
+    try:
+        assert grown.stdout is not None and grown.stdout.readline() == b"ready\n"
+        assert not search._cap_memory(grown.pid, 64 << 20)
+        assert search._cap_memory(small.pid, search.RG_MEMORY_BYTES)
+        assert _address_space(small.pid) == search.RG_MEMORY_BYTES
+    finally:
+        for proc in (grown, small):
+            proc.kill()
+            proc.wait()
+
+
+def test_rules_are_collected_without_opening_directories_that_hold_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for d in range(30):
+        write(tmp_path, f"d{d:02d}/f.txt", "")
+    write(tmp_path, "d07/.gitignore", "*.log\n")
+    write(tmp_path, "d08/inner/.gitignore", "*.tmp\n")
+    (tmp_path / "d09" / ".gitignore").symlink_to(tmp_path / "d07" / ".gitignore")
+    os.mkfifo(tmp_path / "d10" / ".gitignore")
+    opened: list[str] = []
+    real_open_under = ignore.open_under
+
+    def open_under(root: str, real: str, flags: int) -> int:
+        opened.append(real)
+        return real_open_under(root, real, flags)
+
+    monkeypatch.setattr(ignore, "open_under", open_under)
+    lines = rg_ignore_lines(str(tmp_path), str(tmp_path))
+    assert lines == ["/d07/**/*.log", "/d08/inner/**/*.tmp", ".git"] or lines == ["/d08/inner/**/*.tmp", "/d07/**/*.log", ".git"]
+    # The top, the directories holding a `.gitignore` of any kind, and the way to the deeper one.
+    assert sorted(os.path.relpath(p, tmp_path) for p in opened) == [".", "d07", "d08", "d08/inner", "d09", "d10"]
+
+
+def test_output_only_counted_is_fed_in_few_pieces() -> None:
+    import sys
+
+    writes = 20_000
+    program = f"import os\nfor n in range({writes}): os.write(1, b'%07d\\n' % n)"
+    counts = []
+    for gather in (None, lambda: True):
+        pieces: list[int] = []
+        printed = bytearray()
+
+        def feed(data: bytes, pieces: list[int] = pieces, printed: bytearray = printed) -> bool:
+            pieces.append(len(data))
+            printed.extend(data)
+            return False
+
+        ran = search._stream([sys.executable, "-c", program], stdin=b"", deadline=time.monotonic() + 30, feed=feed, gather=gather)
+        assert ran is not None and ran[0] == 0
+        assert bytes(printed) == b"".join(b"%07d\n" % n for n in range(writes))
+        counts.append(len(pieces))
+    # Read as it comes, the output arrives in many small pieces (hundreds here); left to gather, in few.
+    assert counts[1] * 3 < counts[0], counts

@@ -562,14 +562,16 @@ def rg_ignore_lines(top: str, root: str | None, deadline: float | None = None) -
         except OSError:
             continue  # gone, unreadable, or swapped for a symlink since its parent was listed
         try:
-            subdirs: list[str] = []
+            subdirs: list[tuple[str, int]] = []  # name, link count
             has_rules = False
             if os.fstat(fd).st_nlink == 2:
                 # No subdirectory links to it (filesystems that count links, as find's leaf
-                # optimisation assumes; one that does not reports 1): only the names are read,
-                # not the kind of each entry, which costs a stat per entry where the listing lacks it.
-                if ".gitignore" in os.listdir(fd):
+                # optimisation assumes; one that does not reports 1): it is not listed at all,
+                # only its `.gitignore` looked up (listing a wide directory costs far more).
+                try:
                     has_rules = stat.S_ISREG(os.stat(".gitignore", dir_fd=fd, follow_symlinks=False).st_mode)
+                except FileNotFoundError:
+                    pass
             else:
                 with os.scandir(fd) as it:
                     for entry in it:
@@ -578,7 +580,7 @@ def rg_ignore_lines(top: str, root: str | None, deadline: float | None = None) -
                             continue
                         try:
                             if entry.is_dir(follow_symlinks=False):
-                                subdirs.append(name)
+                                subdirs.append((name, entry.stat(follow_symlinks=False).st_nlink))
                             elif name == ".gitignore":
                                 has_rules = entry.is_file(follow_symlinks=False)
                         except OSError:
@@ -608,17 +610,31 @@ def rg_ignore_lines(top: str, root: str | None, deadline: float | None = None) -
                     if kept >= MAX_IGNORE_RULES:
                         break
                 stack = stack.pushed(rel, parse_gitignore(text))
+            for name, links in subdirs if depth < MAX_WALK_DEPTH else ():
+                child = f"{rel}/{name}" if rel else name
+                if stack.ignored(child, True) or len(os.fsencode(top_prefix + child)) >= PATH_MAX:
+                    continue
+                if links == 2 and not _may_hold_rules(fd, name):
+                    continue  # no subdirectory and no `.gitignore`: nothing to collect there
+                todo.append((child, stack, depth + 1))
         except OSError:
             continue
         finally:
             os.close(fd)
         if deadline is not None and time.monotonic() > deadline:
             return None
-        if depth >= MAX_WALK_DEPTH:
-            continue
-        for name in subdirs:
-            child = f"{rel}/{name}" if rel else name
-            if not stack.ignored(child, True) and len(os.fsencode(top_prefix + child)) < PATH_MAX:
-                todo.append((child, stack, depth + 1))
     lines.append(".git")
     return lines
+
+
+def _may_hold_rules(dir_fd: int, name: str) -> bool:
+    """Whether the subdirectory `name` of `dir_fd` may hold a `.gitignore`: one look-up, where
+    opening it (below the root, as its walk does) costs several. It is only a filter: a
+    directory that may is then opened that way."""
+    try:
+        os.stat(f"{name}/.gitignore", dir_fd=dir_fd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        pass
+    return True

@@ -30,6 +30,7 @@ engine (no ripgrep, or a pattern it refuses) walks the same way.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import math
 import os
@@ -37,6 +38,7 @@ import re
 import resource
 import selectors
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -50,7 +52,7 @@ from ._proto import tools_pb2 as pb
 from .errors import ToolFailure, from_os_error
 from .grepworker import MAX_MATCH_CHARS, READ_CHUNK, FileOpener, line_text  # noqa: F401 - MAX_MATCH_CHARS is this module's too
 from .ignore import _expand_braces, compile_glob, rg_ignore_lines, walk
-from .paths import NotARegularFile, Opened, Roots, cut, open_under
+from .paths import NotARegularFile, Opened, Roots, cut, open_under, to_wire
 
 DEFAULT_FIND_LIMIT = 1000
 DEFAULT_MAX_MATCHES = 500
@@ -74,6 +76,10 @@ CANCEL_POLL_S = 0.1
 # text than MAX_MATCH_CHARS characters can take.
 _RG_LINE_KEEP = 16 * 1024
 _PIPE_CHUNK = 256 * 1024
+# How long output that is only counted is left to gather in ripgrep's pipe (of _PIPE_CHUNK bytes)
+# between reads: ripgrep writes a few KB at a time, and each piece read costs the parse a
+# fixed amount, where a longer piece costs little more.
+_GATHER_S = 0.001
 _STDERR_KEEP = 4096
 # What ripgrep prints after a file's matches (or instead of them) when the file holds a NUL
 # byte: a file it is given is searched to the end regardless (a walked one would be stopped at it).
@@ -92,6 +98,12 @@ _REGEX_SYNTAX = frozenset("\\.^$*+?{}[]()|")
 # (`--no-ignore` leaves the rules of `--ignore-file` in force, and covers `.rgignore` too).
 _RG_WALK_FLAGS = ("--sort", "path", "--hidden", "--no-ignore")
 _DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_PATH = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# find_files checks the paths it returns from one directory by listing it once when it returns
+# this many of them, else by looking each up.
+_LIST_DIR_FROM = 8
+# The check of grep's matches reads the matches of one file lying this close together at once.
+_VERIFY_SPAN = 256 * 1024
 # The characters a glob's last segment may hold to be handed to ripgrep as a file-name type
 # (`--type-add`), which, unlike its `--glob`, never re-includes an ignored file.
 _NAME_GLOB = re.compile(r"[A-Za-z0-9._*?+@%=~ -]+")
@@ -148,6 +160,59 @@ def _shown(roots: Roots, top: str, rel: str) -> str:
     return roots.show(os.path.join(top, rel) if rel else top)
 
 
+def _shower(roots: Roots, top: str) -> Callable[[str], str]:
+    """_shown for the paths below one `top`: what `top` shows as is worked out once."""
+    if roots.cwd.startswith(top.rstrip(os.sep) + os.sep):
+        return lambda rel: _shown(roots, top, rel)  # some paths below `top` are shown from the working directory
+    base = roots.show(top)
+    head = "" if base == "." else base.rstrip("/") + "/"
+
+    def shown(rel: str) -> str:
+        if not rel:
+            return base
+        return head + (rel if rel.isascii() else to_wire(rel))
+
+    return shown
+
+
+def _regular_files(root: str, top: str, rels: list[str]) -> set[str]:
+    """Those of `rels` (paths below `top`) that are regular files reached below the root through
+    no symlink. A directory holding many of them is listed once (each entry's kind comes with
+    the listing), the others are looked up one by one."""
+    by_dir: dict[str, list[str]] = {}
+    for rel in rels:
+        head, _, name = rel.rpartition("/")
+        by_dir.setdefault(head, []).append(name)
+    prefix = top.rstrip(os.sep) + os.sep
+    regular: set[str] = set()
+    for head, names in by_dir.items():
+        listed = len(names) >= _LIST_DIR_FROM
+        try:
+            fd = open_under(root, prefix + head if head else top, _DIR_OPEN if listed else _DIR_PATH)
+        except OSError:
+            continue
+        dir_prefix = head + "/" if head else ""
+        try:
+            if listed:
+                wanted = set(names)
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        if entry.name in wanted and entry.is_file(follow_symlinks=False):
+                            regular.add(dir_prefix + entry.name)
+                            wanted.discard(entry.name)
+                            if not wanted:
+                                break
+            else:
+                for name in names:
+                    if stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                        regular.add(dir_prefix + name)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return regular
+
+
 def _count_limit(limit: int) -> int:
     return max(COUNT_LIMIT, limit + 1)
 
@@ -191,15 +256,11 @@ def _walk_setup(top: str, root: str | None, deadline: float) -> tuple[int, int] 
     return top_fd, rules_fd
 
 
-def _capped(cmd: list[str]) -> tuple[list[str], int | None]:
-    """`cmd` under the prlimit tool, which caps ripgrep's address space before it starts, or
-    `cmd` and the cap for _stream to set on the running process (a moment later), where the
-    tool is missing. preexec_fn is unsafe in a threaded server."""
-    cap = _memory_cap(RG_MEMORY_BYTES)
-    prlimit = shutil.which("prlimit")
-    if prlimit:
-        return [prlimit, f"--as={cap}", "--", *cmd], None
-    return cmd, cap
+def _capped(cmd: list[str]) -> tuple[list[str], int]:
+    """`cmd` and the cap on its address space, which _stream sets on the process as soon as it
+    is started: preexec_fn is unsafe in a threaded server, and a wrapper such as the prlimit
+    tool costs a second program start on every search."""
+    return cmd, _memory_cap(RG_MEMORY_BYTES)
 
 
 class _FilesOutput:
@@ -260,7 +321,7 @@ def _ripgrep_files(
         out = _FilesOutput(limit, _count_limit(limit), None if names and names[1] else regex)
         ran = _stream(
             cmd, stdin=b"", deadline=deadline, feed=out.feed, memory_bytes=cap, pass_fds=(top_fd, rules_fd),
-            cancelled=cancelled, cwd=f"{_FD_DIR}/{top_fd}",
+            cancelled=cancelled, cwd=f"{_FD_DIR}/{top_fd}", gather=lambda: len(out.kept) >= out.keep,
         )
     finally:
         os.close(top_fd)
@@ -268,17 +329,13 @@ def _ripgrep_files(
     if ran is None or out.unparsable:
         return None
     returncode, stderr = ran
-    if returncode is not None and (returncode < 0 or stderr.startswith(b"prlimit:") or (returncode == 2 and not out.total and b"(os error" not in stderr)):
+    if returncode is not None and (returncode < 0 or (returncode == 2 and not out.total and b"(os error" not in stderr)):
         return None
     # ripgrep walked by path: a directory swapped for a symlink meanwhile could have led it
     # elsewhere. Each path returned is checked here to be a regular file below the root.
-    opener = FileOpener(root)
-    try:
-        prefix = top.rstrip(os.sep) + os.sep
-        shown = [rel for rel in out.kept if opener.is_regular(prefix + rel)]
-    finally:
-        opener.close()
-    return [_shown(roots, top, rel) for rel in shown], out.total - (len(out.kept) - len(shown))
+    regular = _regular_files(root, top, out.kept)
+    shown = _shower(roots, top)
+    return [shown(rel) for rel in out.kept if rel in regular], out.total - (len(out.kept) - len(regular))
 
 
 def find_files(
@@ -406,7 +463,14 @@ def grep(
     finally:
         target.close()
     kept, total = found
-    matches = [pb.GrepMatch(path=_shown(roots, base, rel), line=number, text=text) for rel, number, text in kept]
+    shower = _shower(roots, base)
+    shown: dict[str, str] = {}
+    matches = []
+    for rel, number, text in kept:
+        name = shown.get(rel)
+        if name is None:
+            name = shown[rel] = shower(rel)
+        matches.append(pb.GrepMatch(path=name, line=number, text=text))
     return pb.GrepResponse(matches=matches, truncated=total > limit, total=total, engine=used)
 
 
@@ -541,7 +605,7 @@ class _Search:
         try:
             ran = _stream(
                 cmd, stdin=b"", deadline=self.deadline, feed=out.feed, memory_bytes=cap, pass_fds=(top_fd, rules_fd),
-                cancelled=self.cancelled, cwd=f"{_FD_DIR}/{top_fd}",
+                cancelled=self.cancelled, cwd=f"{_FD_DIR}/{top_fd}", gather=out.counting,
             )
             if ran is None:
                 return None
@@ -550,8 +614,8 @@ class _Search:
             returncode, stderr = ran
             if returncode is not None:
                 out.finish()
-                if stderr.startswith(b"prlimit:") or returncode < 0:
-                    return None  # not started, or killed (its memory cap): what it printed may be incomplete
+                if returncode < 0:
+                    return None  # killed (its memory cap): what it printed may be incomplete
                 if returncode == 2 and not out.seen and b"(os error" not in stderr:
                     return None  # e.g. a pattern ripgrep's regex engine does not support
             return self._verified(out, opener, prefix)
@@ -619,8 +683,6 @@ class _Search:
                 if returncode is None:
                     return out.kept, out.total  # enough counted
                 out.finish()
-                if stderr.startswith(b"prlimit:"):
-                    return None  # the memory cap could not be set, so ripgrep never ran
                 if returncode < 0:
                     return None  # killed (its memory cap): what it printed may be incomplete
                 if first and returncode not in (0, 1) and not out.seen:
@@ -749,6 +811,10 @@ class _RgOutput:
         self._count = 0
         self.counts: dict[str, int] = {}  # of the files with matches kept
         self.offsets: dict[tuple[str, int], int] = {}  # where each kept match's line starts in its file
+
+    def counting(self) -> bool:
+        """Whether every match to return is held, so what follows is only counted."""
+        return len(self.kept) + len(self._hits) >= self.keep
 
     def feed(self, data: bytes) -> bool:
         """Take more output; True once nothing more is needed."""
@@ -884,6 +950,25 @@ class _RgOutput:
         self._name, self._rel, self._fd, self._skip, self._hits, self._count = None, "", -1, False, [], 0
 
 
+def _cap_memory(pid: int, cap: int) -> bool:
+    """Cap the started process's address space at `cap`; False when it cannot be capped or had
+    already grown past the cap in the moment before (it is then to be killed)."""
+    try:
+        resource.prlimit(pid, resource.RLIMIT_AS, (cap, cap))
+    except ProcessLookupError:
+        return True  # already gone
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmPeak:"):
+                    return int(line.split()[1]) * 1024 <= cap
+    except (OSError, ValueError, IndexError):
+        pass  # gone meanwhile (its status reads empty), or no /proc
+    return True
+
+
 def _memory_cap(wanted: int) -> int:
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
@@ -892,11 +977,13 @@ def _memory_cap(wanted: int) -> int:
 def _stream(
     cmd: list[str], *, stdin: bytes, deadline: float, feed: Callable[[bytes], bool], memory_bytes: int | None = None,
     pass_fds: tuple[int, ...] = (), cancelled: threading.Event | None = None, idle: Callable[[], bool] | None = None,
-    cwd: str = "/",
+    cwd: str = "/", gather: Callable[[], bool] | None = None,
 ) -> tuple[int | None, bytes] | None:
     """Run `cmd` (in `cwd`, with `pass_fds` open in it), handing its output to `feed` as it
     arrives, until it exits or `feed` returns True (it is then killed: return code None).
-    Meanwhile `idle` is called between reads until it returns False.
+    Meanwhile `idle` is called between reads until it returns False. While `gather` returns
+    True, the output is left to gather in the pipe for _GATHER_S after a read that emptied it,
+    so that it is fed in fewer, larger pieces.
 
     Returns the return code and the start of its stderr, or None when it cannot be started;
     raises _Expired at the deadline and _Cancelled once `cancelled` is set (it is killed)."""
@@ -905,11 +992,8 @@ def _stream(
     except OSError:
         return None
     assert proc.stdin and proc.stdout and proc.stderr
-    if memory_bytes is not None:
-        try:
-            resource.prlimit(proc.pid, resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-        except OSError:
-            pass  # already gone
+    if memory_bytes is not None and not _cap_memory(proc.pid, memory_bytes):
+        proc.kill()  # its output is then read to the end, and the return code says it was killed
     stderr = bytearray()
     pending = memoryview(stdin)
     try:
@@ -917,6 +1001,11 @@ def _stream(
             pipes: tuple[Any, ...] = (proc.stdin, proc.stdout, proc.stderr)
             for pipe in pipes:
                 os.set_blocking(pipe.fileno(), False)
+            if gather is not None:
+                try:
+                    fcntl.fcntl(proc.stdout.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_CHUNK)
+                except OSError:
+                    pass  # above what this system lets a pipe hold: it keeps its size
             if pending:
                 selector.register(proc.stdin, selectors.EVENT_WRITE)
             else:
@@ -951,6 +1040,8 @@ def _stream(
                         stderr += data[: _STDERR_KEEP - len(stderr)]
                     elif feed(data):
                         return None, bytes(stderr)
+                    elif gather is not None and len(data) < _PIPE_CHUNK and gather():
+                        time.sleep(_GATHER_S)
                 if busy:
                     assert idle is not None
                     busy = idle()
@@ -981,15 +1072,29 @@ def _open_listed(opener: FileOpener, real: str) -> int:
 
 def _lines_at(fd: int, hits: list[tuple[int, str, int]]) -> bool:
     """Whether the open file holds each of `hits` (line number, text as ripgrep's output is cut
-    and shown, byte offset where ripgrep said the line starts) at its offset, each a line of its
-    own: one read a match, wherever in the file it lies."""
-    for _, text, offset in hits:
-        data = os.pread(fd, _RG_LINE_KEEP + 1, offset - 1) if offset else b"\n" + os.pread(fd, _RG_LINE_KEEP, 0)
-        if not data.startswith(b"\n"):
-            return False  # not the start of a line
-        end = data.find(b"\n", 1)
-        if line_text(data[1:end if end != -1 else None][:_RG_LINE_KEEP]) != text:
-            return False
+    and shown, byte offset where ripgrep said the line starts, in file order) at its offset, each
+    a line of its own: one read for the matches lying within _VERIFY_SPAN of the first of them,
+    wherever in the file they lie."""
+    i = 0
+    while i < len(hits):
+        first = hits[i][2]
+        j = i + 1
+        while j < len(hits) and first <= hits[j][2] <= first + _VERIFY_SPAN:
+            j += 1
+        # The byte before each line is read too (a newline: it starts a line), and before the
+        # file's first byte stands a newline that is not in the file.
+        start = first - 1 if first else 0
+        data = os.pread(fd, hits[j - 1][2] - start + _RG_LINE_KEEP + 1, start)
+        if not first:
+            data, start = b"\n" + data, -1
+        for _, text, offset in hits[i:j]:
+            at = offset - 1 - start
+            if data[at : at + 1] != b"\n":
+                return False  # not the start of a line
+            end = data.find(b"\n", at + 1, at + 1 + _RG_LINE_KEEP)
+            if line_text(data[at + 1 : end if end != -1 else at + 1 + _RG_LINE_KEEP]) != text:
+                return False
+        i = j
     return True
 
 
