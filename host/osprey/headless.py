@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import sys
@@ -39,6 +40,18 @@ def run_headless(prompt: str, options: Mapping[str, Any]) -> int:
     The session is journaled in `$OSPREY_HOME/sessions.db` unless `journal` is false; `resume`
     (a journaled session's id, or the start of one) or `continue_` goes on with a session's
     conversation and model, in its working directory unless `cwd` says otherwise."""
+    # Start-up makes many objects that live as long as the process (modules, classes, schemas) and
+    # next to no garbage: the cyclic collector, whose full scans of them cost tens of ms, stays off
+    # until the session has started, and what start-up made is then frozen out of its scans.
+    gc.disable()
+    try:
+        return _run(prompt, options)
+    finally:
+        gc.freeze()  # the scan at interpreter exit then skips it all too
+        gc.enable()
+
+
+def _run(prompt: str, options: Mapping[str, Any]) -> int:
     from .session.flags import FlagError
 
     try:
@@ -120,6 +133,8 @@ async def _session(options: SessionOptions, prompt: str, jsonl: bool, *, journal
         recorder = Journal(journal_path(options.settings.home), warn=_warn) if journal else None
         session = Session(options, emit=emit, on_text=out.text, on_tool_output=out.tool_output, progress=_progress, warn=_warn, journal=recorder)
         async with session:
+            gc.freeze()  # started (see run_headless)
+            gc.enable()
             end = await session.submit(prompt)
         if jsonl and end.error:
             # JSONL consumers see it in session_end too; the prefix already says it is an error.

@@ -30,7 +30,7 @@ class MemoryStoreError(OspreyError):
 class MemoryOperation(BaseModel):
     """One mutation of a batch, applied in order to the batch's target."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built at first use: most sessions never make one
 
     action: Literal["add", "replace", "remove"]
     content: str = ""
@@ -40,7 +40,7 @@ class MemoryOperation(BaseModel):
 class MemoryEntry(BaseModel):
     """One remembered entry as recall returns it; `text` is `BLOCKED` for an unsafe entry."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built at first use: most sessions never make one
 
     target: Target
     text: str

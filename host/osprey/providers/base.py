@@ -16,6 +16,7 @@ from httpx_sse import EventSource, ServerSentEvent, aconnect_sse
 
 from ..errors import ProviderError
 from ..messages import ModelRequest, ModelTurn, Usage, scrub
+from .plain_http import PlainHTTPTransport
 
 TextSink = Callable[[str], None]
 
@@ -41,19 +42,6 @@ HTTP2 = importlib.util.find_spec("h2") is not None
 def plain_http(base_url: str | None) -> bool:
     """The server is spoken to without TLS (`http://`, e.g. a local model server)."""
     return base_url is not None and base_url.lower().startswith("http://")
-
-
-class PlainHTTPTransport(httpx.AsyncHTTPTransport):
-    """A transport for `http://` only: it never loads the CA bundle (tens of milliseconds at every
-    start) because it refuses to speak TLS at all."""
-
-    def __init__(self) -> None:
-        super().__init__(verify=False)
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.scheme != "http":
-            raise httpx.UnsupportedProtocol(f"this client speaks plain http only, not {request.url.scheme}")
-        return await super().handle_async_request(request)
 
 
 def http_client(timeout: httpx.Timeout, base_url: str | None = None) -> httpx.AsyncClient:

@@ -60,7 +60,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]+")
 class Skill(BaseModel):
     """A discovered skill: what the registry, the system prompt and `/skill NAME` show."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built at the first skill found
 
     name: str
     description: str

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 class ToolInput(BaseModel):
     """Base for tool inputs: unknown arguments are refused, so typos surface."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Each tool's model is built at its first call (its JSON schema is stored, see `model_schema`).
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 @dataclass
@@ -49,7 +50,7 @@ class Invocation:
 class ChildRequest(BaseModel):
     """What a tool asks for when it starts a child session (a subagent, a workflow's agent)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built at first use: most sessions never make one
 
     task: str = Field(min_length=1, description="The child's first prompt.")
     name: str = Field("", max_length=80, description="How the child is labelled to the person (a persona's name).")
@@ -160,8 +161,9 @@ class Tool:
         return (arguments, None) if not problems else (None, "; ".join(problems))
 
 
-# The cleaned JSON schema of each input model, as JSON text: generated once per process (a child
-# session makes its tools again), each tool getting a copy of its own.
+# The cleaned JSON schema of each input model, as JSON text: taken from the stored schemas of the
+# built-in tools (`schema_store.py`) or generated, once per process (a child session makes its
+# tools again), each tool getting a copy of its own.
 _MODEL_SCHEMAS: dict[type[BaseModel], str] = {}
 
 
@@ -169,9 +171,18 @@ def model_schema(input_model: type[BaseModel]) -> dict[str, Any]:
     """The JSON schema of a tool's input model, cleaned (see `clean_schema`); a new dict each time."""
     text = _MODEL_SCHEMAS.get(input_model)
     if text is None:
-        text = _MODEL_SCHEMAS[input_model] = json.dumps(clean_schema(input_model.model_json_schema()))
+        from .stored_schemas import SCHEMAS
+
+        stored = SCHEMAS.get(f"{input_model.__module__}.{input_model.__qualname__}")
+        text = _MODEL_SCHEMAS[input_model] = stored if stored is not None else generate_schema(input_model)
     loaded: dict[str, Any] = json.loads(text)
     return loaded
+
+
+def generate_schema(input_model: type[BaseModel]) -> str:
+    """The cleaned JSON schema of `input_model` as JSON text, generated from the model (which
+    builds it)."""
+    return json.dumps(clean_schema(input_model.model_json_schema()))
 
 
 def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:

@@ -34,7 +34,7 @@ def quiet(_: str) -> None:
 class LaneRequest(BaseModel):
     """What a lane is asked for: the workspace it serves, the session it belongs to, its settings."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)  # only with --sandbox
 
     workspace: str = Field(description="the workspace's real path; the lane's working directory and only root")
     session_id: str = Field(min_length=1)
@@ -45,7 +45,7 @@ class LaneRequest(BaseModel):
 class LaneState(BaseModel):
     """A lane's state as its backend reports it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)  # only with --sandbox
 
     running: bool
     paused: bool = False

@@ -20,7 +20,7 @@ from .targets import ServiceTarget, UnixTarget
 
 
 class _HomeConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)  # built at first use: a session makes one kind
 
 
 class LocalHomeConfig(_HomeConfig):

@@ -27,7 +27,7 @@ _HOST = re.compile(r"^[A-Za-z0-9._:-]{1,253}$")
 
 
 class _Target(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)  # built at first use: a session that calls no tool never makes one
 
 
 class UnixTarget(_Target):
