@@ -385,6 +385,14 @@ class Session:
             # The lead session's memory: its snapshot is frozen into the system prompt now.
             self.memory = MemoryTools(settings)
             made.append(self.memory)
+        if self.options.parent_id is None:
+            from ..sessions.journal import journal_path
+            from ..tools.session_search import SessionSearchTools
+
+            # The lead session's search over the person's other saved sessions (never its own tree).
+            saved = self.journal.path if self.journal is not None else journal_path(settings.home)
+            if self.journal is not None or saved.is_file():
+                made.append(SessionSearchTools(saved, self.session_id, settings.cwd))
         for source in made:
             await source.start()
             self._own(f"tools:{source.name}", source.close)

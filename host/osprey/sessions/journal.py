@@ -51,7 +51,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import OspreyError
 from ..events import Event, parse_event
@@ -107,6 +107,8 @@ class JournalError(OspreyError):
 
 class SessionRow(BaseModel):
     """One journaled session, as `osprey sessions list --json` shows it."""
+
+    model_config = ConfigDict(defer_build=True)  # built at first use: most sessions never make one
 
     id: str
     cwd: str
@@ -187,9 +189,225 @@ def _connect(path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3.Conn
             conn.execute("ALTER TABLE sessions ADD COLUMN parent_id TEXT")
         conn.execute("CREATE INDEX IF NOT EXISTS sessions_by_parent ON sessions (parent_id)")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        ensure_index(conn)
     except BaseException:
         conn.close()
         raise
+    return conn
+
+
+# ---------------------------------------------------------------------- the search index
+
+# The full-text index of prompts, answers, tool calls and tool results (`osprey sessions search`).
+#
+# SQL triggers keep it, so whoever writes the events (this journal, another process, plain SQL that
+# deletes or copies a session) keeps it in step, in the same transaction, at no extra commit: an
+# event saved gets its row of text in `search_rows`, an event deleted takes its row (and its
+# entries in the FTS5 table) with it. The FTS5 table `search_index` reads its text from
+# `search_rows`; rows are put into it in batches (`index_pending`: by the journal's writer every
+# INDEX_EVERY indexed events and when it closes, and by a search before it looks), since an FTS5
+# insert costs far more per transaction than per row, and a session commits a few events at a time.
+# `search_meta` holds the highest `search_rows.id` in the FTS5 table ("indexed"; ids are never
+# reused), and how far the events saved before the index existed have been read into `search_rows`
+# ("backfill": "done", or the last (session_id, seq) read; `backfill_index`).
+INDEX_VERSION = "2"  # a journal whose index has another version has it made again
+INDEXED_TYPES = ("user_message", "assistant_text", "tool_call", "tool_result")
+RESULT_HEAD, RESULT_TAIL = 8 * 1024, 2 * 1024  # characters of a tool result indexed: its start and its end
+TEXT_HEAD, TEXT_TAIL = 48 * 1024, 16 * 1024  # of a prompt, an answer, a call's name and arguments
+BACKFILL_BATCH = 400  # events read per backfill transaction
+INDEX_BATCH = 1000  # rows put into the FTS5 table per transaction at most
+INDEX_EVERY = 200  # indexed events a journal saves between two batches
+
+
+def _without_nul(data: str) -> str:
+    """SQL for the JSON `data` with each escaped NUL made a space: SQLite's text functions stop at a NUL."""
+    return f"(CASE WHEN instr({data}, '\\u0000') > 0 THEN replace({data}, '\\u0000', ' ') ELSE {data} END)"
+
+
+def _bounded(expr: str, head: int, tail: int) -> str:
+    return (f"(SELECT CASE WHEN length(x) <= {head + tail} THEN x ELSE substr(x, 1, {head}) || ' … ' || substr(x, -{tail}) END "
+            f"FROM (SELECT {expr} AS x))")
+
+
+def _index_text(kind: str, data: str) -> str:
+    """SQL for the indexed text of an event of type `kind` whose JSON is `data` (SQL expressions): a
+    prompt as typed (without the context added for the model; not a correction the loop sent), an
+    answer, a call's tool name and argument values, a result's output; each bounded. NULL for
+    anything else."""
+    mark = "char(10, 10) || '[context] '"
+    typed = (f"(SELECT CASE WHEN json_extract({data}, '$.origin') IS 'loop' THEN NULL WHEN instr(t, {mark}) > 0 "
+             f"THEN substr(t, 1, instr(t, {mark}) - 1) ELSE t END FROM (SELECT json_extract({data}, '$.text') AS t))")
+    values = (f"(SELECT group_concat(substr(value, 1, {TEXT_HEAD}), ' ') FROM json_tree({data}, '$.arguments') "
+              "WHERE type IN ('text', 'integer', 'real'))")
+    answer = f"json_extract({data}, '$.text')"
+    call = f"json_extract({data}, '$.name') || ' ' || coalesce({values}, '')"
+    output = f"json_extract({data}, '$.output')"
+    return (f"CASE {kind} WHEN 'user_message' THEN {_bounded(typed, TEXT_HEAD, TEXT_TAIL)} "
+            f"WHEN 'assistant_text' THEN {_bounded(answer, TEXT_HEAD, TEXT_TAIL)} "
+            f"WHEN 'tool_call' THEN {_bounded(call, TEXT_HEAD, TEXT_TAIL)} "
+            f"WHEN 'tool_result' THEN {_bounded(output, RESULT_HEAD, RESULT_TAIL)} END")
+
+
+_INDEXED = "(" + ", ".join(f"'{kind}'" for kind in INDEXED_TYPES) + ")"
+_INDEX_OBJECTS = (("TRIGGER", "search_event_added"), ("TRIGGER", "search_event_deleted"), ("TRIGGER", "search_event_changed"),
+                  ("TRIGGER", "search_rows_deleted"), ("TABLE", "search_index"), ("TABLE", "search_rows"), ("TABLE", "search_meta"))
+_INDEXED_ID = "(SELECT CAST(value AS INTEGER) FROM search_meta WHERE key = 'indexed')"
+_INDEX_SCHEMA = (
+    "CREATE TABLE search_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE search_rows (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, seq INTEGER NOT NULL, "
+    "type TEXT NOT NULL, ts REAL NOT NULL, text TEXT NOT NULL)",
+    "CREATE UNIQUE INDEX search_rows_by_event ON search_rows (session_id, seq)",
+    "CREATE VIRTUAL TABLE search_index USING fts5 (text, content = 'search_rows', content_rowid = 'id', "
+    "tokenize = 'unicode61 remove_diacritics 2')",
+    # A row in the FTS5 table leaves it with the same text it went in with (a row not put in yet just goes).
+    "CREATE TRIGGER search_rows_deleted AFTER DELETE ON search_rows BEGIN "
+    f"INSERT INTO search_index (search_index, rowid, text) SELECT 'delete', old.id, old.text WHERE old.id <= {_INDEXED_ID}; END",
+    f"CREATE TRIGGER search_event_added AFTER INSERT ON events WHEN new.type IN {_INDEXED} AND json_valid(new.data) BEGIN "
+    "DELETE FROM search_rows WHERE session_id = new.session_id AND seq = new.seq; "
+    "INSERT INTO search_rows (session_id, seq, type, ts, text) SELECT new.session_id, new.seq, new.type, new.ts, t "
+    f"FROM (SELECT {_index_text('new.type', 'd')} AS t FROM (SELECT {_without_nul('new.data')} AS d)) WHERE t != ''; END",
+    f"CREATE TRIGGER search_event_deleted AFTER DELETE ON events WHEN old.type IN {_INDEXED} BEGIN "
+    "DELETE FROM search_rows WHERE session_id = old.session_id AND seq = old.seq; END",
+    "CREATE TRIGGER search_event_changed AFTER UPDATE OF session_id, seq, type, ts, data ON events BEGIN "
+    "DELETE FROM search_rows WHERE session_id = old.session_id AND seq = old.seq; "
+    "INSERT INTO search_rows (session_id, seq, type, ts, text) SELECT new.session_id, new.seq, new.type, new.ts, t "
+    f"FROM (SELECT {_index_text('new.type', 'd')} AS t FROM (SELECT {_without_nul('new.data')} AS d)) "
+    f"WHERE new.type IN {_INDEXED} AND json_valid(new.data) AND t != ''; END",
+)
+
+
+def ensure_index(conn: sqlite3.Connection) -> bool:
+    """Make the search index of the journal open on `conn` when it has none (or one of another
+    version): its tables and triggers, with the events already saved left to `backfill_index`.
+    False when it cannot be made (an SQLite without FTS5): the journal works without it."""
+    try:
+        if _index_version(conn) == INDEX_VERSION:
+            return True
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if _index_version(conn) != INDEX_VERSION:  # another process may have made it meanwhile
+                for kind, name in _INDEX_OBJECTS:
+                    conn.execute(f"DROP {kind} IF EXISTS {name}")
+                for statement in _INDEX_SCHEMA:
+                    conn.execute(statement)
+                pending = conn.execute("SELECT EXISTS (SELECT 1 FROM events)").fetchone()[0]
+                conn.executemany("INSERT INTO search_meta (key, value) VALUES (?, ?)",
+                                 [("version", INDEX_VERSION), ("indexed", "0"), ("backfill", "" if pending else "done")])
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+    except sqlite3.Error:
+        return False
+    return True
+
+
+def _index_version(conn: sqlite3.Connection) -> str | None:
+    try:
+        row = conn.execute("SELECT value FROM search_meta WHERE key = 'version'").fetchone()
+    except sqlite3.OperationalError:  # no such table: a journal from before the index
+        return None
+    return str(row[0]) if row is not None else None
+
+
+def index_state(conn: sqlite3.Connection) -> tuple[bool, bool]:
+    """Whether the journal open on `conn` has the search index (of this version), and whether every
+    event is in it. Reads only."""
+    if _index_version(conn) != INDEX_VERSION:
+        return False, False
+    return True, unindexed_events(conn) == 0
+
+
+def index_pending(conn: sqlite3.Connection, batch: int = INDEX_BATCH) -> bool:
+    """Put the next `batch` rows of text not in the FTS5 table yet into it, in one transaction; True
+    when none is left."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        last = conn.execute(f"SELECT max(id) FROM (SELECT id FROM search_rows WHERE id > {_INDEXED_ID} ORDER BY id LIMIT ?)",
+                            (batch,)).fetchone()[0]
+        if last is not None:
+            conn.execute(f"INSERT INTO search_index (rowid, text) SELECT id, text FROM search_rows WHERE id > {_INDEXED_ID} AND id <= ? "
+                         "ORDER BY id", (last,))
+            conn.execute("UPDATE search_meta SET value = ? WHERE key = 'indexed'", (str(last),))
+        left = conn.execute(f"SELECT EXISTS (SELECT 1 FROM search_rows WHERE id > {_INDEXED_ID})").fetchone()[0]
+        conn.execute("COMMIT")
+    except BaseException:
+        _rollback(conn)
+        raise
+    return not left
+
+
+def backfill_index(conn: sqlite3.Connection, batch: int = BACKFILL_BATCH) -> bool:
+    """Read the text of the next `batch` events (in key order) saved before the index existed into
+    `search_rows`, in one transaction, and note how far it got; True once all are read (then
+    `index_pending` puts them into the FTS5 table). Events the triggers read already are left as
+    they are."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        row = conn.execute("SELECT value FROM search_meta WHERE key = 'backfill'").fetchone()
+        if row is None or row[0] == "done":
+            conn.execute("COMMIT")
+            return True
+        after = tuple(json.loads(row[0])) if row[0] else ()
+        start = "(session_id, seq) > (?, ?)" if after else "1"
+        last = conn.execute(f"SELECT session_id, seq FROM events WHERE {start} ORDER BY session_id, seq LIMIT 1 OFFSET ?",
+                            (*after, batch - 1)).fetchone()
+        end = " AND (session_id, seq) <= (?, ?)" if last is not None else ""
+        conn.execute("INSERT OR IGNORE INTO search_rows (session_id, seq, type, ts, text) SELECT session_id, seq, type, ts, t FROM "
+                     f"(SELECT session_id, seq, kind AS type, ts, {_index_text('kind', 'd')} AS t FROM "
+                     f"(SELECT session_id, seq, type AS kind, ts, {_without_nul('data')} AS d FROM events WHERE {start}{end} "
+                     f"AND type IN {_INDEXED} AND json_valid(data))) WHERE t != ''", (*after, *(last or ())))
+        conn.execute("UPDATE search_meta SET value = ? WHERE key = 'backfill'", (json.dumps(list(last)) if last is not None else "done",))
+        conn.execute("COMMIT")
+    except BaseException:
+        _rollback(conn)
+        raise
+    return last is None
+
+
+def unindexed_events(conn: sqlite3.Connection) -> int:
+    """How many events are not in the FTS5 table yet: those saved before the index existed that
+    `backfill_index` has yet to read, and the rows of text `index_pending` has yet to put in."""
+    pending = int(conn.execute(f"SELECT count(*) FROM search_rows WHERE id > {_INDEXED_ID}").fetchone()[0])
+    row = conn.execute("SELECT value FROM search_meta WHERE key = 'backfill'").fetchone()
+    if row is None or row[0] == "done":
+        return pending
+    if not row[0]:
+        return pending + int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
+    return pending + int(conn.execute("SELECT count(*) FROM events WHERE (session_id, seq) > (?, ?)", tuple(json.loads(row[0]))).fetchone()[0])
+
+
+def catch_up_index(conn: sqlite3.Connection, budget: float) -> bool:
+    """Read older events and put pending rows into the FTS5 table, batch by batch, for up to
+    `budget` seconds; True once everything is in."""
+    deadline = time.monotonic() + budget
+    while time.monotonic() < deadline:
+        read = backfill_index(conn)
+        if index_pending(conn) and read:
+            return True
+    return False
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    try:
+        conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
+
+
+def open_index(path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3.Connection:
+    """The journal at `path` opened for writing its index, the index made if it had none; a
+    JournalError when there is no journal, or it cannot be opened or indexed."""
+    if not path.is_file():
+        raise JournalError(f"no session journal at {path} yet: sessions are saved there as they run")
+    try:
+        conn = _connect(path, busy_timeout_ms)
+    except sqlite3.Error as exc:
+        raise JournalError(f"cannot open the session journal {path}: {exc}") from None
+    if _index_version(conn) != INDEX_VERSION:
+        conn.close()
+        raise JournalError(f"the session journal {path} cannot be searched: this Python's SQLite has no FTS5 full-text index, "
+                           "or the journal is locked by another process (try again)")
     return conn
 
 
@@ -241,6 +459,7 @@ class Journal:
         self._unsaved_bytes = 0
         self._unsaved_markers = 0
         self._sealed: dict[str, int] = {}  # session -> events not kept after the bound was reached
+        self._to_index = 0  # indexed events saved since the last batch put into the search index (writer thread)
         self._thread = threading.Thread(target=self._run, name="osprey-journal", daemon=True)
         self._thread.start()
 
@@ -366,6 +585,8 @@ class Journal:
                         delay = first
                     if stop:
                         conn = self._forget_unprompted(conn)
+                    if conn is not None and (self._to_index >= INDEX_EVERY or (stop and self._to_index)):
+                        self._index(conn)
                 if stop:
                     return
         finally:
@@ -401,6 +622,16 @@ class Journal:
             conn.close()
             raise
         return conn
+
+    def _index(self, conn: sqlite3.Connection) -> None:
+        """Put a batch of the text saved into the search index: the writer does it between commits,
+        so a session's few events a commit do not each pay for an FTS5 transaction. Best effort: what
+        is left is put in by the next batch or the next search."""
+        self._to_index = 0
+        try:
+            index_pending(conn)
+        except sqlite3.Error:
+            pass
 
     def _forget_unprompted(self, conn: sqlite3.Connection) -> sqlite3.Connection | None:
         """Delete each session this journal started (saved a `session_start` of) that has no prompt
@@ -486,6 +717,7 @@ class Journal:
             raise
         self._saved_seq.update(written)
         self._started.update(started)
+        self._to_index += sum(1 for item in items if item.kind in INDEXED_TYPES)
         return notes
 
     def _incomplete_record(self, conn: sqlite3.Connection, session_id: str) -> list[str]:
@@ -535,6 +767,12 @@ def _marker_json(ts: float, last_seq: int) -> str:
 
 
 # ---------------------------------------------------------------------- reading
+
+
+def reader(path: Path) -> sqlite3.Connection:
+    """The journal at `path` opened read-only (never blocking its writers); a JournalError when
+    there is none or it cannot be read."""
+    return _read(path)
 
 
 def _read(path: Path) -> sqlite3.Connection:
