@@ -240,9 +240,14 @@ async def test_a_journaled_session_is_shown_and_continued(rig: JournaledRig) -> 
         await until(pilot, lambda: len(rig.ends()) == 2)
         sent = rig.providers[-1].requests[0].model_dump_json()
         assert "say hi" in sent and "The answer is **hi**." in sent and "and again" in sent
-        await _command(pilot, app, "/session")
-        shown = notices(app)
+        from osprey.tui.dialogs import SessionDialog
+
+        await type_prompt(pilot, app, "/session")
+        await until(pilot, lambda: isinstance(app.screen, SessionDialog))
+        shown = str(app.screen.query_one("#info").render())
         assert f"session: {row.id}" in shown and "title: say hi" in shown and str(path) in shown
+        await pilot.press("escape")
+        await app.workers.wait_for_complete()
     assert rig.ids == [row.id, row.id]
     assert [r.id for r in list_sessions(path)] == [row.id]
 
@@ -305,14 +310,30 @@ async def test_diff_and_debug(repo: JournaledRig) -> None:
         shown = str(big.body.render())
         assert "2 files changed" in str(big.title) and "line 0 of a large change" in shown
         assert "[cut: " in shown and "run git diff for all of it" in shown and len(shown) < 260_000
-        await _command(pilot, app, "/debug")
-        assert "session: sess-0001" in notices(app) and "raw events are shown" in notices(app) and "terminal: " in notices(app)
+        await _debug_raw_events(pilot, app)
+        assert "raw events are shown" in notices(app)
         await _command(pilot, app, "/effort low")
         assert any("model_switch" in str(r.title) for r in app.query(FoldRow).filter(".debug"))
-        await _command(pilot, app, "/debug")
+        await _debug_raw_events(pilot, app)
+        assert "raw events are hidden" in notices(app)
         count = len(app.query(FoldRow).filter(".debug"))
         await _command(pilot, app, "/effort high")
         assert len(app.query(FoldRow).filter(".debug")) == count
+
+
+async def _debug_raw_events(pilot: Any, app: OspreyApp) -> None:
+    """Open /debug, flip its raw-events switch, close it."""
+    from osprey.tui.dialogs import DebugDialog
+
+    await type_prompt(pilot, app, "/debug")
+    await until(pilot, lambda: isinstance(app.screen, DebugDialog))
+    await pilot.pause()
+    info = str(app.screen.query_one("#info").render())
+    assert "session: sess-0001" in info and "terminal: TERM=" in info
+    await pilot.click("#raw-events")
+    await pilot.press("escape")
+    await app.workers.wait_for_complete()
+    await pilot.pause()
 
 
 class BashRefused(Interceptor):

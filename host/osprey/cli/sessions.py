@@ -43,7 +43,7 @@ def _when(ts: float) -> str:
 
 @click.group()
 def sessions() -> None:
-    """List the saved sessions and show their transcripts.
+    """List, show, rename, fork and delete the saved sessions.
 
     \b
     Every session is saved in $OSPREY_HOME/sessions.db as it runs (one
@@ -111,6 +111,69 @@ def show_command(session_id: str, as_json: bool, full: bool) -> None:
     click.echo(f"session {row.id}  {_clean(row.cwd)}  {row.provider}/{_clean(row.model)}  started {_when(row.created)}")
     for line in _transcript(events, full=full):
         click.echo(line)
+
+
+@sessions.command("rename")
+@click.argument("session_id", metavar="ID")
+@click.argument("title")
+def rename_command(session_id: str, title: str) -> None:
+    """Set the title of session ID (its full id, or the start of it) to TITLE."""
+    from ..sessions.journal import JournalError
+    from ..sessions.manage import rename_session
+
+    try:
+        row = rename_session(_path(), session_id, title)
+    except JournalError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"session {row.id} is now titled: {_clean(row.title)}")
+
+
+@sessions.command("fork")
+@click.argument("session_id", metavar="ID")
+def fork_command(session_id: str) -> None:
+    """Start a new session whose history is session ID's as saved now; ID stays as it was.
+    `osprey --resume NEW_ID` goes on with the fork."""
+    from ..sessions.journal import JournalError
+    from ..sessions.manage import fork_session
+
+    try:
+        row = fork_session(_path(), session_id)
+    except JournalError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"forked {session_id} as session {row.id}; `osprey --resume {row.id}` goes on with it")
+
+
+@sessions.command("delete")
+@click.argument("session_id", metavar="ID")
+@click.option("--yes", is_flag=True, help="Delete without asking (needed when not on a terminal).")
+def delete_command(session_id: str, yes: bool) -> None:
+    """Delete session ID, the sessions it started, their events and their stored tool outputs
+    ($OSPREY_HOME/results/ID). It cannot be undone."""
+    import sys
+
+    from ..config import load_home
+    from ..sessions.journal import JournalError, find_session
+    from ..sessions.manage import delete_session, session_and_children
+
+    path = _path()
+    try:
+        row = find_session(path, session_id)
+        ids = session_and_children(path, row.id)
+    except JournalError as exc:
+        raise click.ClickException(str(exc)) from None
+    children = len(ids) - 1
+    what = f"session {row.id} ({_clean(row.title) or 'no title'})" + (f" and {counted(children, 'child session')}" if children else "")
+    if not yes:
+        if not sys.stdin.isatty():
+            raise click.ClickException(f"not deleting {what}: not on a terminal to confirm; add --yes to delete it")
+        if not click.confirm(f"Delete {what}? This cannot be undone", default=False):
+            click.echo("nothing was deleted")
+            return
+    try:
+        gone = delete_session(path, row.id, results=load_home() / "results")
+    except JournalError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"deleted {counted(len(gone), 'session')}: {', '.join(gone)}")
 
 
 def _preview(text: str, *, full: bool = False) -> str:
@@ -183,3 +246,6 @@ def _transcript_line(e: Event, *, full: bool = False, call: str | None = None) -
     if isinstance(e, SessionEnd):
         return f"--- session ended: {_clean(e.outcome)} after {counted(e.turns, 'turn')}"
     return ""
+
+
+from . import sessions_search  # noqa: E402, F401 - adds `osprey sessions search` to the group above

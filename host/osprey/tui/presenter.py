@@ -37,7 +37,7 @@ from ..events import (
     Verification,
 )
 from ..terminal_text import StreamCleaner, clean
-from .transcript import Transcript, format_arguments, question_markdown, result_mark, result_text, todo_markdown
+from .transcript import Transcript, call_line, format_arguments, question_markdown, result_mark, result_text, todo_markdown
 from .widgets import MAX_RESULT_SHOWN, AnswerRow, FoldRow, NoticeRow, QuestionRow, ToolRow, UserRow, diff_text, todo_progress
 
 # `/diff` runs this through the session as a call the person asked for; its result is shown as the diff.
@@ -246,7 +246,7 @@ class Presenter:
                     self._asked[event.id] = event
                     return
                 row = self._tool_rows[event.id] = ToolRow(event)
-                self.transcript.add("tool", f"{event.name}\n{format_arguments(event.arguments)}", at)
+                self.transcript.add("tool", f"{event.name}\n{format_arguments(event.arguments)}", at, call=call_line(event.name, event.arguments))
                 self._show(row)
             case ToolResultEvent():
                 if event.requested_by == "user":
@@ -327,7 +327,8 @@ class Presenter:
         call = call or ToolCallEvent(turn=result.turn, id=result.id, name=result.name, arguments={}, requested_by="user")
         row = ToolRow(call)
         row.finish(result)
-        self.transcript.add("tool", f"{call.name} (run by you)\n{format_arguments(call.arguments)}\n{result_text(result.output)}", at)
+        self.transcript.add("tool", f"{call.name} (run by you)\n{format_arguments(call.arguments)}\n{result_text(result.output)}", at,
+                            call=call_line(call.name, call.arguments) + " (run by you)")
         self._show(row)
 
     def _diff(self, result: ToolResultEvent, at: datetime) -> None:
@@ -337,7 +338,7 @@ class Presenter:
         if view.note:
             self.note(view.note, view.level)
             return
-        self.transcript.add("tool", f"{view.title}\n{view.body}", at)
+        self.transcript.add("tool", f"{view.title}\n{view.body}", at, call=f"/diff: {view.title}")
         self._show(FoldRow(view.title, diff_text(view.body), collapsed=False, classes="diff"))
 
     # ------------------------------------------------------------------ live text and output

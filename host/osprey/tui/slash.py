@@ -52,7 +52,23 @@ class SlashCommands:
         await handler(argument)
 
     async def cmd_help(self, argument: str) -> None:
+        topic = argument.strip().lower()
+        if topic == "tools":
+            await self._tool_catalogue()
+            return
+        if topic:
+            self.note(f"/help: no help topic {argument.strip()!r}; /help lists the commands, /help tools the tools", "warning")
+            return
         self.note(commands.help_text())
+
+    async def _tool_catalogue(self) -> None:
+        session = self.driver.session
+        if session is None or not session.started:
+            self.note("the session has not started yet")
+            return
+        specs = session.tool_specs()
+        self.note("\n".join([f"{len(specs)} tools the model has:",
+                             *(f"{spec.name}: {spec.description.splitlines()[0] if spec.description else ''}" for spec in specs)]))
 
     async def cmd_quit(self, argument: str) -> None:
         await self.app.action_quit()
@@ -231,21 +247,87 @@ class SlashCommands:
     # ------------------------------------------------------------------ sessions
 
     async def cmd_session(self, argument: str) -> None:
-        session, journal = self.driver.session, self.driver.journal
+        """This session's id, title, journal, turns and usage, in a dialog that renames, forks or deletes it."""
+        driver = self.driver
+        session, journal = driver.session, driver.journal
         if session is None or self.presenter.start is None:
             self.note("the session has not started yet")
             return
-        title = "(no prompt yet)"
+        if journal is not None and session.journal is not None:
+            await asyncio.to_thread(session.journal.flush, 5.0)  # the session's row and title as they stand
+        title, children = "", 0
         if journal is not None:
+            from ..sessions.manage import session_and_children
+
             try:
-                title = (await asyncio.to_thread(find_session, journal, session.session_id)).title or title
+                title = (await asyncio.to_thread(find_session, journal, session.session_id)).title
+                children = len(await asyncio.to_thread(session_and_children, journal, session.session_id)) - 1
             except OspreyError:
                 pass
         usage = session.usage
-        self.note("\n".join([
-            f"session: {session.session_id}", f"title: {title}", f"journal: {journal or '(not journaled)'}",
-            f"turns: {self.presenter.turns}", f"usage: {usage.input_tokens:,} in, {usage.output_tokens:,} out",
-        ]))
+        lines = [f"session: {session.session_id}", f"title: {title or '(no prompt yet)'}", f"journal: {journal or '(not journaled)'}",
+                 f"turns: {self.presenter.turns}", f"usage: {usage.input_tokens:,} in, {usage.output_tokens:,} out"]
+        if session.busy or driver.working:
+            self.note("\n".join(lines))
+            self.note("/session: a task is running; rename, fork and delete wait until it ends (Esc stops it)", "warning")
+            return
+        from ..sessions.manage import check_title
+        from .dialogs import SessionDialog
+
+        chosen = await self.app.push_screen_wait(SessionDialog(lines, title, session_id=session.session_id, children=children,
+                                                               journaled=journal is not None and session.journal is not None,
+                                                               check_title=check_title))
+        if chosen is None or journal is None:
+            return
+        if driver.session is not session or session.busy or driver.working:
+            self.note("/session: the session changed or a task started meanwhile; nothing was done", "warning")
+            return
+        action, value = chosen
+        if action == "rename":
+            await self._rename(journal, session, value)
+        elif action == "fork":
+            await self._fork(journal, session)
+        elif action == "delete":
+            await self._delete(journal, session)
+
+    async def _rename(self, journal: Path, session: Any, title: str) -> None:
+        from ..sessions.manage import rename_session
+
+        try:
+            await asyncio.to_thread(session.journal.flush, 5.0)
+            row = await asyncio.to_thread(rename_session, journal, session.session_id, title)
+        except OspreyError as exc:
+            self.note(f"/session: {exc}", "error")
+            return
+        self.note(f"session {row.id} is now titled: {row.title}")
+
+    async def _fork(self, journal: Path, session: Any) -> None:
+        from ..sessions.manage import fork_session
+
+        if not await asyncio.to_thread(session.journal.flush, 10.0):
+            self.note("/session: the journal could not save this session's latest events; nothing was forked", "error")
+            return
+        try:
+            row = await asyncio.to_thread(fork_session, journal, session.session_id)
+        except OspreyError as exc:
+            self.note(f"/session: {exc}", "error")
+            return
+        await self.driver.resume(row.id)  # the old session is closed as it was; the fork goes on
+
+    async def _delete(self, journal: Path, session: Any) -> None:
+        from ..sessions.manage import delete_session
+
+        session_id, results = session.session_id, session.settings.home / "results"
+        await self.driver.close()  # its journal drained and closed: nothing more is written for it
+        try:
+            gone = await asyncio.to_thread(delete_session, journal, session_id, results=results, missing_ok=True)
+        except OspreyError as exc:
+            said, level = f"/session: {exc}", "error"
+        else:
+            said, level = (f"deleted session {session_id}" + (f" and {len(gone) - 1} child sessions" if len(gone) > 1 else "")
+                           + "; this is a fresh session"), "info"
+        await self.driver.renew()  # as /new does (the screen is cleared, then the note is shown)
+        self.note(said, level)
 
     async def cmd_sessions(self, argument: str) -> None:
         driver = self.driver
@@ -279,14 +361,15 @@ class SlashCommands:
             f"provider: {start.provider}", f"model: {start.model}", f"approval policy: {start.approval_policy}",
             f"home: {session.tool_service_kind}", f"session: {session.session_id}", f"cwd: {session.settings.cwd}",
             f"usage: {grouped(usage.input_tokens)} in, {grouped(usage.output_tokens)} out",
+            f"tools: {len(session.tool_specs()) if session.started else 0} (/help tools lists them)",
         ]))
 
     async def cmd_tools(self, argument: str) -> None:
-        session = self.driver.session
-        if session is None or not session.started:
-            self.note("the session has not started yet")
-            return
-        self.note("\n".join(f"{spec.name}: {spec.description.splitlines()[0] if spec.description else ''}" for spec in session.tool_specs()))
+        """Hide or show the finished tool rows; running ones and those waiting for an approval stay."""
+        if self.app.conversation.toggle_finished_tools():
+            self.note("finished tool rows are hidden; running ones stay (/tools shows them again)")
+        else:
+            self.note("finished tool rows are shown (/tools hides them)")
 
     async def cmd_extensions(self, argument: str) -> None:
         session = self.driver.session
@@ -326,39 +409,45 @@ class SlashCommands:
 
     async def cmd_approvals(self, argument: str) -> None:
         from ..policy.store import ApprovalStore
+        from .dialogs import ApprovalsDialog
 
         session = self.driver.session
         if session is None:
             self.note("the session has not started yet")
             return
-        workspace = str(session.settings.workspace_root)
-        store = ApprovalStore(session.settings.home / "approvals.toml", warn=lambda m: self.note(m, "warning"))
-        rules = [r for r in await asyncio.to_thread(store.load) if r.applies_to(workspace)]
-        if not rules:
-            self.note("no saved approval rules apply here (`osprey approvals` manages them)")
-            return
-        self.note("\n".join(f"{r.id}  {r.rule}  ({'this project' if r.project else 'everywhere'})" for r in rules))
+        store = ApprovalStore.for_home(session.settings.home, warn=lambda m: self.app.post_note(f"warning: {m}", "warning"))
+        await self.app.push_screen_wait(ApprovalsDialog(store, str(session.settings.workspace_root)))
 
-    async def cmd_debug(self, argument: str) -> None:
+    def debug_text(self) -> str:
+        """Version, date, system, terminal, session and model, one a line (the /debug dialog's text)."""
         import os
         import platform
 
         from .. import __version__
 
         app, session, start = self.app, self.driver.session, self.presenter.start
-        self.presenter.debug = not self.presenter.debug
         lines = [
-            f"osprey {__version__} · {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC",
+            f"osprey {__version__}",
+            f"date: {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC",
             f"system: {platform.system()} {platform.release()} ({platform.machine()}), Python {platform.python_version()}",
-            f"terminal: {os.environ.get('TERM', '?')} {os.environ.get('TERM_PROGRAM', '')}".rstrip() + f", {app.size.width}x{app.size.height}",
+            f"terminal: TERM={os.environ.get('TERM', '?')}, TERM_PROGRAM={os.environ.get('TERM_PROGRAM', '?')}, "
+            f"size {app.size.width}x{app.size.height}",
             f"session: {session.session_id if session else '(none)'}",
             f"model: {start.provider} · {start.model}" if start else "model: (the session has not started)",
-            "raw events are shown (/debug hides them)" if self.presenter.debug else "raw events are hidden",
         ]
         summary = getattr(app.trace, "summary", None)
         if callable(summary):
             lines.append(f"launch: {summary()}")
-        self.note("\n".join(lines))
+        return "\n".join(lines)
+
+    async def cmd_debug(self, argument: str) -> None:
+        from .dialogs import DebugDialog
+
+        def raw_events(shown: bool) -> None:
+            self.presenter.debug = shown
+
+        await self.app.push_screen_wait(DebugDialog(self.debug_text(), raw_events=self.presenter.debug, on_raw_events=raw_events))
+        self.note("raw events are shown (/debug hides them)" if self.presenter.debug else "raw events are hidden")
 
     # ------------------------------------------------------------------ the screen and the transcript
 
@@ -366,16 +455,29 @@ class SlashCommands:
         self.app.screen.toggle_class("-timestamps")
 
     async def cmd_export(self, argument: str) -> None:
+        """`/export PATH` writes the transcript (with tool output) at once; `/export` opens the dialog."""
         session = self.driver.session
         base = session.settings.cwd if session is not None else Path.cwd()
-        name = argument or f"osprey-{session.session_id if session else datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}.md"
-        path = (base / Path(name).expanduser()).resolve()
-        try:
-            await asyncio.to_thread(path.write_text, self.presenter.transcript.to_markdown(), "utf-8")
-        except OSError as exc:
-            self.note(f"could not write {path}: {exc.strerror or exc}", "error")
+        if argument:
+            path = (base / Path(argument).expanduser()).resolve()
+            try:
+                await self.write_transcript(path, True)
+            except OSError as exc:
+                self.note(f"could not write {path}: {exc.strerror or exc}", "error")
+                return
+            self.note(f"transcript written to {path}")
             return
-        self.note(f"transcript written to {path}")
+        from .dialogs import ExportDialog
+
+        name = f"osprey-{session.session_id if session else datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}.md"
+        written = await self.app.push_screen_wait(ExportDialog(name, base, self.write_transcript))
+        if written is not None:
+            self.note(f"transcript written to {written}")
+
+    async def write_transcript(self, path: Path, tool_output: bool) -> None:
+        """Write the transcript as Markdown to `path` (raises OSError)."""
+        text = self.presenter.transcript.to_markdown(tool_output=tool_output)
+        await asyncio.to_thread(path.write_text, text, "utf-8")
 
     async def cmd_copy(self, argument: str) -> None:
         transcript = self.presenter.transcript

@@ -21,6 +21,41 @@ class Entry:
     role: Role
     text: str
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    # A tool entry that starts a call: the call on one line (an export without tool output shows
+    # only this); None for a result.
+    call: str | None = None
+
+
+SUMMARY_CHARS = 80  # of a call's first argument, in its one-line form
+
+
+def call_summary(arguments: dict[str, Any]) -> str:
+    """A call's first telling argument (command, path, pattern or action), its first line cut to
+    SUMMARY_CHARS, with "…" when more was left out; "" when it has none."""
+    for key in ("command", "path", "pattern", "action"):
+        value = arguments.get(key)
+        if isinstance(value, str) and value:
+            line = value.splitlines()[0] if value.strip() else value
+            return line[:SUMMARY_CHARS] + ("…" if len(value) > SUMMARY_CHARS or "\n" in value.strip() else "")
+    return ""
+
+
+def call_line(name: str, arguments: dict[str, Any]) -> str:
+    """A call on one line: its tool and its first telling argument, control characters written out."""
+    summary = call_summary(arguments)
+    return escaped(name + (f"  {summary}" if summary else ""))
+
+
+def code_span(text: str) -> str:
+    """`text` as a Markdown code span on one line, whatever backticks it holds."""
+    text = " ".join(text.splitlines())
+    run = longest = 0
+    for c in text:
+        run = run + 1 if c == "`" else 0
+        longest = max(longest, run)
+    ticks = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
 
 
 def format_arguments(arguments: dict[str, Any]) -> str:
@@ -103,11 +138,13 @@ def todo_markdown(items: Sequence[Mapping[str, Any]]) -> str:
 class Transcript:
     entries: list[Entry] = field(default_factory=list)
 
-    def add(self, role: Role, text: str, at: datetime | None = None) -> Entry:
+    def add(self, role: Role, text: str, at: datetime | None = None, *, call: str | None = None) -> Entry:
         """Add an entry (its text cleaned: /copy puts it on the clipboard, /export in a file);
-        `at`: when it happened (a replayed event's time), by default now."""
+        `at`: when it happened (a replayed event's time), by default now; `call`: a tool call's
+        one-line form."""
         text = clean(text)
-        entry = Entry(role, text) if at is None else Entry(role, text, at)
+        call = clean(call) if call is not None else None
+        entry = Entry(role, text, call=call) if at is None else Entry(role, text, at, call=call)
         self.entries.append(entry)
         return entry
 
@@ -117,9 +154,14 @@ class Transcript:
                 return entry.text
         return None
 
-    def to_markdown(self, *, title: str = "Osprey transcript") -> str:
+    def to_markdown(self, *, title: str = "Osprey transcript", tool_output: bool = True) -> str:
+        """The conversation as Markdown. With `tool_output`, each tool call with its arguments and
+        its result in a code block, the task lists and the notes; without, the prompts, answers and
+        questions, and each call as one line."""
         parts = [f"# {title}\n"]
         for entry in self.entries:
+            if not tool_output and entry.role in ("notice", "todo"):
+                continue
             if entry.role == "user":
                 parts.append("## You\n\n" + entry.text.strip() + "\n")
             elif entry.role == "assistant":
@@ -128,6 +170,9 @@ class Transcript:
                 parts.append("## Osprey asks\n\n" + entry.text.strip() + "\n")
             elif entry.role == "todo":
                 parts.append("**Tasks:**\n\n" + entry.text.strip() + "\n")
+            elif entry.role == "tool" and not tool_output:
+                if entry.call is not None:
+                    parts.append(f"- tool: {code_span(entry.call)}\n")
             elif entry.role == "tool":
                 body = entry.text[:MAX_ARGUMENT_CHARS]
                 fence = "````" if "```" in body else "```"

@@ -25,7 +25,7 @@ from ..events import Question, ToolCallEvent, ToolResultEvent
 from ..terminal_text import clean, escaped, split_unfinished
 from . import commands
 from .completion import CompletionMenu, needs_argument
-from .transcript import PromptHistory, edit_diff, format_arguments
+from .transcript import PromptHistory, call_line, edit_diff, format_arguments
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
@@ -137,16 +137,6 @@ def plain(text: str) -> Content:
     return Content(text)
 
 
-def _summary(event: ToolCallEvent) -> str:
-    args = event.arguments
-    for key in ("command", "path", "pattern", "action"):
-        value = args.get(key)
-        if isinstance(value, str) and value:
-            line = value.splitlines()[0] if value.strip() else value
-            return line[:80] + ("…" if len(value) > 80 or "\n" in value.strip() else "")
-    return ""
-
-
 def last_lines(text: str, count: int) -> str:
     """The last `count` lines of `text`, after a line "…" if there were more."""
     cut = len(text) - 1 if text.endswith("\n") else len(text)
@@ -184,8 +174,7 @@ class ToolRow(Collapsible):
 
     def _heading(self, mark: str) -> Content:
         """The title: the call's name and its first argument, control characters written out."""
-        summary = _summary(self.call)
-        return plain(escaped(f"{mark} {self.call.name}" + (f"  {summary}" if summary else "")))
+        return plain(f"{mark} {call_line(self.call.name, self.call.arguments)}")
 
     def add_output(self, chunk: bytes) -> None:
         """Keep the output's tail; redraw it now if the last redraw is LIVE_REFRESH old, else when it is.
@@ -213,6 +202,7 @@ class ToolRow(Collapsible):
 
     def finish(self, result: ToolResultEvent) -> None:
         self._stop_live()
+        self.add_class("finished")  # /tools hides finished rows
         stopped = result.error_category == "cancelled"  # stopped while it ran: what it printed is kept
         self.title = self._heading("✓" if result.ok else "■" if stopped else "✗")  # type: ignore[assignment]
         shown = result.output[:MAX_RESULT_SHOWN]
@@ -379,6 +369,9 @@ class Conversation(VerticalScroll):
     from the keyboard: up and down walk their titles, Enter or Space opens or closes the one in
     focus, Esc (or Tab) goes back to the prompt; PageUp, PageDown, Home and End scroll."""
 
+    DEFAULT_CSS = "Conversation.-hide-finished-tools ToolRow.finished { display: none; }"
+    HIDE_FINISHED = "-hide-finished-tools"
+
     BINDINGS = [
         Binding("up", "walk(-1)", "previous row", show=False),
         Binding("down", "walk(1)", "next row", show=False),
@@ -389,8 +382,18 @@ class Conversation(VerticalScroll):
     class Leave(Message):
         """The person leaves the rows for the prompt."""
 
+    @property
+    def finished_tools_hidden(self) -> bool:
+        return self.has_class(self.HIDE_FINISHED)
+
+    def toggle_finished_tools(self) -> bool:
+        """Hide or show the tool rows whose call has ended (running ones, and those waiting for an
+        approval, stay); True when they are hidden now."""
+        self.toggle_class(self.HIDE_FINISHED)
+        return self.finished_tools_hidden
+
     def titles(self) -> list[CollapsibleTitle]:
-        return [t for t in self.query(CollapsibleTitle) if t.display]
+        return [t for t in self.query(CollapsibleTitle) if t.display and (t.parent is None or t.parent.display)]
 
     def enter(self) -> bool:
         """Focus the newest row's title; False when there is none."""
@@ -423,7 +426,7 @@ class Conversation(VerticalScroll):
 
     def toggle_newest(self) -> bool:
         """Open or close the newest foldable row; False when there is none."""
-        rows = [row for row in self.query(Collapsible) if row.parent is self]
+        rows = [row for row in self.query(Collapsible) if row.parent is self and row.display]
         if not rows:
             return False
         rows[-1].collapsed = not rows[-1].collapsed
