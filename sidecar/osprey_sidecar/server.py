@@ -15,9 +15,11 @@ from ._proto import tools_pb2_grpc as pb_grpc
 from .paths import Roots
 from .search import SEARCH_BUDGET_S
 from .servicer import ToolServicer, parse_write_chunk
-from .wire import CATEGORY_KEY, CHANNEL_OPTIONS, SERVICE_NAME, TOKEN_KEY
+from .wire import CATEGORY_KEY, CHANNEL_OPTIONS, PROGRAM_MAX_RUNNING, SERVICE_NAME, TOKEN_KEY
 
-MAX_WORKERS = 32
+# Each Program stream holds a worker for its life: with PROGRAM_MAX_RUNNING of them running,
+# the other calls still have 32.
+MAX_WORKERS = 32 + PROGRAM_MAX_RUNNING
 
 
 class _TokenInterceptor(grpc.ServerInterceptor):
@@ -32,11 +34,14 @@ class _TokenInterceptor(grpc.ServerInterceptor):
 
         self._deny_unary = grpc.unary_unary_rpc_method_handler(deny)
         self._deny_stream = grpc.unary_stream_rpc_method_handler(deny)
+        self._deny_both = grpc.stream_stream_rpc_method_handler(deny)
 
     def intercept_service(self, continuation, handler_call_details):
         for key, value in handler_call_details.invocation_metadata or ():
             if key == TOKEN_KEY and hmac.compare_digest(value.encode(), self._token):
                 return continuation(handler_call_details)
+        if handler_call_details.method.endswith("/Program"):
+            return self._deny_both
         streaming = handler_call_details.method.endswith("/Bash") or handler_call_details.method.endswith("/Watch")
         return self._deny_stream if streaming else self._deny_unary
 

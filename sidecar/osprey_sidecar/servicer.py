@@ -18,6 +18,7 @@ from ._proto import tools_pb2_grpc as pb_grpc
 from .errors import ToolFailure
 from .files import edit_file, list_directory, read_file, tree, write_file, write_file_chunks
 from .paths import Roots, cut
+from .program import ProgramRun, ProgramTable
 from .search import SEARCH_BUDGET_S, find_files, grep
 from .shell import BashRun, ExecRun
 from .strays import reap_strays
@@ -174,9 +175,11 @@ def _cancelled(context: grpc.ServicerContext) -> threading.Event:
 class _ActiveCalls:
     """How many calls are being served; stray processes are reaped only between calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, programs: ProgramTable | None = None) -> None:
         self._lock = threading.Lock()
         self.count = 0
+        # Running programs' process groups are no strays.
+        self.programs = programs
 
     def enter(self) -> None:
         with self._lock:
@@ -190,7 +193,9 @@ class _ActiveCalls:
         """From inside a call: kill stray processes unless another call is running (whose
         commands they could be). Calls starting meanwhile wait for the lock."""
         with self._lock:
-            return reap_strays() if self.count == 1 else 0
+            if self.count != 1:
+                return 0
+            return reap_strays(self.programs.groups() if self.programs is not None else ())
 
 
 class ToolServicer(pb_grpc.ToolServiceServicer):
@@ -202,7 +207,9 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
         self.env = env
         # In a lane: after a command, kill whatever it left running outside its process group.
         self.reap_strays = reap_strays
-        self.calls = _ActiveCalls()
+        # Programs of Program streams: bounded in number, each ended with its stream.
+        self.programs = ProgramTable()
+        self.calls = _ActiveCalls(self.programs)
         # grep and find_files run without approval: each gets this long, then a timeout failure.
         self.search_budget_s = search_budget_s
 
@@ -322,3 +329,53 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
     @_mapped
     def Tree(self, request: pb.TreeRequest, context: grpc.ServicerContext) -> pb.TreeResponse:
         return tree(self.roots, request.path, request.max_depth, request.max_entries)
+
+    def Program(self, request_iterator: Iterator[pb.ProgramInput], context: grpc.ServicerContext) -> Iterator[pb.ProgramEvent]:
+        """A long-lived program driven both ways (see `program.py`); it holds this worker for
+        its life, and its process group dies with the stream."""
+        # The start is taken in first, even when it will be refused: a client still writing it
+        # when the call ends would see its write fail, not the status saying why.
+        first = next(request_iterator, None)
+        if first is None or first.WhichOneof("kind") != "start":
+            _abort(context, E.INVALID_ARGUMENT, "a Program stream must start with a start input (the argv to run)")
+            return
+        try:
+            self.programs.take_slot()
+        except ToolFailure as exc:
+            context.set_trailing_metadata(((CATEGORY_KEY, exc.category),))
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, exc.message)
+        try:
+            yield from self._program(first, request_iterator, context)
+        finally:
+            self.programs.give_slot()
+
+    def _program(self, first: pb.ProgramInput, request_iterator: Iterator[pb.ProgramInput], context: grpc.ServicerContext) -> Iterator[pb.ProgramEvent]:
+        # Counted as a call while it starts, so no stray reaping kills it before it is known.
+        self.calls.enter()
+        try:
+            run = ProgramRun(self.roots, first.start, self.env)
+        except ToolFailure as exc:
+            self.calls.leave()
+            _abort(context, exc.category, exc.message)
+            return
+        except BaseException:
+            self.calls.leave()
+            raise
+        # Fires when the call ends for any reason: the client's close or cancel, its deadline,
+        # the connection dropping, the server stopping.
+        context.add_callback(lambda: threading.Thread(target=run.end, name="osprey-program-end", daemon=True).start())
+        events = run.events(request_iterator)
+        try:
+            try:
+                started = next(events)
+            finally:
+                self.programs.add(run)  # (its group is known, or it never started)
+                self.calls.leave()
+            yield started
+            yield from events
+        except ToolFailure as exc:
+            _abort(context, exc.category, exc.message)
+        finally:
+            events.close()
+            run.end()
+            self.programs.discard(run)

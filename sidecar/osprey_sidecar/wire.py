@@ -36,3 +36,13 @@ DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024
 # Bounds on what one exec call may hand the service or ask it to keep.
 EXEC_MAX_STDIN_BYTES = 8 * 1024 * 1024
 EXEC_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
+
+# Program streams: the most running at once in one service (each holds a server thread for its
+# life), the largest stdin or output chunk in one message, the caller's extra environment, and
+# how long a program has between SIGTERM and SIGKILL when its stream ends.
+PROGRAM_MAX_RUNNING = 16
+PROGRAM_STDIN_CHUNK_BYTES = 64 * 1024
+PROGRAM_OUTPUT_CHUNK_BYTES = 64 * 1024
+PROGRAM_MAX_ENV_VARS = 64
+PROGRAM_MAX_ENV_BYTES = 64 * 1024
+PROGRAM_KILL_GRACE_S = 2.0

@@ -20,13 +20,14 @@ import functools
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from osprey_sidecar import wire
 
 from .. import lazy
 from ..errors import DispatcherError, OspreyError, ToolError, ToolTimeout
+from .program import SIGNALS, ProgramHandle, ProgramOutput
 from .targets import ServiceTarget, TlsTarget, UnixTarget
 
 # gRPC's C core logs connection teardown at INFO on stderr, which would mix into
@@ -78,6 +79,8 @@ def __getattr__(name: str) -> Any:
 CALL_DEADLINE_S = 90.0
 BASH_DEFAULT_TIMEOUT_MS = wire.BASH_DEFAULT_TIMEOUT_MS
 BASH_DEADLINE_GRACE_S = 15.0
+# A program's stream is given its lifetime plus this, so its exit (after the kill) still arrives.
+PROGRAM_DEADLINE_GRACE_S = wire.PROGRAM_KILL_GRACE_S + 5.0
 REPLACED_MEANWHILE = "the ToolService had just been replaced after another call failed, so this call can be retried"
 
 Recover = Callable[[], Awaitable["str | None"]]
@@ -334,6 +337,8 @@ class ToolClient:
         self._no_read_files: Connection | None = None
         # Whether read_file calls made together go as one ReadFiles call (False: each alone).
         self.batch_reads = True
+        # The programs started through this client and not yet ended (`close_programs`).
+        self._programs: set[ProgramHandle] = set()
 
     @classmethod
     def for_socket(cls, socket_path: str, *, token: str | None = None) -> ToolClient:
@@ -384,7 +389,9 @@ class ToolClient:
         return self._connection.token if self._connection is not None else None
 
     async def close(self) -> None:
-        """Close the current connection (a home closes its own connections itself)."""
+        """End the programs it started, and close the current connection (a home closes its own
+        connections itself)."""
+        await self.close_programs()
         if self._connection is not None:
             await self._connection.close()
 
@@ -662,3 +669,143 @@ class ToolClient:
     async def tree(self, path: str = "", max_depth: int = 0, max_entries: int = 0) -> TreeResult:
         r = await self._unary("Tree", _request(pb.TreeRequest, path=path, max_depth=max_depth, max_entries=max_entries))
         return toolwire.TreeResult.from_wire(r)
+
+    @property
+    def programs(self) -> frozenset[ProgramHandle]:
+        """The programs started through this client that have not ended yet."""
+        return frozenset(self._programs)
+
+    async def close_programs(self) -> None:
+        """End every program started through this client (the service kills their groups)."""
+        for handle in list(self._programs):
+            await handle.aclose()
+
+    async def program(self, argv: Sequence[str], *, workdir: str = "", env: Mapping[str, str] | None = None, deadline_s: float | None = None) -> ProgramHandle:
+        """Start a long-lived program from `argv` where the tools run (found on the service's
+        PATH, no shell, in `workdir` beneath the roots, with bash's environment plus `env`);
+        the handle writes its stdin and reads its output. With `deadline_s` it is killed once
+        that many seconds have passed. Ending the handle, or closing this client, kills its
+        whole process group. A failure to start raises ToolError."""
+        if isinstance(argv, str) or not argv or not all(isinstance(arg, str) for arg in argv):
+            raise ToolError("invalid_argument", "argv must be a non-empty list of strings: the program, then its arguments")
+        if deadline_s is not None and deadline_s <= 0:
+            raise ToolError("invalid_argument", f"deadline_s must be positive, not {deadline_s}; leave it out for no deadline")
+        start = _request(pb.ProgramStart, argv=list(argv), workdir=workdir, env=dict(env or {}),
+                         lifetime_ms=max(1, int(deadline_s * 1000)) if deadline_s else 0)
+        await self._started()
+        used = self._connection
+        try:
+            connection = self._current()
+            timeout = deadline_s + PROGRAM_DEADLINE_GRACE_S if deadline_s else None
+            try:
+                call = connection.stub.Program(metadata=connection.metadata, timeout=timeout)
+            except grpc.aio.UsageError as exc:
+                raise DispatcherError(f"the connection to the ToolService at {connection.where} is closed ({exc})") from None
+            stream = _ProgramCall(call, connection, timeout)
+            try:
+                await stream.write(pb.ProgramInput(start=start))
+                first = await stream.read()
+            except BaseException:
+                call.cancel()
+                raise
+            started = toolwire.ProgramEvent.read(first) if first is not None else None
+            if started is None or started.kind != "started":
+                call.cancel()
+                raise ToolError("internal", f"the ToolService at {connection.where} did not report the start of {argv[0]!r}")
+        except (DispatcherError, ToolTimeout) as exc:
+            await self._after_failure(exc, used)
+            raise
+        handle = ProgramHandle(started.started.pid, stream, argv0=argv[0], registry=self._programs)
+        self._programs.add(handle)
+        return handle
+
+
+_SIGNAL_NUMBERS = dict(zip(SIGNALS, ("PROGRAM_SIGNAL_TERM", "PROGRAM_SIGNAL_KILL", "PROGRAM_SIGNAL_INT"), strict=True))
+
+
+_WRITE_FAILED = "Internal error from Core"
+
+
+class _ProgramCall:
+    """A Program stream call as a `ProgramStream`: its gRPC errors mapped to the project's."""
+
+    def __init__(self, call: Any, connection: Connection, timeout: float | None) -> None:
+        self._call = call
+        self._connection = connection
+        self._timeout = timeout
+        self._cancelled = False
+
+    def _mapped(self, exc: grpc.aio.AioRpcError) -> Exception:
+        if exc.code() == grpc.StatusCode.OK:
+            return ToolError("program_ended", "the program has ended; start it again")
+        return _map_rpc_error(exc, self._connection.where, self._timeout)
+
+    async def write(self, message: pb.ProgramInput) -> None:
+        try:
+            await self._call.write(message)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.INTERNAL and _WRITE_FAILED in (exc.details() or ""):
+                # (gRPC's own status for a write to a call that has just ended)
+                raise ToolError("program_ended", "the program's stream has ended (it exited, or was ended); read its output for how, "
+                                                 "and start it again if it is still needed") from None
+            raise self._mapped(exc) from None
+        except asyncio.InvalidStateError:
+            raise ToolError("program_ended", "the program's stream has ended; start it again") from None
+        except asyncio.CancelledError:
+            if _being_cancelled():
+                raise
+            raise _closed_under(self._connection) from None
+        except grpc.aio.UsageError as exc:
+            raise DispatcherError(f"the connection to the ToolService at {self._connection.where} is closed ({exc})") from None
+
+    async def read(self) -> pb.ProgramEvent | None:
+        try:
+            event = await self._call.read()
+        except grpc.aio.AioRpcError as exc:
+            if self._cancelled:
+                return None
+            raise self._mapped(exc) from None
+        except asyncio.CancelledError:
+            if _being_cancelled():
+                raise
+            if self._cancelled:
+                return None
+            raise _closed_under(self._connection) from None
+        except grpc.aio.UsageError as exc:
+            raise DispatcherError(f"the connection to the ToolService at {self._connection.where} is closed ({exc})") from None
+        return None if event is grpc.aio.EOF else event
+
+    async def send_stdin(self, data: bytes) -> None:
+        step = wire.PROGRAM_STDIN_CHUNK_BYTES
+        for at in range(0, len(data), step):
+            await self.write(pb.ProgramInput(stdin=bytes(data[at : at + step])))
+
+    async def close_stdin(self) -> None:
+        await self.write(pb.ProgramInput(close_stdin=True))
+
+    async def signal(self, name: str) -> None:
+        await self.write(pb.ProgramInput(signal=getattr(pb, _SIGNAL_NUMBERS[name])))
+
+    async def receive(self) -> ProgramOutput | None:
+        while True:
+            message = await self.read()
+            if message is None:
+                return None
+            event = toolwire.ProgramEvent.read(message)
+            if event.kind == "stdout":
+                return ProgramOutput("stdout", event.stdout)
+            if event.kind == "stderr":
+                return ProgramOutput("stderr", event.stderr)
+            if event.kind == "exit":
+                e = event.exit
+                return ProgramOutput("exit", exit_code=e.exit_code if not e.signal else None, signal=e.signal or None, timed_out=e.timed_out)
+
+    async def finish(self) -> None:
+        try:
+            await self._call.done_writing()
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+            pass  # it has ended already
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        self._call.cancel()

@@ -35,6 +35,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Self
 
+from osprey_sidecar.wire import PROGRAM_KILL_GRACE_S
+
 from ..errors import DispatcherError, SandboxError
 from ..owners import owner_gone, owner_record
 from .backend import Lane, LaneBackend, LaneRequest
@@ -52,7 +54,9 @@ READY_POLL_FIRST_S = 0.001
 READY_POLL_MAX_S = 0.016
 READY_WATCHED_POLL_S = 0.05
 HEALTH_PROBE_S = 2.0
-STOP_GRACE_S = 2.0
+# The dispatcher's SIGTERM kills its programs' groups, SIGKILL following the programs' own grace:
+# it needs that long, and a little more, before it is killed itself.
+STOP_GRACE_S = 2.0 + PROGRAM_KILL_GRACE_S
 DISPATCHER_DIR_PREFIX = "osprey-tools-"
 OWNER_FILE = "owner"
 TOKEN_FILE = "token"  # read by the child at its start, then removed
@@ -126,6 +130,8 @@ class ToolServiceHome(abc.ABC):
         if starting is not None and not starting.done():
             starting.cancel()
             await asyncio.wait({starting})
+        # Their streams end first: the service kills each program's process group then.
+        await self._client.close_programs()
         await self._close()
 
     @abc.abstractmethod

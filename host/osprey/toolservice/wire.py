@@ -23,7 +23,8 @@ from osprey_sidecar._proto import tools_pb2 as pb
 
 __all__ = [
     "BashResult", "CapturedOutput", "DirEntry", "EditFileResult", "ExecResult", "FindFilesResult", "GrepMatch",
-    "GrepResult", "ListDirectoryResult", "ReadFileResult", "TreeResult", "WireModel", "WriteFileResult", "dropped_marker",
+    "GrepResult", "ListDirectoryResult", "ProgramEvent", "ProgramExit", "ProgramStarted", "ReadFileResult", "TreeResult", "WireModel",
+    "WriteFileResult", "dropped_marker",
 ]
 
 
@@ -241,3 +242,36 @@ class ExecResult(WireModel):
     timed_out: bool
     duration_ms: int
     killed_background: bool
+
+
+class ProgramStarted(WireModel):
+    wire_message = pb.ProgramStarted
+
+    pid: int
+
+
+class ProgramExit(WireModel):
+    """How a program of a Program stream ended: `signal` 0 when it exited with `exit_code`."""
+
+    wire_message = pb.ProgramExit
+
+    exit_code: int
+    signal: int
+    timed_out: bool
+
+
+class ProgramEvent(WireModel):
+    """One event of a Program stream; `kind` names the field it holds (started, stdout, stderr, exit)."""
+
+    wire_message = pb.ProgramEvent
+    wire_extra = frozenset({"kind"})
+
+    kind: str
+    started: ProgramStarted
+    stdout: bytes
+    stderr: bytes
+    exit: ProgramExit
+
+    @classmethod
+    def read(cls, message: Any) -> ProgramEvent:
+        return cls.from_wire(message, kind=message.WhichOneof("kind") or "")

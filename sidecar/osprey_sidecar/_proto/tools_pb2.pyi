@@ -7,6 +7,17 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ProgramSignal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROGRAM_SIGNAL_UNSPECIFIED: _ClassVar[ProgramSignal]
+    PROGRAM_SIGNAL_TERM: _ClassVar[ProgramSignal]
+    PROGRAM_SIGNAL_KILL: _ClassVar[ProgramSignal]
+    PROGRAM_SIGNAL_INT: _ClassVar[ProgramSignal]
+PROGRAM_SIGNAL_UNSPECIFIED: ProgramSignal
+PROGRAM_SIGNAL_TERM: ProgramSignal
+PROGRAM_SIGNAL_KILL: ProgramSignal
+PROGRAM_SIGNAL_INT: ProgramSignal
+
 class ReadFileRequest(_message.Message):
     __slots__ = ("path", "offset", "limit")
     PATH_FIELD_NUMBER: _ClassVar[int]
@@ -316,3 +327,62 @@ class ExecResponse(_message.Message):
     duration_ms: int
     killed_background: bool
     def __init__(self, stdout: _Optional[_Union[CapturedOutput, _Mapping]] = ..., stderr: _Optional[_Union[CapturedOutput, _Mapping]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., timed_out: _Optional[bool] = ..., duration_ms: _Optional[int] = ..., killed_background: _Optional[bool] = ...) -> None: ...
+
+class ProgramStart(_message.Message):
+    __slots__ = ("argv", "workdir", "env", "lifetime_ms")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ARGV_FIELD_NUMBER: _ClassVar[int]
+    WORKDIR_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    LIFETIME_MS_FIELD_NUMBER: _ClassVar[int]
+    argv: _containers.RepeatedScalarFieldContainer[str]
+    workdir: str
+    env: _containers.ScalarMap[str, str]
+    lifetime_ms: int
+    def __init__(self, argv: _Optional[_Iterable[str]] = ..., workdir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., lifetime_ms: _Optional[int] = ...) -> None: ...
+
+class ProgramInput(_message.Message):
+    __slots__ = ("start", "stdin", "close_stdin", "signal")
+    START_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_STDIN_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    start: ProgramStart
+    stdin: bytes
+    close_stdin: bool
+    signal: ProgramSignal
+    def __init__(self, start: _Optional[_Union[ProgramStart, _Mapping]] = ..., stdin: _Optional[bytes] = ..., close_stdin: _Optional[bool] = ..., signal: _Optional[_Union[ProgramSignal, str]] = ...) -> None: ...
+
+class ProgramStarted(_message.Message):
+    __slots__ = ("pid",)
+    PID_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    def __init__(self, pid: _Optional[int] = ...) -> None: ...
+
+class ProgramExit(_message.Message):
+    __slots__ = ("exit_code", "signal", "timed_out")
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
+    exit_code: int
+    signal: int
+    timed_out: bool
+    def __init__(self, exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., timed_out: _Optional[bool] = ...) -> None: ...
+
+class ProgramEvent(_message.Message):
+    __slots__ = ("started", "stdout", "stderr", "exit")
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    EXIT_FIELD_NUMBER: _ClassVar[int]
+    started: ProgramStarted
+    stdout: bytes
+    stderr: bytes
+    exit: ProgramExit
+    def __init__(self, started: _Optional[_Union[ProgramStarted, _Mapping]] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., exit: _Optional[_Union[ProgramExit, _Mapping]] = ...) -> None: ...

@@ -89,6 +89,11 @@ class ToolServiceStub:
                 request_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.ExecRequest.SerializeToString,
                 response_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.ExecResponse.FromString,
                 _registered_method=True)
+        self.Program = channel.stream_stream(
+                '/osprey.sandbox.v1.ToolService/Program',
+                request_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.ProgramInput.SerializeToString,
+                response_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.ProgramEvent.FromString,
+                _registered_method=True)
 
 
 class ToolServiceServicer:
@@ -171,6 +176,17 @@ class ToolServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Program(self, request_iterator, context):
+        """A long-lived program (a language server, a stdio MCP server) driven both ways: the
+        first input starts it, later ones carry its stdin, the close of its stdin or a signal;
+        the first event is `started`, then its stdout and stderr as they come, and the last is
+        `exit`. The stream ending for any reason (closed, cancelled, its deadline, the server
+        stopping) kills the program's whole process group: SIGTERM, then SIGKILL after a grace.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ToolServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -228,6 +244,11 @@ def add_ToolServiceServicer_to_server(servicer, server):
                     servicer.Exec,
                     request_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.ExecRequest.FromString,
                     response_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.ExecResponse.SerializeToString,
+            ),
+            'Program': grpc.stream_stream_rpc_method_handler(
+                    servicer.Program,
+                    request_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.ProgramInput.FromString,
+                    response_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.ProgramEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -527,6 +548,33 @@ class ToolService:
             '/osprey.sandbox.v1.ToolService/Exec',
             osprey__sidecar_dot___proto_dot_tools__pb2.ExecRequest.SerializeToString,
             osprey__sidecar_dot___proto_dot_tools__pb2.ExecResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Program(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/osprey.sandbox.v1.ToolService/Program',
+            osprey__sidecar_dot___proto_dot_tools__pb2.ProgramInput.SerializeToString,
+            osprey__sidecar_dot___proto_dot_tools__pb2.ProgramEvent.FromString,
             options,
             channel_credentials,
             insecure,
