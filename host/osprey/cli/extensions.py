@@ -39,15 +39,19 @@ def extensions(ctx: click.Context, cwd: str | None, as_json: bool) -> None:
     \b
     For each: its layer and path, the farther copies it shadows, trust (for the
     executable kinds, tools and hooks), status, provenance, digest, when a change
-    takes effect, and why it is not active. `osprey docs extensions` explains
-    the layers and the rules.
+    takes effect, and why it is not active. `pending reload` marks one changed
+    since a session running in this directory loaded it. `osprey docs extensions`
+    explains the layers and the rules.
     """
     ctx.ensure_object(dict)
     ctx.obj["cwd"] = cwd
     if ctx.invoked_subcommand is not None:
         return
+    from ..extensions.loaded import mark_pending, running_loads
+
     settings, found = _discover(cwd)
     report = found.report(settings)
+    mark_pending(report, running_loads(settings.home, settings.cwd))
     if as_json:
         click.echo(report.model_dump_json(indent=2))
         return
@@ -68,6 +72,11 @@ def extensions(ctx: click.Context, cwd: str | None, as_json: bool) -> None:
             click.echo(f"          why: {item.reason}")
         if (command := found.trust_hint(item)) is not None:
             click.echo(f"          to trust it once reviewed: {command}")
+    if report.running_sessions:
+        click.echo(f"compared with what the running session{'s' if len(report.running_sessions) > 1 else ''} "
+                   f"{', '.join(report.running_sessions)} loaded")
+    click.echo(f"[extensions] trust_agent_authored = {'true' if report.trust_agent_authored else 'false'} (governs no behavior yet: "
+               "agent-written tools and hooks need `osprey extensions trust` either way)")
     for warning in report.warnings:
         click.echo(f"osprey: warning: {warning}", err=True)
 

@@ -36,7 +36,8 @@ def trust(directory: str | None, yes: bool, list_: bool, revoke: bool) -> None:
     Until you trust them, a project's files (every .osprey/config.toml from the
     workspace root down to DIR, and DIR/.env) may not lower the approval policy,
     turn the sandbox off or open its network, change where requests and
-    credentials go, or loosen the shell environment policy. Trust covers the
+    credentials go, start language servers ([lsp]), trust the tools and hooks
+    the agent writes, or loosen the shell environment policy. Trust covers the
     files' exact bytes: an edit withdraws it. DIR defaults to the current
     directory; trust is recorded in $OSPREY_HOME/trust.toml.
     """

@@ -33,7 +33,10 @@ from .schema import (
     INTERACTIVE_MAX_TURNS,
     ApprovalPolicy,
     FileConfig,
+    LspServerSettings,
+    LspSettings,
     ProviderOverrides,
+    ResolvedRetrieve,
     ResolvedWebSearch,
     Settings,
     WebSearchSettings,
@@ -171,6 +174,7 @@ _MISSING = object()
 REDIRECT = "change where requests and credentials go"
 REDIRECT_MEMORY = "change where memory (facts about you and your projects) is kept"
 LOOSEN_SHELL = "loosen the shell environment policy"
+RUN_LSP = "run a language server program"
 
 
 @dataclass
@@ -222,6 +226,25 @@ def _folded(items: Iterable[str]) -> frozenset[str]:
 
 
 
+def _checked_lsp(lsp: LspSettings) -> LspSettings:
+    """`[lsp]` once merged: every enabled server has a command."""
+    for name, server in lsp.servers.items():
+        if server.enabled and not server.command:
+            raise ConfigError(f"lsp.servers.{name} has no command: give its argv, e.g. command = [\"{name}\"], or set enabled = false")
+    return lsp
+
+
+def _lsp_loosens(entry: Any, below: LspServerSettings | None) -> bool:
+    """Whether a project's `[lsp.servers.NAME]` table would run something the layers below do not."""
+    if not isinstance(entry, Mapping):
+        return True
+    if entry.get("enabled", True) is False:
+        return False  # turned off: nothing runs
+    if below is None or not below.enabled:
+        return True
+    return any(value != getattr(below, key, _MISSING) for key, value in entry.items())
+
+
 def loosening(layer: Mapping[str, Any], below: FileConfig, default_policy: ApprovalPolicy = DEFAULT_APPROVAL_POLICY) -> list[Guarded]:
     """The guarded keys of `layer` whose values loosen `below` (the merged layers under it).
 
@@ -242,6 +265,10 @@ def loosening(layer: Mapping[str, Any], below: FileConfig, default_policy: Appro
     ws = below.web_search
     for key in ("searxng_url", "exa_url", "brave_url", "exa_api_key_env", "brave_api_key_env", "provider"):
         check(("web_search", key), lambda v, key=key: v != getattr(ws, key), REDIRECT)
+    # Passages of kept tool output (and the key that goes with them) must not be sent elsewhere by a project.
+    rt = below.retrieve
+    for key in ("embeddings_url", "embeddings_api_key_env"):
+        check(("retrieve", key), lambda v, key=key: v != getattr(rt, key), REDIRECT)
     providers = layer.get("providers")
     for name in providers if isinstance(providers, Mapping) else {}:
         theirs = below.providers.get(name) or ProviderOverrides()
@@ -252,6 +279,9 @@ def loosening(layer: Mapping[str, Any], below: FileConfig, default_policy: Appro
     check(("memory", "provider"), lambda v: v == "hindsight" and memory.provider != "hindsight", REDIRECT_MEMORY)
     for key in ("mode", "api_url", "bank_id"):
         check(("memory", "hindsight", key), lambda v, key=key: v != getattr(memory.hindsight, key), REDIRECT_MEMORY)
+    # Trusting agent-written tools and hooks without a pin would let them run: never a project's say.
+    check(("extensions", "trust_agent_authored"), lambda v: bool(v) and not below.extensions.trust_agent_authored,
+          "trust the tools and hooks the agent writes")
     agent = below.agent
     check(("agent", "requests_per_minute"), lambda v: agent.requests_per_minute is not None and (v is None or v > agent.requests_per_minute),
           "raise the limit on model requests")
@@ -277,6 +307,11 @@ def loosening(layer: Mapping[str, Any], below: FileConfig, default_policy: Appro
     fixed = _get(layer, ("shell_environment", "set"))
     for name in fixed if isinstance(fixed, Mapping) else {}:
         check(("shell_environment", "set", name), lambda v, name=name: se.set.get(name) != v, LOOSEN_SHELL)
+    # A language server is a program the `lsp` tool runs: a project's entry (a new server, another
+    # command, environment or options, or turning one on) needs trust; turning one off does not.
+    servers = _get(layer, ("lsp", "servers"))
+    for name in servers if isinstance(servers, Mapping) else {}:
+        check(("lsp", "servers", name), lambda v, name=name: _lsp_loosens(v, below.lsp.servers.get(name)), RUN_LSP)
     return found
 
 
@@ -430,6 +465,12 @@ def resolve_web_search(ws: WebSearchSettings, env: Mapping[str, str]) -> Resolve
     return None
 
 
+def resolve_retrieve(fc: FileConfig, env: Mapping[str, str]) -> ResolvedRetrieve:
+    """`[retrieve]` with the embeddings endpoint's key read from the variable it names."""
+    key = env.get(fc.retrieve.embeddings_api_key_env) if fc.retrieve.embeddings_api_key_env else None
+    return ResolvedRetrieve(**fc.retrieve.model_dump(), embeddings_api_key=SecretStr(key) if key else None)
+
+
 def _env_path(environ: Mapping[str, str], name: str, cwd: Path) -> Path | None:
     value = environ.get(name, "")
     if not value:
@@ -490,6 +531,8 @@ def load_settings(
             raise ConfigError(f"replay file {replay_file} does not exist")
     secret_names = {*API_KEY_VARS.values(), *(o.api_key_env for o in fc.providers.values() if o.api_key_env),
                     fc.web_search.exa_api_key_env, fc.web_search.brave_api_key_env, "HINDSIGHT_API_KEY"}
+    if fc.retrieve.embeddings_api_key_env:
+        secret_names.add(fc.retrieve.embeddings_api_key_env)
     return Settings(
         home=home,
         cwd=cwd,
@@ -510,6 +553,9 @@ def load_settings(
         web_search=resolve_web_search(fc.web_search, env),
         agent=fc.agent,
         memory=fc.memory,
+        retrieve=resolve_retrieve(fc, env),
+        extensions=fc.extensions,
+        lsp=_checked_lsp(fc.lsp),
         hindsight_api_key=SecretStr(env["HINDSIGHT_API_KEY"]) if env.get("HINDSIGHT_API_KEY") else None,
         # Only the real environment names these files: a project's .env must not swap the prompt.
         system_prompt_file=_env_path(real_env, "OSPREY_SYSTEM_PROMPT_FILE", cwd),

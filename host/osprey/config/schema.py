@@ -6,10 +6,10 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, StrictBool
 from pydantic_core import PydanticCustomError
 
 from .environment import ShellEnvironmentPolicy
@@ -192,6 +192,53 @@ class MemorySettings(_Strict):
     hindsight: HindsightSettings = Field(default_factory=HindsightSettings)
 
 
+class LspServerSettings(_Strict):
+    """`[lsp.servers.NAME]`: one language server, run where the tools run (see `osprey docs lsp`)."""
+
+    # Non-empty once the layers are merged (a layer may only turn a server off, `enabled = false`).
+    command: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(default_factory=list, max_length=100, description="the server's argv, e.g. [\"basedpyright-langserver\", \"--stdio\"]")
+    extensions: list[Annotated[str, Field(pattern=r"^\.[A-Za-z0-9_.+-]{1,30}$")]] = Field(default_factory=list, max_length=100, description="the file names it serves, e.g. [\".py\", \".pyi\"]")
+    root_markers: list[Annotated[str, Field(min_length=1, max_length=255)]] = Field(default_factory=list, max_length=100, description="files or directories marking a project root, looked for upwards from a file")
+    initialization_options: dict[str, Any] = Field(default_factory=dict, description="sent as initializationOptions (and answered to workspace/configuration)")
+    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,100}$")], Annotated[str, Field(max_length=32_768)]] = Field(default_factory=dict, max_length=100, description="more environment variables for the server")
+    enabled: bool = True
+
+
+class LspSettings(_Strict):
+    """`[lsp]`: the language servers of the `lsp` tool and its bounds."""
+
+    servers: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")], LspServerSettings] = Field(default_factory=dict)
+    request_timeout: float = Field(30.0, gt=0, le=600, description="seconds a request may take")
+    initialize_timeout: float = Field(60.0, gt=0, le=600, description="seconds a server may take to start and initialize")
+    diagnostics_wait: float = Field(10.0, gt=0, le=600, description="seconds to wait for a file's diagnostics after it is opened or changed")
+    max_results: int = Field(50, ge=1, le=1000, description="at most this many items in a result")
+
+
+class ExtensionsSettings(_Strict):
+    """`[extensions]`: settings of the extension layers (`osprey docs extensions`)."""
+
+    # Parsed and shown (`osprey extensions`), governing nothing yet: agent-written user tools and
+    # hooks need a trust pin whatever it says. Guarded: a project layer cannot turn it on untrusted.
+    trust_agent_authored: StrictBool = Field(False, description="governs no behavior yet; agent-written executable artifacts still need a trust pin")
+
+
+class RetrieveSettings(_Strict):
+    """`[retrieve]`: keeping cut tool results whole for the `retrieve` tool, and how it ranks."""
+
+    enabled: bool = Field(True, description="keep cut tool results and offer the retrieve tool")
+    max_output_bytes: int = Field(64 * 1024 * 1024, ge=1024, le=1024**3, description="one kept output at most; a longer one keeps its head and tail")
+    max_session_bytes: int = Field(512 * 1024 * 1024, ge=1024, le=64 * 1024**3, description="a session's kept outputs at most; the oldest are dropped first")
+    embeddings_url: BaseURL | None = Field(None, description="an OpenAI-compatible embeddings endpoint, e.g. http://127.0.0.1:8080/v1/embeddings")
+    embeddings_model: str = Field("text-embedding-3-small", min_length=1, max_length=200)
+    embeddings_api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,100}$", description="the variable holding the endpoint's key")
+
+
+class ResolvedRetrieve(RetrieveSettings):
+    """`[retrieve]` with the embeddings endpoint's key read from the environment."""
+
+    embeddings_api_key: SecretStr | None = None
+
+
 class ProviderOverrides(_Strict):
     base_url: BaseURL | None = None
     api_key_env: str | None = None
@@ -217,6 +264,9 @@ class FileConfig(_Strict):
     web_search: WebSearchSettings = Field(default_factory=WebSearchSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)
+    extensions: ExtensionsSettings = Field(default_factory=ExtensionsSettings)
+    lsp: LspSettings = Field(default_factory=LspSettings)
+    retrieve: RetrieveSettings = Field(default_factory=RetrieveSettings)
 
 
 class Settings(_Strict):
@@ -241,6 +291,9 @@ class Settings(_Strict):
     web_search: ResolvedWebSearch | None = Field(None, description="the configured search service of web_search, if any")
     agent: AgentSettings = Field(default_factory=AgentSettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)
+    extensions: ExtensionsSettings = Field(default_factory=ExtensionsSettings)
+    lsp: LspSettings = Field(default_factory=LspSettings)
+    retrieve: ResolvedRetrieve = Field(default_factory=ResolvedRetrieve)
     # HINDSIGHT_API_KEY, from the real environment or a .env file: the Hindsight cloud's key.
     hindsight_api_key: SecretStr | None = None
     system_prompt_file: Path | None = Field(None, description="OSPREY_SYSTEM_PROMPT_FILE (the real environment only): replaces the base system prompt")

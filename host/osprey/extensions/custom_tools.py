@@ -17,7 +17,7 @@ What this module does, in the order the session uses it:
 
 1. `parse_manifest` reads the bytes of one manifest into a `ToolManifest` (or a `ManifestError`
    whose message is a short, sanitized reason for the `osprey extensions` report);
-2. `check_name` refuses a name that would shadow a built-in tool;
+2. `check_name` refuses a built-in tool's name (`tools.names`), on in the session or not;
 3. `resolve_program` says where the program is (`ProgramRef`); `pins.plan_tool` lists what a
    trust pin covers: the bytes of the program and of every file its fixed arguments name when
    they live in the workspace (or the user's layer), only the path of a program that lives
@@ -198,10 +198,15 @@ def parse_manifest(data: bytes, *, source: str) -> ToolManifest:
 
 
 def check_name(manifest: ToolManifest, builtin: Collection[str], *, source: str = "") -> None:
-    """Refuse a custom tool whose name is one of the session's built-in tool names."""
-    if manifest.name in builtin:
-        raise ManifestError(f"field 'name': {manifest.name!r} is the name of a built-in tool, which a custom tool cannot replace; choose another name",
-                            source=source, field="name")
+    """Refuse a custom tool whose name is a built-in tool's: one of `tools.names.RESERVED` (on in
+    this session or not), or another tool the session has (`builtin`)."""
+    from ..tools.names import reserved_reason
+
+    why = reserved_reason(manifest.name)
+    if why is None and manifest.name in builtin:
+        why = f"{manifest.name!r} is the name of a built-in tool of this session, which a custom tool cannot take"
+    if why is not None:
+        raise ManifestError(f"field 'name': {why}; choose another name", source=source, field="name")
 
 
 def parameters_schema(manifest: ToolManifest) -> dict[str, Any]:

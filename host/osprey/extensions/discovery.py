@@ -84,7 +84,7 @@ class Extensions:
         return Report(
             workspace_root=str(settings.workspace_root), cwd=str(settings.cwd), home=str(settings.home),
             layers=[{"kind": layer.kind, "path": str(layer.root)} for layer in self.layers],
-            artifacts=self.artifacts, warnings=self.warnings,
+            artifacts=self.artifacts, warnings=self.warnings, trust_agent_authored=settings.extensions.trust_agent_authored,
         )
 
     @property

@@ -103,9 +103,10 @@ class Target:
 
 
 def _builtin_names(extra: Collection[str]) -> set[str]:
-    from ..tools.builtin import sandboxed_tools
+    """Every built-in tool's name (`tools.names.RESERVED`), and the session's other tools."""
+    from ..tools.names import RESERVED
 
-    return {tool.name for tool in sandboxed_tools()} | {"process", TOOL_NAME} | set(extra)
+    return set(RESERVED) | {TOOL_NAME} | set(extra)
 
 
 def target(home: Path, kind: str, name: str | None, builtin: Collection[str]) -> Target:
@@ -124,7 +125,10 @@ def target(home: Path, kind: str, name: str | None, builtin: Collection[str]) ->
         if not re.fullmatch(NAME_PATTERN, name):
             raise ManageError("invalid_name", f"the tool name {shown} is not valid: use 1 to 64 lowercase letters, digits or underscores")
         if name in builtin:
-            raise ManageError("invalid_name", f"{shown} is a built-in tool's name, which a custom tool cannot shadow; choose another name")
+            from ..tools.names import reserved_reason
+
+            why = reserved_reason(name) or f"{shown} is the name of a built-in tool of this session, which a custom tool cannot take"
+            raise ManageError("invalid_name", sanitize(f"{why}; choose another name"))
         return Target(kind, name, home / "tools" / f"{name}.toml", (home / "tools",))
     if len(name) > 64 or not SKILL_NAME.fullmatch(name):
         raise ManageError("invalid_name", f"the skill name {shown} is not valid: use 1 to 64 lowercase letters, digits and single hyphens "

@@ -59,3 +59,5 @@ class Report(BaseModel):
     layers: list[dict[str, str]]
     artifacts: list[Artifact]
     warnings: list[str] = Field(default_factory=list)
+    trust_agent_authored: bool = Field(False, description="[extensions] trust_agent_authored as configured; it governs no behavior yet")
+    running_sessions: list[str] = Field(default_factory=list, description="the running sessions in this directory the statuses were compared with")

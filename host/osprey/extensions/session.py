@@ -1,6 +1,7 @@
 """A session's extensions: what discovery found, applied to its tool catalogue, its interceptors
 and its system prompt, and found again at the next turn boundary after a reload request
-(`/reload`, or a change `extension_manage` made)."""
+(`/reload`, or a change `extension_manage` made). Each load is recorded in the home for
+`osprey extensions` (`loaded`), and the record removed when the session closes."""
 
 from __future__ import annotations
 
@@ -74,7 +75,20 @@ class SessionExtensions(ToolSource):
         for warning in found.warnings:
             self.warn(warning)
         self.found = found
+        if self.session_id:
+            from .loaded import record_loaded
+
+            try:
+                record_loaded(self.settings.home, self.session_id, self.settings.cwd, found)
+            except OSError:
+                pass  # only `osprey extensions` misses what this session loaded
         return found
+
+    async def close(self) -> None:
+        if self.session_id:
+            from .loaded import forget_loaded
+
+            forget_loaded(self.settings.home, self.session_id)
 
     def apply(self, registry: ToolRegistry, interceptors: InterceptorChain) -> None:
         """The catalogue: the built-in tools (with description overrides) and the active custom

@@ -385,6 +385,23 @@ class Session:
             # The lead session's memory: its snapshot is frozen into the system prompt now.
             self.memory = MemoryTools(settings)
             made.append(self.memory)
+        if any(server.enabled for server in settings.lsp.servers.values()) and ((offered := self._allowed_tools()) is None or "lsp" in offered):
+            from ..lsp.tool import LspTools
+
+            # Language servers run where the tools run; the tool is offered when one's program is there.
+            lsp = LspTools(settings.lsp, home.client, list(home.roots), warn=self.warn)
+            made.append(lsp)
+            self.interceptors.add(lsp.changes)  # the model's writes and edits reach the servers
+        if settings.retrieve.enabled:
+            from ..retrieve.tool import RetrieveTools
+
+            # A cut tool result is kept whole for this session (a child keeps its own) and searched by `retrieve`;
+            # the lead session's start removes the kept outputs of sessions the journal no longer holds.
+            retrieve = RetrieveTools(settings.retrieve, settings.home, self.session_id, max_chars=settings.tool_results.max_chars,
+                                     journal=self.journal.path if self.journal is not None and self.options.parent_id is None else None,
+                                     offered=lambda: self.registry is not None and self.registry.get("retrieve") is not None)
+            self.registry.keep = retrieve.keep
+            made.append(retrieve)
         if self.options.parent_id is None:
             from ..sessions.journal import journal_path
             from ..tools.session_search import SessionSearchTools

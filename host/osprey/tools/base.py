@@ -223,6 +223,9 @@ class ToolRegistry:
 
     tools: dict[str, Tool] = field(default_factory=dict)
     max_result_chars: int = 50_000
+    # Keeps the whole text of a result that is cut (the tool's name, the text) and returns the
+    # handle the model retrieves it by (`osprey.retrieve`); None: cut results are not kept.
+    keep: Callable[[str, str], Awaitable[str | None]] | None = None
 
     def add(self, tool: Tool) -> None:
         self.tools[tool.name] = tool
@@ -261,7 +264,12 @@ class ToolRegistry:
         except Exception as exc:  # noqa: BLE001 - a tool's bug fails its call, not the session
             return ToolOutcome(f"Error (internal): {name} failed: {type(exc).__name__}: {exc}", True, "internal")
         outcome = result if isinstance(result, ToolOutcome) else ToolOutcome(result)
-        outcome.text, outcome.truncated_chars = limit_text(outcome.text, self.max_result_chars)
+        whole = outcome.text
+        outcome.text, outcome.truncated_chars = limit_text(whole, self.max_result_chars)
+        if outcome.truncated_chars and self.keep is not None:
+            handle = await self.keep(name, whole)
+            if handle is not None:
+                outcome.text += f"\nretrieve handle: {handle}"
         return outcome
 
 
