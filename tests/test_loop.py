@@ -268,7 +268,8 @@ async def test_long_tool_results_are_cut_and_say_how_much_was_dropped(workspace:
     assert result.ok
     assert result.truncated_chars == len(whole) - 1000
     assert f"{len(whole) - 1000} characters dropped" in result.output
-    assert result.output.startswith(whole[:500]) and result.output.endswith(whole[-300:])
+    # The whole output is kept for `retrieve`, and the cut result names it on its last line.
+    assert result.output.startswith(whole[:500]) and result.output.endswith(whole[-300:] + "\nretrieve handle: r1")
     assert "line 0199" in result.output and "line 0100" not in result.output
     [sent] = [m for m in provider.requests[1].messages if isinstance(m, ToolResultMessage)]
     assert sent.content == result.output  # the model sees the cut text, not the whole
