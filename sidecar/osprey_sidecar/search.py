@@ -275,16 +275,19 @@ class _FilesOutput:
         self._partial = b""
 
     def feed(self, data: bytes) -> bool:
+        regex = self.regex
+        if regex is None and len(self.kept) >= self.keep:
+            # Only counted from here: no name needs splitting off or decoding.
+            last = data.rfind(b"\x00")
+            count = data.count(b"\x00")
+            if self.total + count < self.count_limit and len(data) - last - 1 + (0 if count else len(self._partial)) <= 2 * PATH_MAX_BYTES:
+                self.total += count
+                self._partial = data[last + 1 :] if count else self._partial + data
+                return False
         *names, self._partial = (self._partial + data).split(b"\x00")
         if len(self._partial) > 2 * PATH_MAX_BYTES:
             self.unparsable = True
             return True
-        regex = self.regex
-        if regex is None and len(self.kept) >= self.keep:
-            # Only counted from here: no name needs decoding.
-            if self.total + len(names) < self.count_limit:
-                self.total += len(names)
-                return False
         for name in names:
             if not name.startswith(b"./"):
                 self.unparsable = True
@@ -822,10 +825,10 @@ class _RgOutput:
         start = 0
         bulk = True
         while True:
-            if not self._partial and bulk:
+            if not self._partial and bulk and len(self.kept) + len(self._hits) >= self.keep:
                 moved = self._count_run(data, start)
                 # Turned down with every match held: the rest of this output is parsed line by line.
-                bulk = moved != start or len(self.kept) + len(self._hits) < self.keep
+                bulk = moved != start
                 start = moved
             newline = data.find(b"\n", start)
             if newline == -1:
@@ -854,8 +857,13 @@ class _RgOutput:
             return start
         end += 1
         lines = data.count(b"\n", start, end)
-        if self.total + self._count + lines >= self.count_limit:
-            return start  # the count limit falls in these lines
+        room = self.count_limit - 1 - self.total - self._count  # lines counted here without reaching the limit
+        if room <= 0:
+            return start
+        if lines > room:
+            # The count limit falls in these lines: those before the line that reaches it are
+            # counted here, and that line is parsed (its file is checked for a NUL byte).
+            end, lines = _after_lines(data, start, end, room), room
         if any(data.find(message, start, end) != -1 for message in _RG_BINARY_MESSAGES):
             return start
         last = data.rfind(b"\n", start, end - 1) + 1 or start
@@ -948,6 +956,24 @@ class _RgOutput:
             if self._hits:
                 self.counts[self._rel] = self._count
         self._name, self._rel, self._fd, self._skip, self._hits, self._count = None, "", -1, False, [], 0
+
+
+def _after_lines(data: bytes, start: int, end: int, lines: int) -> int:
+    """Where the `lines`-th line of `data` from `start` ends (a newline ends each line before
+    `end`, more than `lines` of them): found by halving, each step one count of newlines."""
+    low, high = start, end  # the `lines`-th newline lies in data[low:high]
+    before = 0  # newlines in data[start:low]
+    while high - low > 64:
+        middle = (low + high) // 2
+        found = data.count(b"\n", low, middle)
+        if before + found >= lines:
+            high = middle
+        else:
+            low, before = middle, before + found
+    at = low - 1
+    for _ in range(lines - before):
+        at = data.find(b"\n", at + 1, high)
+    return at + 1
 
 
 def _cap_memory(pid: int, cap: int) -> bool:
