@@ -8,6 +8,8 @@ ratio to the import floor is the median of the runs' paired ratios (a run of the
 floor run next to it), so a change in the machine's load falls on both. Goals: `osprey --help`
 within 2x the import floor, a real one-turn session within 1.5x. Then one `-X importtime` run of
 the real session: where its import time goes, skill discovery (its PyYAML included) apart.
+The CPU time of each command (its reaped children's included) is printed beside: on a loaded
+machine it varies much less than the wall time.
 
     .venv/bin/python bench/cli_startup.py [--rounds 3] [--runs 5]
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -33,12 +36,24 @@ FLOOR = "import asyncio, pydantic, httpx"
 GOALS = {"osprey --help": 2.0, "osprey agent --help": 2.0, "osprey agent (one turn)": 1.5}
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> float:
+# CPU seconds (user + system) of each command, its reaped children (the local dispatcher) included,
+# by command name: on a loaded machine they vary far less than wall time does.
+CPU: dict[str, list[float]] = {}
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(cmd: list[str], env: dict[str, str], name: str = "") -> float:
+    cpu = cpu_seconds()
     start = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-2000:]}")
+    CPU.setdefault(name, []).append(cpu_seconds() - cpu)
     return elapsed
 
 
@@ -94,7 +109,7 @@ def main() -> None:
                     for name, cmd in commands.items():
                         if cmd is session:
                             server.add(Reply.text("done"))
-                        times[name].append(timed(cmd, env))
+                        times[name].append(timed(cmd, env, name))
                 load = os.getloadavg()[0]
                 loads.append(load)
                 floor = median(times["import floor"])
@@ -114,6 +129,10 @@ def main() -> None:
                 ms, ratios = [m * 1e3 for m, _ in rows], [r for _, r in rows]
                 print(f"  {name}: {min(ms):.0f}-{max(ms):.0f} ms, {min(ratios):.2f}-{max(ratios):.2f}x the import floor"
                       + (f" (goal <= {GOALS[name]})" if name in GOALS else ""))
+            floor_cpu = median(CPU["import floor"])
+            print(f"\nCPU time (user + system, the dispatcher's included), median over all rounds; import floor {floor_cpu * 1e3:.0f} ms:")
+            for name in commands:
+                print(f"  {name}: {median(CPU[name]) * 1e3:.0f} ms, {median(CPU[name]) / floor_cpu:.2f}x the import floor's")
             server.add(Reply.text("done"))
             import_profile(session, env)
 

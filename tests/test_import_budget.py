@@ -32,6 +32,9 @@ NEVER = ("textual", "osprey.tui", "rich", "pygments")
 # or a hooks file (the hooks machinery).
 NOT_FOR_A_PLAIN_SESSION = ("docker", "osprey.toolservice.lanes", "osprey.toolservice.images", "jsonschema", "tree_sitter", "tree_sitter_bash",
                            "osprey.extensions.hooks")
+# pydantic's plugin loader and what it scans installed packages with: Osprey's process uses no
+# pydantic plugin (`osprey.cli` gives pydantic a loader that finds none).
+PLUGIN_SCAN = ("importlib.metadata", "importlib_metadata")
 # Only for a model server spoken to over TLS: an `http://` one gets the plain-http transport (asyncio
 # and h11), without httpcore, its anyio backend, or h2 and its parts.
 NOT_FOR_PLAIN_HTTP = ("httpcore", "anyio", "sniffio", "h2", "hpack", "hyperframe")
@@ -80,6 +83,7 @@ def test_a_one_turn_session_loads_no_heavy_module_it_does_not_use(env: dict[str,
     assert imported(modules, ("grpc._cython", "google.protobuf", "osprey.personas")) == []
     assert imported(modules, NEVER) == []
     assert imported(modules, NOT_FOR_A_PLAIN_SESSION) == []
+    assert imported(modules, PLUGIN_SCAN) == []
     assert "h11" in modules and imported(modules, NOT_FOR_PLAIN_HTTP) == []
     # The model catalog gives the context window, looked up at the first compaction check: a
     # session of one turn never makes one.
@@ -94,7 +98,7 @@ def test_a_session_that_reads_a_file_still_loads_none_of_them(env: dict[str, str
     results = [json.loads(line) for line in proc.stdout.splitlines() if '"tool_result"' in line]
     assert [r["ok"] for r in results] == [True] and "two" in results[0]["output"]
     assert {"grpc._cython", "google.protobuf"} <= modules  # loaded for the call
-    assert imported(modules, NEVER + NOT_FOR_A_PLAIN_SESSION + NOT_FOR_PLAIN_HTTP) == []
+    assert imported(modules, NEVER + NOT_FOR_A_PLAIN_SESSION + NOT_FOR_PLAIN_HTTP + PLUGIN_SCAN) == []
 
 
 def test_agent_help_loads_no_session_machinery(env: dict[str, str]) -> None:

@@ -113,6 +113,14 @@ def test_a_one_turn_session_builds_the_models_it_uses_and_no_other(one_turn: dic
     assert {name: built.get(name, False) for name in unused} == dict.fromkeys(unused, False)
 
 
+def test_a_one_turn_session_scans_no_installed_package_for_pydantic_plugins(one_turn: dict[str, object]) -> None:
+    modules = one_turn["MODULES"]
+    assert isinstance(modules, list) and "osprey.session.core" in modules and "pydantic.plugin._loader" in modules
+    # pydantic asked for its plugins (it does at the first validator it builds), and was given
+    # none without importing importlib.metadata to scan every package's entry points.
+    assert loaded_of(modules, ("importlib.metadata",)) == []
+
+
 def test_a_one_turn_session_compiles_no_pattern_of_the_extension_pins(one_turn: dict[str, object]) -> None:
     compiled = one_turn["PATTERNS"]
     assert isinstance(compiled, dict) and len(compiled) >= 10  # the pins module is loaded: extension discovery ran

@@ -29,5 +29,7 @@ def agent(prompt: str | None, **options: object) -> None:
     if not prompt or not prompt.strip():
         raise click.UsageError("the prompt is empty")
     from ..headless import run_headless
+    from . import use_no_pydantic_plugins
 
+    use_no_pydantic_plugins()
     sys.exit(run_headless(prompt, options))

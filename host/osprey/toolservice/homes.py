@@ -285,12 +285,19 @@ class LocalDispatcher(ToolServiceHome):
 
     async def _stop(self) -> None:
         self._client.use(None)
+        # A dispatcher no call ever reached (no gRPC channel was made to it; its socket is private
+        # to this process) runs no command: it is killed outright and reaped at once, instead of
+        # being waited for while it stops its server in order.
+        served = self.connection is not None and self.connection.channel_made
         if self.connection is not None:
             connection, self.connection = self.connection, None
             await connection.close()
         if self.proc is not None:
             proc, self.proc = self.proc, None
-            await _stop_process(proc)
+            if served:
+                await _stop_process(proc)
+            else:
+                await _kill_process(proc)
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
@@ -359,6 +366,16 @@ async def _stop_process(proc: asyncio.subprocess.Process) -> None:
             except ProcessLookupError:
                 pass
             await proc.wait()
+
+
+async def _kill_process(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL and reap a dispatcher that has started no command."""
+    if proc.returncode is None:
+        try:
+            proc.kill()
+        except ProcessLookupError:
+            pass
+    await proc.wait()
 
 
 def _retrieve(start: asyncio.Future[None]) -> None:
