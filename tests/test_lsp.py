@@ -326,6 +326,44 @@ async def test_a_server_that_hangs_times_out_and_is_started_again(home: str, wor
         assert not await h.alive(second)
 
 
+@pytest.mark.parametrize("home", sorted(HOMES))
+async def test_a_symlink_out_of_the_workspace_is_never_read(home: str, workspace: Path) -> None:
+    secret = workspace.parent / "secret.txt"
+    secret.write_text("TOPSECRET first line\nTOPSECRET second\n")
+    async with lsp_in(home, workspace, {"fake": fake(workspace, "crash", "shutdown")}) as h:
+        (workspace / "leak.txt").symlink_to(secret)
+        (workspace / "sub").mkdir()
+        (workspace / "sub" / "up.txt").symlink_to("../../secret.txt")
+        for name in ("leak.txt", "sub/up.txt"):
+            for arguments in ({"operation": "hover", "line": 1, "symbol": "nothing"}, {"operation": "diagnostics"},
+                              {"operation": "document_symbols"}):
+                outcome = await h.call(path=name, **arguments)
+                assert outcome.is_error and "TOPSECRET" not in outcome.text, outcome.text
+                assert outcome.category in ("outside_root", "not_found"), outcome.text
+        # A file beneath the workspace reached through a symlink inside it is read as usual.
+        (workspace / "alias.txt").symlink_to(workspace / "notes.txt")
+        assert "notes.txt:1:1: first line" in await h.ok(operation="definition", path="notes.txt", line=2, symbol="second")
+        assert not (await h.call(operation="hover", path="alias.txt", line=1, symbol="first")).is_error
+
+
+async def test_at_most_a_few_servers_run_at_once_the_least_recently_used_is_closed(workspace: Path) -> None:
+    from osprey.lsp.servers import MAX_RUNNING
+
+    config = {**fake(workspace, "crash", "shutdown"), "root_markers": ["marker"]}
+    for n in range(MAX_RUNNING + 2):
+        (workspace / f"p{n}").mkdir()
+        (workspace / f"p{n}" / "marker").write_text("")
+        (workspace / f"p{n}" / "notes.txt").write_text("first line\nsecond line\n")
+    async with lsp_in("local", workspace, {"fake": config}) as h:
+        for n in range(MAX_RUNNING + 2):
+            assert "first line" in await h.ok(operation="definition", path=f"p{n}/notes.txt", line=2, symbol="second")
+            assert len(h.source.servers.running) <= MAX_RUNNING
+        started = pids(workspace)
+        assert len(started) == MAX_RUNNING + 2
+        assert not await h.alive(started[0]) and not await h.alive(started[1])  # the two least recently used
+        assert all([await h.alive(pid) for pid in started[2:]])
+
+
 async def test_the_tool_is_absent_when_no_configured_program_exists(workspace: Path) -> None:
     servers: dict[str, dict[str, Any]] = {"ghost": {"command": ["osprey-no-such-language-server"], "extensions": [".py"]},
                "off": {"command": ["sh"], "extensions": [".sh"], "enabled": False}}

@@ -141,6 +141,29 @@ def test_a_json_document_is_split_at_the_items_of_its_main_list() -> None:
     assert json_passages("not json {") is None and json_passages('{"a": [1, 2') is None
 
 
+def test_a_json_document_with_too_many_items_is_split_as_text() -> None:
+    from osprey.retrieve.passages import JSON_MAX_ITEMS
+
+    text = "[" + ",".join("1" for _ in range(JSON_MAX_ITEMS + 10)) + "]"
+    assert json_passages(text) is None  # bounded: the items are not all kept
+    assert line_passages(text)
+
+
+def test_a_query_with_braces_and_json_is_searched_like_any_other(tmp_path: Path) -> None:
+    async def main() -> None:
+        tools = _tools(tmp_path)
+        registry = await _registry(tools, _log().replace("FATAL: link failed", 'FATAL: {"code": 5} link failed'))
+        assert (await registry.call("produce", {}, _ctx())).text.endswith("retrieve handle: r1")
+        for query in ('{"code": 5}', "{}", "{x} frobnicate_widget", "%s {0}"):
+            found = await _retrieve(registry, handle="r1", query=query, limit=2)
+            assert not found.is_error or "no words" in found.text, (query, found.text)
+        found = await _retrieve(registry, handle="r1", query='{"code": 5} frobnicate_widget', limit=1)
+        assert not found.is_error and "FATAL" in found.text, found.text
+        await tools.close()
+
+    asyncio.run(main())
+
+
 def test_queries_are_quoted_so_no_fts5_syntax_gets_through() -> None:
     assert fts_query('test_parse_header "x') == 'whole : "test_parse_header" OR parts : "test" OR parts : "parse" OR parts : "header" OR parts : "x"'
     index = LexicalIndex(line_passages(_log()))

@@ -46,9 +46,10 @@ def path_uri(path: str) -> str:
 
 
 def uri_path(uri: str) -> str | None:
-    """The path of a file:// URI (None for another scheme)."""
+    """The normalized path of a file:// URI (None for another scheme): `..` in a server's answer
+    cannot step out of a directory a check saw."""
     parts = urlsplit(uri)
-    return unquote(parts.path) if parts.scheme == "file" else None
+    return posixpath.normpath(unquote(parts.path)) if parts.scheme == "file" else None
 
 
 def language_id(path: str) -> str:
@@ -68,15 +69,32 @@ def resolve(path: str, cwd: str, roots: Sequence[str]) -> str:
     return absolute
 
 
-async def read_text(client: ToolClient, path: str) -> str:
-    """The text of `path` as the tools see it (read where they run), bounded."""
-    r = await client.exec(["cat", "--", path], timeout_ms=READ_TIMEOUT_MS, max_output_bytes=MAX_FILE_BYTES)
+# Resolves the file where the tools run (symlinks followed), prints the roots resolved the same
+# way and the file's resolved path, NUL-separated, then the file's bytes, read from that resolved
+# path: the caller keeps the text only when that path is beneath a root.
+_READ_SCRIPT = 'f=$(realpath -e -- "$1") || exit 3; shift; for r in "$@"; do printf "%s\\0" "$(realpath -m -- "$r")"; done; ' \
+               'printf "%s\\0" "$f"; exec cat -- "$f"'
+
+
+async def read_text(client: ToolClient, path: str, roots: Sequence[str]) -> str:
+    """The text of `path` as the tools see it (read where they run), bounded; a ToolError when
+    `path`, its symlinks followed, is not a file beneath one of `roots`."""
+    r = await client.exec(["sh", "-c", _READ_SCRIPT, "sh", path, *roots], timeout_ms=READ_TIMEOUT_MS,
+                          max_output_bytes=MAX_FILE_BYTES + (len(roots) + 1) * 8192)
     if r.exit_code != 0 or r.signal:
         problem = r.stderr.text().strip().splitlines()
-        raise ToolError("not_found", f"{path} could not be read: {problem[-1] if problem else f'cat exited with {r.exit_code}'}")
+        detail = "no such file" if r.exit_code == 3 else (problem[-1] if problem else f"cat exited with {r.exit_code}")
+        raise ToolError("not_found", f"{path} could not be read: {detail}")
     if r.stdout.dropped_bytes:
         raise ToolError("too_large", f"{path} is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB; the lsp tool reads files up to that size")
-    return (r.stdout.head + r.stdout.tail).decode("utf-8", "replace")
+    fields = (r.stdout.head + r.stdout.tail).split(b"\0", len(roots) + 1)
+    if len(fields) != len(roots) + 2:
+        raise ToolError("not_found", f"{path} could not be read")
+    real_roots = [f.decode("utf-8", "surrogateescape") for f in fields[:len(roots)]]
+    real = fields[len(roots)].decode("utf-8", "surrogateescape")
+    if not any(inside(real, root) for root in real_roots):
+        raise ToolError("outside_root", f"{path} leads outside the workspace (to {real}); the lsp tool reads only the workspace's files")
+    return fields[-1].decode("utf-8", "replace")
 
 
 async def programs_found(client: ToolClient, programs: Sequence[str]) -> list[bool]:
@@ -191,6 +209,10 @@ def client_capabilities() -> dict[str, Any]:
     return unstructured
 
 
+# Language servers one session keeps running at once (the ToolService runs at most 16 programs).
+MAX_RUNNING = 4
+
+
 class LspServers:
     """The session's language servers (see the module's docstring)."""
 
@@ -222,12 +244,18 @@ class LspServers:
         async with lock:
             running = self.running.get(key)
             if running is not None and running.lsp.alive:
+                self.running[key] = self.running.pop(key)  # most recently used last
                 return running, False
             restarted = running is not None
             if running is not None:
                 del self.running[key]
                 await self._close(running)
                 self.restarts += 1
+            while len(self.running) >= MAX_RUNNING:
+                # A monorepo's many roots would otherwise start a server each: the least
+                # recently used is closed (and started again if it is asked for again).
+                oldest = next(iter(self.running))
+                await self._close(self.running.pop(oldest))
             server = await self._start(name, config, root)
             self.running[key] = server
             return server, restarted
@@ -265,7 +293,7 @@ class LspServers:
         holders = [s for s in self.running.values() if uri in s.documents and s.lsp.alive]
         if not holders:
             return
-        text = await read_text(self.client, path)
+        text = await read_text(self.client, path, self.roots)
         for server in holders:
             with contextlib.suppress(OspreyError):
                 await server.sync(path, text)

@@ -94,7 +94,7 @@ class _Call:
             if len(self.texts) >= MAX_FILES_READ or not any(inside(path, r) for r in self.servers.roots):
                 return None
             try:
-                self.texts[path] = lines_of(await read_text(self.servers.client, path))
+                self.texts[path] = lines_of(await read_text(self.servers.client, path, self.servers.roots))
             except OspreyError:
                 self.texts[path] = None
         return self.texts[path]
@@ -190,7 +190,7 @@ class LspTools(ToolSource):
             raise ToolError("invalid_argument", "rename needs new_name")
         path = resolve(a.path, ctx.cwd, servers.roots)
         server, restarted = await servers.for_file(path)
-        text = await read_text(servers.client, path)
+        text = await read_text(servers.client, path, servers.roots)
         await server.sync(path, text)
         lines = lines_of(text)
         view.texts[path] = lines

@@ -12,7 +12,10 @@ WINDOW_LINES = 30
 STEP_LINES = 15
 MAX_PASSAGE_CHARS = 4_000  # a longer line is split into pieces of this size
 MAX_PASSAGES = 200_000
-JSON_MAX_CHARS = 64 * 1024 * 1024
+# A JSON document is split at its items only up to this size and this many items (beyond them it
+# is split as text): decoding keeps each item's span, at about a second a megabyte here.
+JSON_MAX_CHARS = 8 * 1024 * 1024
+JSON_MAX_ITEMS = 50_000
 JSON_GROUP_CHARS = 1_500
 JSON_MAX_DEPTH = 4
 
@@ -96,7 +99,7 @@ def _skip(text: str, i: int) -> int:
     return i
 
 
-Span = tuple[int, int, tuple[int, object]]  # start, end, (where the value starts, the value)
+Span = tuple[int, int, tuple[int, int]]  # start, end, (where the value starts, its item count: -1 when not a list or object)
 
 
 def _items(text: str, start: int, decoder: json.JSONDecoder) -> tuple[list[Span], int]:
@@ -117,7 +120,10 @@ def _items(text: str, start: int, decoder: json.JSONDecoder) -> tuple[list[Span]
             i = _skip(text, i + 1)
         value_start = i
         value, i = decoder.raw_decode(text, i)
-        spans.append((item_start, i, (value_start, value)))
+        spans.append((item_start, i, (value_start, len(value) if isinstance(value, (list, dict)) else -1)))
+        del value
+        if len(spans) > JSON_MAX_ITEMS:
+            raise ValueError("too many items")
         i = _skip(text, i)
         if i >= len(text):
             raise ValueError("unterminated")
@@ -144,8 +150,8 @@ def json_passages(text: str) -> list[Passage] | None:
             big = [s for s in spans if s[1] - s[0] > (len(text) // 2)]
             if not big:
                 break
-            value_start, value = big[0][2]
-            if not isinstance(value, (list, dict)) or len(value) < 2:
+            value_start, count = big[0][2]
+            if count < 2:
                 break
             spans, _ = _items(text, value_start, decoder)
     except (ValueError, IndexError, RecursionError):

@@ -175,13 +175,13 @@ class RetrieveTools(ToolSource):
         fewer passages when a share would be too small to read."""
         if not order:
             return f"No passage of {handle} matches {query!r}. Try other words from the output (a name, an error message)."
-        head = f"{{count}} passage{{s}} of {handle} for {query!r}, best first" + (f" {note}" if note else "") + ":"
-        budget = self.max_chars - len(head) - 200
+        rest = f" of {handle} for {query!r}, best first" + (f" {note}" if note else "") + ":"
+        budget = self.max_chars - len(rest) - 220
         fits = max(1, budget // (MIN_SHARE + PASSAGE_OVERHEAD))
         left_out = max(0, len(order) - fits)
         order = order[:fits]
         room = max(1, budget // len(order) - PASSAGE_OVERHEAD)
-        parts = [head.format(count=len(order), s="s" if len(order) != 1 else "")]
+        parts = [f"{len(order)} passage{'s' if len(order) != 1 else ''}{rest}"]
         for n, i in enumerate(order, 1):
             p = index.passages[i]
             text = p.text if len(p.text) <= room else p.text[:room] + f"\n[... {len(p.text) - room:,} more characters of this passage ...]"
