@@ -153,7 +153,7 @@ def delete_command(session_id: str, yes: bool) -> None:
 
     from ..config import load_home
     from ..sessions.journal import JournalError, find_session
-    from ..sessions.manage import delete_session, session_and_children
+    from ..sessions.manage import delete_session, results_root, session_and_children
 
     path = _path()
     try:
@@ -170,7 +170,7 @@ def delete_command(session_id: str, yes: bool) -> None:
             click.echo("nothing was deleted")
             return
     try:
-        gone = delete_session(path, row.id, results=load_home() / "results")
+        gone = delete_session(path, row.id, results=results_root(load_home()))
     except JournalError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"deleted {counted(len(gone), 'session')}: {', '.join(gone)}")

@@ -1,7 +1,7 @@
 """The outputs kept for `retrieve`: one file per cut tool result under
 `$OSPREY_HOME/results/<session_id>/<handle>` (the directory 0700, each file 0600, written
-atomically), bounded per output and per session. `results_dir` is the one place that layout is
-made; deleting a session removes that directory."""
+atomically), bounded per output and per session. `results_dir` is the one place a session's
+directory is named, beneath `sessions.manage.results_root`, which deleting a session removes."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..sessions.manage import results_root
+
 HANDLE = re.compile(r"r([1-9][0-9]{0,8})")
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ENCODING = "utf-8"
@@ -25,11 +27,6 @@ ORPHAN_SWEEP_MAX = 200  # directories looked at per start
 
 class RetrieveError(Exception):
     """A handle that does not name a kept output of this session; the message says why."""
-
-
-def results_root(home: Path) -> Path:
-    """Where every session's kept outputs live: `$OSPREY_HOME/results`."""
-    return home / "results"
 
 
 def results_dir(home: Path, session_id: str) -> Path:

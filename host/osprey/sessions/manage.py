@@ -28,6 +28,12 @@ from .journal import BUSY_TIMEOUT_MS, TITLE_CHARS, JournalError, SessionRow, fin
 MAX_TITLE_CHARS = 200  # a title set by hand
 MAX_TREE = 10_000  # sessions deleted together at most (a session and its children)
 FORKED_FROM_KEY = "forked_from"  # in a fork's session_start events and its notice: the source's id
+
+
+def results_root(home: Path) -> Path:
+    """Where every session's kept tool outputs live (`retrieve`'s): `$OSPREY_HOME/results`, one
+    directory a session, removed with the session."""
+    return home / "results"
 FORK_TITLE_SUFFIX = " (fork)"
 
 

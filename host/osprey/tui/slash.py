@@ -315,9 +315,9 @@ class SlashCommands:
         await self.driver.resume(row.id)  # the old session is closed as it was; the fork goes on
 
     async def _delete(self, journal: Path, session: Any) -> None:
-        from ..sessions.manage import delete_session
+        from ..sessions.manage import delete_session, results_root
 
-        session_id, results = session.session_id, session.settings.home / "results"
+        session_id, results = session.session_id, results_root(session.settings.home)
         await self.driver.close()  # its journal drained and closed: nothing more is written for it
         try:
             gone = await asyncio.to_thread(delete_session, journal, session_id, results=results, missing_ok=True)
