@@ -101,6 +101,21 @@ async def test_the_same_call_forever_is_not_dispatched_from_the_third_time_and_t
     assert seen.log == []  # the doom loop corrects; it raises no objection
 
 
+async def test_polling_a_child_agent_with_the_same_call_is_not_a_doom_loop(h: Harness) -> None:
+    from osprey.interception import PendingCall
+
+    stall, _ = detectors(h)
+    poll = {"ids": ["agent-1"], "timeout": 30}
+    verdicts = [await stall.before_call(PendingCall(f"c{n}", "wait_agent", poll, None, n, str(h.workspace), str(h.workspace)))
+                for n in range(1, 6)]
+    assert verdicts == [None] * 5
+    # A polling call also breaks a streak of another call: the repeats count again from there.
+    same = {"command": "ls"}
+    results = [await stall.before_call(PendingCall(f"b{n}", "bash", same, None, 6 + n, str(h.workspace), str(h.workspace)))
+               for n in range(3)]
+    assert results[:2] == [None, None] and results[2] is not None and results[2].category == "doom_loop"
+
+
 async def test_three_identical_reads_in_one_turn_run_twice(h: Harness) -> None:
     read = ("read_file", {"path": "a.txt"})
     turn = calls(read, read, read)

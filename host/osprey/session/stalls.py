@@ -7,6 +7,7 @@ completion objection that the verification checkpoint holds against finishing th
 - **doom_loop**: the same tool with the same arguments (canonical JSON, hashed) `doom_loop_repeats`
   (3) calls in a row. That call, and every further identical call in the row, is not dispatched:
   `before_call` denies it (category `doom_loop`) and its result tells the model to change approach.
+  A polling tool (`wait_agent`: its answer changes with time) is never counted.
 - **identical_failure**: failed calls with the same tool and arguments are counted whatever calls
   come between them; at `identical_failure_threshold` (2) failures and beyond, a retry-suppressor
   notice is prepended to the failed call's result. A successful matching call resets the count.
@@ -78,6 +79,9 @@ class StallSettings(BaseModel):
     suppress_turns: int = Field(30, ge=0)
     # Tools whose every call runs a process (observations of the no-progress detector).
     process_tools: frozenset[str] = frozenset({"bash"})
+    # Tools whose same call rightly repeats, since its answer changes with time (a child agent
+    # polled until it ends): never a doom loop.
+    polling_tools: frozenset[str] = frozenset({"wait_agent"})
     # Tools whose successful call changes the workspace.
     artifact_tools: frozenset[str] = frozenset({"write_file", "edit_file"})
     # Whether artifact stasis also objects to completing the task. Off by default: a task may
@@ -551,6 +555,9 @@ class StallDetectors(Interceptor):
         identity = arguments_hash(call.name, call.arguments)
         if len(self._identities) < MAX_TRACKED and all(type(value) in _SCALARS for value in call.arguments.values()):
             self._identities[id(call)] = (call.name, _typed(call.arguments), identity)
+        if call.name in self.settings.polling_tools:
+            self._streak, self._last_call = 0, None
+            return None
         self._streak = self._streak + 1 if identity == self._last_call else 1
         self._last_call = identity
         if self._streak < self.settings.doom_loop_repeats:
