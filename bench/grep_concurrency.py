@@ -10,7 +10,7 @@ in turn, N `rg` processes at once (the order alternating round by round, so load
 on the machine hits both), and times each batch to its last answer. Printed per kind and N: the
 median (min-max) of the tool's batch and of the floor's, each curve relative to its own N = 1,
 and the paired ratio tool/floor (median, min-max over the rounds). Also the dispatcher's own CPU
-per call (its utime+stime, not its children's: the Python work of a call) and the load average.
+per call (its threads' CPU time, not its children's: the Python work of a call) and the load average.
 Goal: Osprey's curve within 1.5x of the floor's at every N.
 
     .venv/bin/python bench/grep_concurrency.py [FILES] [ROUNDS] [KIND...]   (defaults 5000, 5, all three;
@@ -44,9 +44,20 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_s(pid: int) -> float:
-    """utime + stime of the process `pid` (its own, not its children's)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    """The CPU time of the process `pid` (its own threads', not its children's): from each
+    thread's schedstat, in nanoseconds, where the system has it (utime + stime count whole clock
+    ticks, 10 ms, longer than a call), else utime + stime."""
+    total = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                total += int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass  # the thread ended meanwhile
+        return total / 1e9
+    except OSError:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def rg_batch(cmds: list[list[str]], cwd: str, head: int) -> float:

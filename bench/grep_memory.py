@@ -44,7 +44,7 @@ extra = json.loads(sys.argv[4])
 start = time.perf_counter()
 try:
     r = grep(Roots([root]), pattern, engine=engine, **extra)
-    outcome = {"matches": len(r.matches), "total": r.total, "truncated": r.truncated, "engine": r.engine}
+    outcome = {"matches": len(r.match_lines), "total": r.total, "truncated": r.truncated, "engine": r.engine}
 except ToolFailure as exc:
     outcome = {"failure": exc.category}
 outcome["seconds"] = round(time.perf_counter() - start, 3)

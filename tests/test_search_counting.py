@@ -113,3 +113,54 @@ def test_find_files_refuses_a_name_longer_than_a_path_while_only_counting() -> N
     out.feed(b"./a\x00./b\x00")
     out.feed(b"./" + b"x" * (3 * search.PATH_MAX_BYTES))
     assert out.unparsable
+
+
+def _mixed_output(seed: int) -> bytes:
+    """Output over files of 1 to 400 matching lines, some of them followed by ripgrep's binary-file
+    message (a NUL further on in the file), in path order."""
+    rng = random.Random(seed)
+    out = bytearray()
+    for f in range(rng.randrange(40, 120)):
+        offset = 0
+        for n in range(1, rng.choice([1, 2, 3, 20, 400]) + 1):
+            text = b"hit %d" % n + b"x" * rng.randrange(0, 60)
+            out += b"./d%d/f%04d.txt\x00%d:%d:%s\n" % (f % 7, f, n, offset, text)
+            offset += len(text) + 1
+        if rng.random() < 0.2:
+            message = rng.choice(search._RG_BINARY_MESSAGES)
+            out += b"./d%d/f%04d.txt%sfound \"\\0\" byte around offset 9)\n" % (f % 7, f, message)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bulk_counting_agrees_with_parsing_every_line_around_binary_files(tmp_path: Path, seed: int) -> None:
+    text = tmp_path / "text.txt"
+    text.write_bytes(b"plain text, no NUL byte\n")
+    output = _mixed_output(seed)
+    rng = random.Random(seed)
+    for limit in (10_000, rng.randrange(50, output.count(b"\n"))):
+        reference = _RgOutput(20, limit, deadline=float("inf"))
+        reference.walked = lambda rel: os.open(text, os.O_RDONLY)
+        done = any(reference._line(line) for line in output.splitlines())
+        if not done:
+            reference.finish()
+        for piece in (1 << 20, 65_536, 4_096, rng.randrange(100, 3_000)):
+            out = _RgOutput(20, limit, deadline=float("inf"))
+            out.walked = lambda rel: os.open(text, os.O_RDONLY)
+            assert _feed(out, output, piece) is done, (limit, piece)
+            if not done:
+                out.finish()
+            assert (out.total, out.kept) == (reference.total, reference.kept), (limit, piece)
+
+
+def test_a_run_of_one_file_is_found_by_halving() -> None:
+    lines = [b"./a\x00", b"./a\x00", b"./b\x00", *[b"./c\x00"] * 7, b"./d\x00"]
+    data = b"".join(line + b"1:0:x\n" for line in lines)
+    starts = [sum(len(line) + 6 for line in lines[:i]) for i in range(len(lines))]
+    assert search._run_start(data, 0, starts[9], b"./c\x00") == starts[3]
+    assert search._run_start(data, 0, starts[2], b"./b\x00") == starts[2]
+    assert search._run_start(data, 0, starts[1], b"./a\x00") == 0
+    assert search._run_start(data, starts[5], starts[9], b"./c\x00") == starts[5]
+    assert search._run_end(data, 0, starts[2], b"./a\x00") == starts[2]
+    assert search._run_end(data, starts[3], starts[10], b"./c\x00") == starts[10]
+    assert search._run_end(data, starts[2], starts[3], b"./b\x00") == starts[3]

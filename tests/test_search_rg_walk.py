@@ -14,13 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
+from grep_answers import grep
 from test_search_engines import require_rg, write
 
 from osprey_sidecar import ignore, search
 from osprey_sidecar.grepworker import FileOpener
 from osprey_sidecar.ignore import rg_ignore_lines
 from osprey_sidecar.paths import Roots
-from osprey_sidecar.search import find_files, grep
+from osprey_sidecar.search import find_files
 
 # --- the rules handed to ripgrep ----------------------------------------------------------------
 
@@ -89,11 +90,15 @@ def test_a_name_glob_is_handed_to_ripgrep_only_where_it_cannot_reinclude() -> No
 # --- what ripgrep reports is checked -----------------------------------------------------------
 
 
-def _at(lines: list[bytes], number: int, text: str | None = None) -> tuple[int, str, int]:
-    """A hit for line `number` of a file made of `lines` joined by newlines: its text (or
-    `text`) as ripgrep's output shows it, and where the line starts."""
+def _at(lines: list[bytes], number: int, text: bytes | None = None) -> tuple[int, bytes, int, bool]:
+    """A hit for line `number` of a file made of `lines` joined by newlines: its bytes (or
+    `text`) as ripgrep's output holds them (a long line cut, as a path before it would cut it),
+    and where the line starts."""
     offset = sum(len(line) + 1 for line in lines[: number - 1])
-    return number, text if text is not None else search.line_text(lines[number - 1][: search._RG_LINE_KEEP]), offset
+    if text is not None:
+        return number, text, offset, False
+    keep = search._RG_LINE_KEEP - 100
+    return number, lines[number - 1][:keep], offset, len(lines[number - 1]) > keep
 
 
 def test_matches_are_checked_at_their_offsets(tmp_path: Path) -> None:
@@ -107,10 +112,12 @@ def test_matches_are_checked_at_their_offsets(tmp_path: Path) -> None:
         for wanted in ([1], [2, 3], [4], [50], [120, 121, 122], [199], [7, 150, 199]):
             hits = [_at(lines, n) for n in wanted]
             assert search._lines_at(fd, hits), wanted
-            assert not search._lines_at(fd, [*hits[:-1], _at(lines, wanted[-1], "not this line")]), wanted
-        assert not search._lines_at(fd, [(2, "line 2 ", 3)])  # not where a line starts
-        assert not search._lines_at(fd, [(2, "ine 2 yy", 1)])  # nor here
-        assert not search._lines_at(fd, [(200, "past the end", path.stat().st_size + 5)])
+            assert not search._lines_at(fd, [*hits[:-1], _at(lines, wanted[-1], b"not this line")]), wanted
+        assert not search._lines_at(fd, [(2, b"line 2 ", 3, False)])  # not where a line starts
+        assert not search._lines_at(fd, [(2, b"ine 2 yy", 1, False)])  # nor here
+        assert not search._lines_at(fd, [(2, b"line 2 y", 9, False)])  # the line goes on
+        assert search._lines_at(fd, [(2, b"line 2 y", 9, True)])  # where ripgrep's output was cut, what it kept is compared
+        assert not search._lines_at(fd, [(200, b"past the end", path.stat().st_size + 5, False)])
     finally:
         os.close(fd)
 
@@ -122,7 +129,8 @@ class _Reported(search._RgOutput):
     def __init__(self, kept: list[tuple[str, int, str, int]], counts: dict[str, int]) -> None:
         super().__init__(500, search.COUNT_LIMIT, time.monotonic() + 10)
         self.kept = [(rel, number, text) for rel, number, text, _ in kept]
-        self.offsets = {(rel, number): offset for rel, number, _, offset in kept}
+        for rel, number, text, offset in kept:
+            self.hits.setdefault(rel, []).append((number, text.encode(), offset, False))
         self.counts, self.total = counts, sum(counts.values())
 
 
@@ -264,9 +272,9 @@ def test_matches_of_one_file_are_checked_in_one_read_where_they_lie_close(tmp_pa
         assert max(reads) <= search._VERIFY_SPAN + search._RG_LINE_KEEP + 1
         for changed in range(4):
             wrong = [*hits]
-            wrong[changed] = (hits[changed][0], "needle elsewhere", hits[changed][2])
+            wrong[changed] = (hits[changed][0], b"needle elsewhere", hits[changed][2], False)
             assert not search._lines_at(fd, wrong), changed
-        assert not search._lines_at(fd, [hits[0], (numbers[1], "needle near", hits[1][2] + 1)])
+        assert not search._lines_at(fd, [hits[0], (numbers[1], b"needle near", hits[1][2] + 1, False)])
     finally:
         os.close(fd)
 

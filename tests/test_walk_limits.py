@@ -100,8 +100,9 @@ async def test_grep_reads_no_hostile_ignore_file(tools: ToolClient, hostile_igno
 
 
 def test_python_grep_reads_no_hostile_ignore_file(workspace: Path, hostile_ignores: str) -> None:
+    from grep_answers import grep
+
     from osprey_sidecar.paths import Roots
-    from osprey_sidecar.search import grep
 
     outcome: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: outcome.update(r=grep(Roots([str(workspace)]), "needle", "w", engine="python")), daemon=True)

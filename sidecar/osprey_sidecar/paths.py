@@ -46,6 +46,8 @@ def cut(text: str, limit: int = SHOWN_CHARS) -> str:
 
 def to_wire(fs_path: str) -> str:
     """A filesystem path (surrogate-escaped str) as a valid UTF-8 string."""
+    if fs_path.isascii():  # (most names: no escaped byte can be in them)
+        return fs_path
     return os.fsencode(fs_path).decode("utf-8", "backslashreplace")
 
 
@@ -387,6 +389,8 @@ class Roots:
                 if not located.rel:
                     return action(Parent(root_fd, ".", located.real))
                 head, _, name = located.rel.rpartition("/")
+                if not head:  # directly in the root: the root's descriptor is its directory's
+                    return action(Parent(root_fd, name, located.real))
                 try:
                     fd = open_beneath(root_fd, head, os.O_PATH | os.O_DIRECTORY)
                 except FileNotFoundError:

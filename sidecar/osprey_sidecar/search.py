@@ -76,9 +76,17 @@ CANCEL_POLL_S = 0.1
 # text than MAX_MATCH_CHARS characters can take.
 _RG_LINE_KEEP = 16 * 1024
 _PIPE_CHUNK = 256 * 1024
-# How long output that is only counted is left to gather in ripgrep's pipe (of _PIPE_CHUNK bytes)
-# between reads: ripgrep writes a few KB at a time, and each piece read costs the parse a
-# fixed amount, where a longer piece costs little more.
+# ripgrep's output pipe, where the system allows it: large enough to hold the whole output of a
+# search that reaches the count limit with short lines, so that ripgrep never waits for this
+# process to read while the output gathers (its own buffer is kernel memory, freed at the end).
+_PIPE_BYTES = 1024 * 1024
+# As the count nears its limit, the pipe is made to hold little more than the output still
+# needed (at least this much), so that ripgrep does not run far past the limit meanwhile
+# (wasted work when many searches share the processors).
+_PIPE_LEAST = 64 * 1024
+# How long output that is only counted is left to gather in ripgrep's pipe between reads:
+# ripgrep writes a few KB at a time, and each piece read costs the parse a fixed amount, where a
+# longer piece costs little more.
 _GATHER_S = 0.001
 _STDERR_KEEP = 4096
 # What ripgrep prints after a file's matches (or instead of them) when the file holds a NUL
@@ -132,6 +140,24 @@ class _Expired(Exception):
 
 class _Cancelled(Exception):
     """The call was cancelled; the process doing the work was killed."""
+
+
+_found_rg: dict[str | None, str] = {}  # PATH: where ripgrep was last found on it
+
+
+def _ripgrep() -> str | None:
+    """ripgrep's path on PATH, or None. Where it was found before is looked up again only once
+    it is no longer there or PATH changed (a PATH search looks in every directory, a few system
+    calls each)."""
+    path = os.environ.get("PATH")
+    found = _found_rg.get(path)
+    if found is not None and os.access(found, os.X_OK):
+        return found
+    rg = shutil.which("rg")
+    _found_rg.clear()
+    if rg is not None:
+        _found_rg[path] = rg
+    return rg
 
 
 def _check_text(what: str, value: str) -> None:
@@ -288,6 +314,15 @@ class _FilesOutput:
         if len(self._partial) > 2 * PATH_MAX_BYTES:
             self.unparsable = True
             return True
+        room = self.keep - len(self.kept)
+        if regex is None and len(names) < room:
+            # Every name is kept: they are checked and decoded together.
+            if any(not name.startswith(b"./") for name in names):
+                self.unparsable = True
+                return True
+            self.kept += os.fsdecode(b"\x00".join(names)).replace("\x00./", "\x00")[2:].split("\x00") if names else []
+            self.total += len(names)
+            return False
         for name in names:
             if not name.startswith(b"./"):
                 self.unparsable = True
@@ -360,7 +395,7 @@ def find_files(
     if not target.is_dir:
         raise ToolFailure(E.NOT_A_DIRECTORY, f"{cut(path)} is a file; find_files searches a directory")
     top = target.real
-    rg = shutil.which("rg")
+    rg = _ripgrep()
     if rg is not None:
         try:
             listed = _ripgrep_files(rg, roots, top, regex, pattern, limit, deadline, cancelled)
@@ -448,7 +483,7 @@ def grep(
     file_filter = compile_glob(glob) if glob else None
     _compile(pattern, ignore_case)
     limit = max_matches or DEFAULT_MAX_MATCHES
-    rg = shutil.which("rg") if engine in (None, "ripgrep") else None
+    rg = _ripgrep() if engine in (None, "ripgrep") else None
     target = _open_target(roots, path)
     if target.special:
         return pb.GrepResponse(engine="ripgrep" if rg else "python")
@@ -466,18 +501,26 @@ def grep(
     finally:
         target.close()
     kept, total = found
+    # The matches go as columns, each path once (the matches of a file come together).
     shower = _shower(roots, base)
-    shown: dict[str, str] = {}
-    matches = []
-    for rel, number, text in kept:
-        name = shown.get(rel)
-        if name is None:
-            name = shown[rel] = shower(rel)
-        matches.append(pb.GrepMatch(path=name, line=number, text=text))
-    return pb.GrepResponse(matches=matches, truncated=total > limit, total=total, engine=used)
+    paths: list[str] = []
+    match_paths: list[int] = []
+    last = None
+    for rel, _, _ in kept:
+        if rel != last:
+            paths.append(shower(rel))
+            last = rel
+        match_paths.append(len(paths) - 1)
+    return pb.GrepResponse(
+        paths=paths, match_paths=match_paths, match_lines=[k[1] for k in kept], match_texts=[k[2] for k in kept],
+        truncated=total > limit, total=total, engine=used,
+    )
 
 
 Found = tuple[list[tuple[str, int, str]], int]
+# A match as ripgrep printed it: line number, the line's bytes (without its newline), the byte
+# offset where it starts in its file, and whether the output line was cut (at _RG_LINE_KEEP).
+_Hit = tuple[int, bytes, int, bool]
 
 
 class _Search:
@@ -608,7 +651,7 @@ class _Search:
         try:
             ran = _stream(
                 cmd, stdin=b"", deadline=self.deadline, feed=out.feed, memory_bytes=cap, pass_fds=(top_fd, rules_fd),
-                cancelled=self.cancelled, cwd=f"{_FD_DIR}/{top_fd}", gather=out.counting,
+                cancelled=self.cancelled, cwd=f"{_FD_DIR}/{top_fd}", gather=out.counting, needed=out.needed,
             )
             if ran is None:
                 return None
@@ -632,11 +675,8 @@ class _Search:
         without following a symlink: ripgrep walked by path, so a directory or file swapped for
         a symlink while it ran could have shown it a file elsewhere. A file whose lines differ
         (it changed meanwhile, or was not the one ripgrep read) is left out, with its count."""
-        kept: dict[str, list[tuple[int, str, int]]] = {}
-        for rel, number, text in out.kept:
-            kept.setdefault(rel, []).append((number, text, out.offsets[(rel, number)]))
         wrong = set()
-        for rel, hits in kept.items():
+        for rel, hits in out.hits.items():
             fd = _open_listed(opener, prefix + rel)
             try:
                 if fd < 0 or not _lines_at(fd, hits):
@@ -806,22 +846,31 @@ class _RgOutput:
         self.seen = False
         self.unparsable = False
         self._partial = b""  # the start of an unfinished line, at most _RG_LINE_KEEP bytes
+        self._fed = 0  # bytes of output taken
         self._name: bytes | None = None
         self._rel = ""
         self._fd = -1
         self._skip = False  # the current file is binary
-        self._hits: list[tuple[int, str, int]] = []  # line number, text, byte offset
+        self._hits: list[_Hit] = []
         self._count = 0
         self.counts: dict[str, int] = {}  # of the files with matches kept
-        self.offsets: dict[tuple[str, int], int] = {}  # where each kept match's line starts in its file
+        self.hits: dict[str, list[_Hit]] = {}  # the kept matches of each file, as ripgrep printed them
 
     def counting(self) -> bool:
         """Whether every match to return is held, so what follows is only counted."""
         return len(self.kept) + len(self._hits) >= self.keep
 
+    def needed(self) -> int | None:
+        """About how many more bytes of output reach the count limit, judged by the lines so far."""
+        lines = self.total + self._count
+        if lines < 100:
+            return None
+        return (self.count_limit - lines) * self._fed // lines
+
     def feed(self, data: bytes) -> bool:
         """Take more output; True once nothing more is needed."""
         self.seen = True
+        self._fed += len(data)
         start = 0
         bulk = True
         while True:
@@ -864,17 +913,17 @@ class _RgOutput:
             # The count limit falls in these lines: those before the line that reaches it are
             # counted here, and that line is parsed (its file is checked for a NUL byte).
             end, lines = _after_lines(data, start, end, room), room
-        if any(data.find(message, start, end) != -1 for message in _RG_BINARY_MESSAGES):
+        # Each line of matches holds one NUL byte (after its path; a line's text holds none, since
+        # ripgrep stops at a NUL or turns it into a line break), a binary-file message none: where
+        # the counts differ, these lines are parsed one by one.
+        if data.count(b"\x00", start, end) != lines:
             return start
         last = data.rfind(b"\n", start, end - 1) + 1 or start
         nul = data.find(b"\x00", last, end)
         if nul == -1:
             return start
         name = data[last:nul]
-        if data.startswith(name + b"\x00", start):
-            run = start
-        else:
-            run = data.find(b"\n" + name + b"\x00", start, end) + 1
+        run = _run_start(data, start, last, name + b"\x00")
         if name == self._name:
             if run != start:
                 return start
@@ -888,16 +937,15 @@ class _RgOutput:
             rel, fd = self.files[name]
         else:
             return start
-        between = lines - data.count(b"\n", run, end)  # of the current file and files complete here
+        last_lines = data.count(b"\n", run, end)
+        between = lines - last_lines  # of the current file and files complete here
         if self._name is not None and data.startswith(self._name + b"\x00", start):
-            own = data.rfind(b"\n" + self._name + b"\x00", start, run)
-            own_end = data.find(b"\n", own + 1 if own != -1 else start, run) + 1
-            own_lines = data.count(b"\n", start, own_end)
+            own_lines = data.count(b"\n", start, _run_end(data, start, run, self._name + b"\x00"))
             self._count += own_lines
             between -= own_lines
         self.finish()
         self.total += between
-        self._name, self._rel, self._fd, self._count = name, rel, fd, data.count(b"\n", run, end)
+        self._name, self._rel, self._fd, self._count = name, rel, fd, last_lines
         return end
 
     def _line(self, line: bytes) -> bool:
@@ -930,7 +978,7 @@ class _RgOutput:
         if len(self.kept) + len(self._hits) < self.keep:
             number, _, rest = rest.partition(b":")
             offset, _, text = rest.partition(b":")
-            self._hits.append((int(number), line_text(text), int(offset)))
+            self._hits.append((int(number), text, int(offset), len(line) >= _RG_LINE_KEEP))
         if self.total + self._count < self.count_limit:
             return False
         # Enough counted. ripgrep would say whether this file is binary only after all its
@@ -950,12 +998,43 @@ class _RgOutput:
     def finish(self) -> None:
         """The current file is complete."""
         if self._name is not None and not self._skip:
-            self.kept += [(self._rel, number, text) for number, text, _ in self._hits]
-            self.offsets.update(((self._rel, number), offset) for number, _, offset in self._hits)
             self.total += self._count
             if self._hits:
+                self.kept += [(self._rel, hit[0], line_text(hit[1])) for hit in self._hits]
+                self.hits[self._rel] = self._hits
                 self.counts[self._rel] = self._count
         self._name, self._rel, self._fd, self._skip, self._hits, self._count = None, "", -1, False, [], 0
+
+
+def _run_start(data: bytes, start: int, last: int, head: bytes) -> int:
+    """Where the run of lines that start with `head` and take in the line at `last` begins, no
+    earlier than `start` (both `start` and `last` begin lines): found by halving, since the lines
+    of one file come together, each step a look at one line."""
+    if data.startswith(head, start):
+        return start
+    low, high = start, last  # the line at `low` is not in the run, the one at `high` is
+    while True:
+        between = data.find(b"\n", (low + high) // 2, high - 1) + 1 or data.find(b"\n", low, high - 1) + 1
+        if not between:
+            return high  # the line at `low` comes right before the one at `high`
+        if data.startswith(head, between):
+            high = between
+        else:
+            low = between
+
+
+def _run_end(data: bytes, start: int, stop: int, head: bytes) -> int:
+    """Where the run of lines that start with `head` from `start` ends: the start of the first
+    line that does not, at most `stop` (a line start whose line does not): found by halving."""
+    low, high = start, stop  # the line at `low` is in the run, the one at `high` is not
+    while True:
+        between = data.find(b"\n", (low + high) // 2, high - 1) + 1 or data.find(b"\n", low, high - 1) + 1
+        if not between:
+            return high
+        if data.startswith(head, between):
+            low = between
+        else:
+            high = between
 
 
 def _after_lines(data: bytes, start: int, end: int, lines: int) -> int:
@@ -1003,39 +1082,39 @@ def _memory_cap(wanted: int) -> int:
 def _stream(
     cmd: list[str], *, stdin: bytes, deadline: float, feed: Callable[[bytes], bool], memory_bytes: int | None = None,
     pass_fds: tuple[int, ...] = (), cancelled: threading.Event | None = None, idle: Callable[[], bool] | None = None,
-    cwd: str = "/", gather: Callable[[], bool] | None = None,
+    cwd: str = "/", gather: Callable[[], bool] | None = None, needed: Callable[[], int | None] | None = None,
 ) -> tuple[int | None, bytes] | None:
     """Run `cmd` (in `cwd`, with `pass_fds` open in it), handing its output to `feed` as it
-    arrives, until it exits or `feed` returns True (it is then killed: return code None).
-    Meanwhile `idle` is called between reads until it returns False. While `gather` returns
-    True, the output is left to gather in the pipe for _GATHER_S after a read that emptied it,
-    so that it is fed in fewer, larger pieces.
+    arrives, until it exits or `feed` returns True (it is then killed: return code None, and it
+    is reaped by _Reaper instead of waited for here). Meanwhile `idle` is called between reads
+    until it returns False. While `gather` returns True, the output is left to gather in the
+    pipe for _GATHER_S after a read that emptied it, so that it is fed in fewer, larger pieces;
+    `needed` (bytes of output still wanted, or None if not known) then bounds the pipe's size.
 
     Returns the return code and the start of its stderr, or None when it cannot be started;
     raises _Expired at the deadline and _Cancelled once `cancelled` is set (it is killed)."""
     try:
-        proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=pass_fds)
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=pass_fds,
+        )
     except OSError:
         return None
-    assert proc.stdin and proc.stdout and proc.stderr
+    assert proc.stdout and proc.stderr
     if memory_bytes is not None and not _cap_memory(proc.pid, memory_bytes):
         proc.kill()  # its output is then read to the end, and the return code says it was killed
     stderr = bytearray()
     pending = memoryview(stdin)
+    chunk = _PIPE_CHUNK
+    enough = False
     try:
         with selectors.DefaultSelector() as selector:
-            pipes: tuple[Any, ...] = (proc.stdin, proc.stdout, proc.stderr)
+            pipes: tuple[Any, ...] = tuple(p for p in (proc.stdin, proc.stdout, proc.stderr) if p is not None)
             for pipe in pipes:
                 os.set_blocking(pipe.fileno(), False)
             if gather is not None:
-                try:
-                    fcntl.fcntl(proc.stdout.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_CHUNK)
-                except OSError:
-                    pass  # above what this system lets a pipe hold: it keeps its size
-            if pending:
+                chunk = _grow_pipe(proc.stdout.fileno())
+            if proc.stdin is not None:
                 selector.register(proc.stdin, selectors.EVENT_WRITE)
-            else:
-                proc.stdin.close()
             selector.register(proc.stdout, selectors.EVENT_READ)
             selector.register(proc.stderr, selectors.EVENT_READ)
             busy = idle is not None
@@ -1059,33 +1138,116 @@ def _stream(
                             selector.unregister(proc.stdin)
                             proc.stdin.close()
                         continue
-                    data = os.read(key.fd, _PIPE_CHUNK)
+                    data = os.read(key.fd, chunk)
                     if not data:
                         selector.unregister(pipe)
                     elif pipe is proc.stderr:
                         stderr += data[: _STDERR_KEEP - len(stderr)]
                     elif feed(data):
+                        enough = True
                         return None, bytes(stderr)
-                    elif gather is not None and len(data) < _PIPE_CHUNK and gather():
+                    elif gather is not None and len(data) < chunk and gather():
+                        if needed is not None:
+                            chunk = _shrink_pipe(proc.stdout.fileno(), chunk, needed())
                         time.sleep(_GATHER_S)
                 if busy:
                     assert idle is not None
                     busy = idle()
-        while True:
-            _check_time(deadline, cancelled)
-            try:
-                return proc.wait(min(max(deadline - time.monotonic(), 0), CANCEL_POLL_S)), bytes(stderr)
-            except subprocess.TimeoutExpired:
-                pass
+        return _wait_exit(proc, deadline, cancelled), bytes(stderr)
     finally:
         if proc.returncode is None:
             proc.kill()
-            proc.wait()
+            if enough:
+                _REAPER.reap(proc)  # killed for good: its exit need not hold up the answer
+            else:
+                proc.wait()
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is None:
+                continue
             try:
                 pipe.close()
             except OSError:
                 pass
+
+
+def _grow_pipe(fd: int) -> int:
+    """Make the pipe `fd` hold _PIPE_BYTES where the system allows, else _PIPE_CHUNK; what it holds."""
+    for size in (_PIPE_BYTES, _PIPE_CHUNK):
+        try:
+            return fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)
+        except OSError:
+            pass  # above what this system lets a pipe hold
+    return _PIPE_CHUNK
+
+
+def _shrink_pipe(fd: int, size: int, needed: int | None) -> int:
+    """Make the pipe `fd` (of `size` bytes) hold little more than `needed` bytes, at least
+    _PIPE_LEAST, where that is less than it holds; what it holds."""
+    if needed is None or size <= _PIPE_LEAST or needed >= size // 2:
+        return size
+    try:
+        return fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, max(_PIPE_LEAST, needed))
+    except OSError:
+        return size  # it holds more than that just now
+
+
+def _wait_exit(proc: subprocess.Popen[bytes], deadline: float, cancelled: threading.Event | None) -> int:
+    """The exit status of `proc`, whose output has ended: woken by its exit (a pidfd) where the
+    system has one, rather than by polling at growing intervals."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        pidfd = -1
+    try:
+        while True:
+            _check_time(deadline, cancelled)
+            timeout = min(max(deadline - time.monotonic(), 0), CANCEL_POLL_S)
+            if pidfd >= 0:
+                with selectors.DefaultSelector() as selector:
+                    selector.register(pidfd, selectors.EVENT_READ)
+                    if not selector.select(timeout):
+                        continue
+                returncode = proc.poll()
+                if returncode is not None:
+                    return returncode
+                continue
+            try:
+                return proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
+
+
+class _Reaper:
+    """Waits, in one thread of its own, for the processes a search killed once it had what it
+    needed, so that no call waits for its process to exit (and none is left a zombie)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._wake = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+
+    def reap(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._procs.append(proc)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="osprey-search-reaper", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._procs:
+                    self._wake.wait()
+                proc = self._procs.pop()
+            proc.wait()
+
+
+_REAPER = _Reaper()
 
 
 def _open_listed(opener: FileOpener, real: str) -> int:
@@ -1096,11 +1258,10 @@ def _open_listed(opener: FileOpener, real: str) -> int:
         return -1
 
 
-def _lines_at(fd: int, hits: list[tuple[int, str, int]]) -> bool:
-    """Whether the open file holds each of `hits` (line number, text as ripgrep's output is cut
-    and shown, byte offset where ripgrep said the line starts, in file order) at its offset, each
-    a line of its own: one read for the matches lying within _VERIFY_SPAN of the first of them,
-    wherever in the file they lie."""
+def _lines_at(fd: int, hits: list[_Hit]) -> bool:
+    """Whether the open file holds each of `hits` (in file order) at its offset, each a line of
+    its own (or, for a line ripgrep's output was cut in, starting with what was kept of it): one
+    read for the matches lying within _VERIFY_SPAN of the first of them, wherever in the file they lie."""
     i = 0
     while i < len(hits):
         first = hits[i][2]
@@ -1113,12 +1274,12 @@ def _lines_at(fd: int, hits: list[tuple[int, str, int]]) -> bool:
         data = os.pread(fd, hits[j - 1][2] - start + _RG_LINE_KEEP + 1, start)
         if not first:
             data, start = b"\n" + data, -1
-        for _, text, offset in hits[i:j]:
+        for _, raw, offset, was_cut in hits[i:j]:
             at = offset - 1 - start
             if data[at : at + 1] != b"\n":
                 return False  # not the start of a line
-            end = data.find(b"\n", at + 1, at + 1 + _RG_LINE_KEEP)
-            if line_text(data[at + 1 : end if end != -1 else at + 1 + _RG_LINE_KEEP]) != text:
+            end = at + 1 + len(raw)
+            if data[at + 1 : end] != raw or not (was_cut or data[end : end + 1] in (b"\n", b"")):
                 return False
         i = j
     return True

@@ -4,10 +4,11 @@ The tools build their proto responses themselves, so a result is defined once, i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -36,6 +37,9 @@ _CODES = {
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+
+# The longest a read, listing or tree waits for its turn before it runs beside the one before it.
+FILE_WORK_WAIT_S = 1.0
 
 # ReadFiles: the most reads in one request, and the most bytes of results in one answer (the
 # message limit, less room for the items' framing); an answer stops before the result that
@@ -212,31 +216,56 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
         self.calls = _ActiveCalls(self.programs)
         # grep and find_files run without approval: each gets this long, then a timeout failure.
         self.search_budget_s = search_budget_s
+        # Reads, listings and trees are Python around many short system calls, each of which lets
+        # go of the interpreter lock: run at once in several workers, they pass it to each other at
+        # every call, and sixteen listings at once cost twice the CPU of sixteen one by one. They
+        # take turns instead (see `_turn`); their RPCs' own work still overlaps.
+        self._file_work = threading.Lock()
+
+    @contextlib.contextmanager
+    def _turn(self) -> Iterator[None]:
+        """Run a read, listing or tree when the one before it is done, or after FILE_WORK_WAIT_S
+        at the latest: one stuck on a hung filesystem does not hold up the others."""
+        taken = self._file_work.acquire(timeout=FILE_WORK_WAIT_S)
+        try:
+            yield
+        finally:
+            if taken:
+                self._file_work.release()
 
     @_mapped
     def ReadFile(self, request: pb.ReadFileRequest, context: grpc.ServicerContext) -> pb.ReadFileResponse:
-        return read_file(self.roots, request.path, request.offset, request.limit)
+        with self._turn():
+            return read_file(self.roots, request.path, request.offset, request.limit)
 
     @_mapped
     def ReadFiles(self, request: pb.ReadFilesRequest, context: grpc.ServicerContext) -> pb.ReadFilesResponse:
         """Each read as ReadFile does it, in order, in this one worker: its result, or the status
         ReadFile would have ended with. Stops early when the answer would pass the message limit
         (or the call has ended): the answer then holds the first reads only."""
-        if len(request.reads) > READ_FILES_MAX_ITEMS:
-            raise ToolFailure(E.INVALID_ARGUMENT, f"a ReadFiles call holds {len(request.reads)} reads; at most {READ_FILES_MAX_ITEMS} are allowed (send the rest in another call)")
-        response = pb.ReadFilesResponse()
+        return self._batch(request.reads, context, pb.ReadFilesResponse(), pb.ReadFilesItem, "file",
+                           lambda read: read_file(self.roots, read.path, read.offset, read.limit), "reading", "read it in parts (offset and limit)")
+
+    def _batch(self, calls: Sequence[Any], context: grpc.ServicerContext, response: Any, item_type: Callable[..., Any], field: str,
+               run: Callable[[Any], Any], doing: str, advice: str) -> Any:
+        """The calls of a batched call (ReadFiles, ListDirectories, Trees), each run as the call
+        alone would be, in order, into `response`: an `item_type` item with its result in `field`,
+        or with the status the call alone would have ended with."""
+        if len(calls) > READ_FILES_MAX_ITEMS:
+            raise ToolFailure(E.INVALID_ARGUMENT, f"a batched call holds {len(calls)} calls; at most {READ_FILES_MAX_ITEMS} are allowed (send the rest in another call)")
         size = 0
-        for read in request.reads:
+        for call in calls:
             try:
-                item = pb.ReadFilesItem(file=read_file(self.roots, read.path, read.offset, read.limit))
+                with self._turn():
+                    item = item_type(**{field: run(call)})
             except Exception as exc:  # noqa: BLE001 - reported to the caller in its item
                 code, category, message = _status(exc)
-                item = pb.ReadFilesItem(error=pb.ReadFileError(code=code.value[0], message=message, category=category))
+                item = item_type(error=pb.ReadFileError(code=code.value[0], message=message, category=category))
             item_size = item.ByteSize() + 8  # with the item's tag and length
-            if item_size > READ_FILES_MAX_BYTES:  # alone: ReadFile could not send it either
-                item = pb.ReadFilesItem(error=pb.ReadFileError(
-                    code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], message=f"the result of reading {cut(read.path)} is {item_size} bytes, over the "
-                    f"{MAX_MESSAGE_BYTES}-byte message limit; read it in parts (offset and limit)"))
+            if item_size > READ_FILES_MAX_BYTES:  # alone: the call alone could not send it either
+                item = item_type(error=pb.ReadFileError(
+                    code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], message=f"the result of {doing} {cut(call.path)} is {item_size} bytes, over the "
+                    f"{MAX_MESSAGE_BYTES}-byte message limit; {advice}"))
                 item_size = item.ByteSize() + 8
             size += item_size
             if response.items and (size > READ_FILES_MAX_BYTES or not context.is_active()):
@@ -324,11 +353,25 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
 
     @_mapped
     def ListDirectory(self, request: pb.ListDirectoryRequest, context: grpc.ServicerContext) -> pb.ListDirectoryResponse:
-        return list_directory(self.roots, request.path)
+        with self._turn():
+            return list_directory(self.roots, request.path)
+
+    @_mapped
+    def ListDirectories(self, request: pb.ListDirectoriesRequest, context: grpc.ServicerContext) -> pb.ListDirectoriesResponse:
+        """Each listing as ListDirectory does it, answered as ReadFiles answers its reads."""
+        return self._batch(request.calls, context, pb.ListDirectoriesResponse(), pb.ListDirectoriesItem, "listing",
+                           lambda call: list_directory(self.roots, call.path), "listing", "list its subdirectories, or find files by pattern")
 
     @_mapped
     def Tree(self, request: pb.TreeRequest, context: grpc.ServicerContext) -> pb.TreeResponse:
-        return tree(self.roots, request.path, request.max_depth, request.max_entries)
+        with self._turn():
+            return tree(self.roots, request.path, request.max_depth, request.max_entries)
+
+    @_mapped
+    def Trees(self, request: pb.TreesRequest, context: grpc.ServicerContext) -> pb.TreesResponse:
+        """Each drawing as Tree does it, answered as ReadFiles answers its reads."""
+        return self._batch(request.calls, context, pb.TreesResponse(), pb.TreesItem, "tree",
+                           lambda call: tree(self.roots, call.path, call.max_depth, call.max_entries), "drawing", "ask for fewer entries or less depth")
 
     def Program(self, request_iterator: Iterator[pb.ProgramInput], context: grpc.ServicerContext) -> Iterator[pb.ProgramEvent]:
         """A long-lived program driven both ways (see `program.py`); it holds this worker for

@@ -203,9 +203,10 @@ class CallPath:
             return CallResult(False, "invalid_arguments", text)
         tool = registry.get(call.name)
         pending = PendingCall(id=call.id, name=call.name, arguments=dict(call.arguments), tool=tool, turn=turn, cwd=self.context.cwd, workspace=self.workspace or self.context.cwd)
+        chain = self.chain(approved=approved) if tool is not None else []  # (once: it is sorted)
         if tool is not None:
             try:
-                verdict = await self._before(pending, approved)
+                verdict = await self._before(pending, chain)
             except Exception as exc:  # noqa: BLE001 - a failing interceptor or approver denies (fails closed)
                 return CallResult(False, "internal", f"Error (internal): the call was not run: deciding whether it may run failed ({type(exc).__name__}: {exc})")
             if verdict.action == "deny":
@@ -220,7 +221,7 @@ class CallPath:
 
         outcome = await registry.call(pending.name, pending.arguments, self.context, call_id=call.id, on_output=on_output)
         if tool is not None:
-            for interceptor in self.chain(approved=approved):
+            for interceptor in chain:
                 try:
                     replaced = await interceptor.after_call(pending, outcome)
                 except Exception as exc:  # noqa: BLE001 - the call ran; keep its result
@@ -233,10 +234,10 @@ class CallPath:
             return CallResult(True, None, text, outcome.truncated_chars)
         return CallResult(False, outcome.category or "tool_error", text, outcome.truncated_chars)
 
-    async def _before(self, call: PendingCall, approved: bool = False) -> Verdict:
+    async def _before(self, call: PendingCall, chain: list[Interceptor]) -> Verdict:
         verdict = _DEFAULT_VERDICT
         judged = snapshot(call.arguments)  # what the floor, first in the chain, will judge
-        for interceptor in self.chain(approved=approved):
+        for interceptor in chain:
             said = await interceptor.before_call(call)
             if said is not None and said.context:
                 call.context.append(said.context)

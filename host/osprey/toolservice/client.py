@@ -175,14 +175,14 @@ def _status_code(number: int) -> grpc.StatusCode:
     return grpc.StatusCode.UNKNOWN
 
 
-# ReadFiles (the read_file calls made in one event-loop iteration, sent together): the most reads
-# the service takes in one request, and the request bytes after which the rest go in another.
-READ_FILES_MAX_REQUEST_BYTES = wire.MAX_MESSAGE_BYTES // 2
+# Batched calls (ReadFiles, ListDirectories, Trees: the calls of one kind made in one event-loop
+# iteration, sent together): the request bytes after which the rest go in another call.
+BATCH_MAX_REQUEST_BYTES = wire.MAX_MESSAGE_BYTES // 2
 
-# A read waiting for its batch: the request and the future its caller awaits. The future's
-# result is the response, or None when the caller must send a plain ReadFile itself (it was
-# alone, or the service has no ReadFiles).
-_Read = tuple["pb.ReadFileRequest", "asyncio.Future[pb.ReadFileResponse | None]"]
+# A call waiting for its batch: the request and the future its caller awaits. The future's
+# result is the response, or None when the caller must send the plain call itself (it was
+# alone, or the service has no batched call).
+_Pending = tuple[Any, "asyncio.Future[Any]"]
 
 
 def _settle(future: asyncio.Future[Any], result: Any = None, error: BaseException | None = None) -> None:
@@ -204,20 +204,120 @@ def _cancel_when_abandoned(batch: asyncio.Task[None], futures: list[asyncio.Futu
         future.add_done_callback(abandoned)
 
 
-def _read_chunks(reads: list[_Read]) -> Iterator[list[_Read]]:
-    """`reads` in requests of at most `wire.READ_FILES_MAX_ITEMS` reads and about
-    READ_FILES_MAX_REQUEST_BYTES bytes."""
-    chunk: list[_Read] = []
+def _batch_chunks(calls: list[_Pending]) -> Iterator[list[_Pending]]:
+    """`calls` in requests of at most `wire.READ_FILES_MAX_ITEMS` calls and about
+    BATCH_MAX_REQUEST_BYTES bytes."""
+    chunk: list[_Pending] = []
     size = 0
-    for read in reads:
-        read_size = read[0].ByteSize() + 8
-        if chunk and (len(chunk) == wire.READ_FILES_MAX_ITEMS or size + read_size > READ_FILES_MAX_REQUEST_BYTES):
+    for call in calls:
+        call_size = call[0].ByteSize() + 8
+        if chunk and (len(chunk) == wire.READ_FILES_MAX_ITEMS or size + call_size > BATCH_MAX_REQUEST_BYTES):
             yield chunk
             chunk, size = [], 0
-        chunk.append(read)
-        size += read_size
+        chunk.append(call)
+        size += call_size
     if chunk:
         yield chunk
+
+
+class _Batcher:
+    """The calls of one kind (read_file, list_directory, tree) made in the same event-loop
+    iteration (a turn's calls gathered together), sent to the service as one batched call: one
+    round trip and one worker there instead of one each. Each caller gets its own result, or
+    the error the call alone would have ended with."""
+
+    def __init__(self, client: ToolClient, method: str, make_request: Callable[[list[Any]], Any], field: str) -> None:
+        self.client = client
+        self.method = method  # the batched RPC
+        self.make_request = make_request  # its request, from the single calls' requests
+        self.field = field  # where an item holds its result
+        # The calls of this loop iteration, sent together once it ends.
+        self.pending: list[_Pending] | None = None
+        self.sending: set[asyncio.Task[None]] = set()
+        # The connection whose service answered the batched call as UNIMPLEMENTED (an older one).
+        self.unsupported: Connection | None = None
+
+    def join(self, request: Any) -> asyncio.Future[Any]:
+        """Add `request` to the calls of this loop iteration (the first schedules their flush)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if self.pending is None:
+            self.pending = []
+            loop.call_soon(self._flush)
+        self.pending.append((request, future))
+        return future
+
+    def _flush(self) -> None:
+        calls = [call for call in self.pending or () if not call[1].done()]
+        self.pending = None
+        if len(calls) == 1:
+            calls[0][1].set_result(None)  # alone: its caller sends the plain call
+            return
+        for chunk in _batch_chunks(calls):
+            batch = asyncio.get_running_loop().create_task(self._send(chunk))
+            self.sending.add(batch)
+            batch.add_done_callback(self.sending.discard)
+            _cancel_when_abandoned(batch, [future for _, future in chunk])
+
+    async def _send(self, calls: list[_Pending]) -> None:
+        """One batched call for `calls` (again for the rest, if the answer held only the first
+        ones), settling each caller's future with its result or its error."""
+        connection = self.client._connection
+        try:
+            while calls:
+                calls = [call for call in calls if not call[1].done()]
+                if len(calls) <= 1 or connection is None:
+                    for _, future in calls:
+                        _settle(future, None)  # its caller sends the plain call
+                    return
+                reply = await self._call(connection, calls)
+                if reply is None:
+                    return
+                deadline_s = self.client.call_deadline_s
+                for (_, future), item in zip(calls, reply.items, strict=False):
+                    if item.HasField(self.field):
+                        _settle(future, getattr(item, self.field))
+                    else:
+                        error = item.error
+                        _settle(future, error=_map_status(_status_code(error.code), error.message, error.category, connection.where, deadline_s))
+                calls = calls[len(reply.items):]
+        except asyncio.CancelledError:
+            if _being_cancelled():
+                for _, future in calls:
+                    future.cancel()  # (every caller was cancelled already, unless the loop is closing)
+                raise
+            for _, future in calls:
+                _settle(future, error=_closed_under(connection) if connection is not None else DispatcherError("the ToolService is not running"))
+        except BaseException as exc:
+            for _, future in calls:
+                _settle(future, error=ToolError("internal", f"sending calls together to the ToolService failed: {type(exc).__name__}: {exc}"))
+            raise
+
+    async def _call(self, connection: Connection, calls: list[_Pending]) -> Any:
+        """The batched call for `calls`; None when it failed (every future then settled: with
+        the error the call alone would have got, or None to send it alone when the batched call
+        is unknown)."""
+        failure: Callable[[], Exception]
+        deadline_s = self.client.call_deadline_s
+        try:
+            reply = await getattr(connection.stub, self.method)(self.make_request([request for request, _ in calls]),
+                                                                metadata=connection.metadata, timeout=deadline_s)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                self.unsupported = connection
+                for _, future in calls:
+                    _settle(future, None)
+                return None
+            failure = functools.partial(_map_rpc_error, exc, connection.where, deadline_s)
+        except grpc.aio.UsageError as exc:
+            failure = functools.partial(DispatcherError, f"the connection to the ToolService at {connection.where} is closed ({exc})")
+        else:
+            if reply.items and len(reply.items) <= len(calls):
+                return reply
+            failure = functools.partial(ToolError, "internal", f"the ToolService at {connection.where} answered {len(calls)} calls with {len(reply.items)} results")
+        for _, future in calls:
+            _settle(future, error=failure())  # each caller its own (its recovery note is written on it)
+        return None
 
 
 def accepts_connections(socket_path: str) -> bool:
@@ -330,13 +430,14 @@ class ToolClient:
         self._recover = recover
         self._starting: asyncio.Future[None] | None = None
         self.call_deadline_s = call_deadline_s
-        # read_file calls made in this event-loop iteration, sent together once it ends.
-        self._pending_reads: list[_Read] | None = None
-        self._read_batches: set[asyncio.Task[None]] = set()
-        # The connection whose service answered ReadFiles as UNIMPLEMENTED (an older one).
-        self._no_read_files: Connection | None = None
-        # Whether read_file calls made together go as one ReadFiles call (False: each alone).
-        self.batch_reads = True
+        # read_file, list_directory and tree calls made together, sent as one call of each kind.
+        self._batchers = {
+            "ReadFile": _Batcher(self, "ReadFiles", lambda reads: pb.ReadFilesRequest(reads=reads), "file"),
+            "ListDirectory": _Batcher(self, "ListDirectories", lambda calls: pb.ListDirectoriesRequest(calls=calls), "listing"),
+            "Tree": _Batcher(self, "Trees", lambda calls: pb.TreesRequest(calls=calls), "tree"),
+        }
+        # Whether those calls made together go as one batched call (False: each alone).
+        self.batch_calls = True
         # The programs started through this client and not yet ended (`close_programs`).
         self._programs: set[ProgramHandle] = set()
 
@@ -445,97 +546,24 @@ class ToolClient:
     async def read_file(self, path: str, offset: int = 0, limit: int = 0) -> ReadFileResult:
         """Calls made in the same event-loop iteration (a turn's calls gathered together) go to
         the service in one ReadFiles call; each gets its own result or error, as from ReadFile."""
-        request = _request(pb.ReadFileRequest, path=path, offset=offset, limit=limit)
+        r = await self._batchable("ReadFile", _request(pb.ReadFileRequest, path=path, offset=offset, limit=limit))
+        return toolwire.ReadFileResult.from_wire(r)
+
+    async def _batchable(self, method: str, request: Any) -> Any:
+        """The `method` call for `request`, sent together with the others of its kind made in this
+        event-loop iteration when there are any (see `_Batcher`)."""
         await self._started()
         used = self._connection
-        if self.batch_reads and used is not None and used is not self._no_read_files:
+        batcher = self._batchers[method]
+        if self.batch_calls and used is not None and used is not batcher.unsupported:
             try:
-                batched = await self._join_reads(request)
+                batched = await batcher.join(request)
             except (DispatcherError, ToolTimeout) as exc:
                 await self._after_failure(exc, used)
                 raise
             if batched is not None:
-                return toolwire.ReadFileResult.from_wire(batched)
-        return toolwire.ReadFileResult.from_wire(await self._unary("ReadFile", request))
-
-    def _join_reads(self, request: pb.ReadFileRequest) -> asyncio.Future[pb.ReadFileResponse | None]:
-        """Add `request` to the reads of this loop iteration (the first schedules their flush)."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[pb.ReadFileResponse | None] = loop.create_future()
-        if self._pending_reads is None:
-            self._pending_reads = []
-            loop.call_soon(self._flush_reads)
-        self._pending_reads.append((request, future))
-        return future
-
-    def _flush_reads(self) -> None:
-        reads = [read for read in self._pending_reads or () if not read[1].done()]
-        self._pending_reads = None
-        if len(reads) == 1:
-            reads[0][1].set_result(None)  # alone: its caller sends a plain ReadFile
-            return
-        for chunk in _read_chunks(reads):
-            batch = asyncio.get_running_loop().create_task(self._send_reads(chunk))
-            self._read_batches.add(batch)
-            batch.add_done_callback(self._read_batches.discard)
-            _cancel_when_abandoned(batch, [future for _, future in chunk])
-
-    async def _send_reads(self, reads: list[_Read]) -> None:
-        """One ReadFiles call for `reads` (again for the rest, if the answer held only the first
-        ones), settling each caller's future with its result or its error."""
-        connection = self._connection
-        try:
-            while reads:
-                reads = [read for read in reads if not read[1].done()]
-                if len(reads) <= 1 or connection is None:
-                    for _, future in reads:
-                        _settle(future, None)  # its caller sends a plain ReadFile
-                    return
-                reply = await self._read_files(connection, reads)
-                if reply is None:
-                    return
-                for (_, future), item in zip(reads, reply.items, strict=False):
-                    if item.HasField("file"):
-                        _settle(future, item.file)
-                    else:
-                        error = item.error
-                        _settle(future, error=_map_status(_status_code(error.code), error.message, error.category, connection.where, self.call_deadline_s))
-                reads = reads[len(reply.items):]
-        except asyncio.CancelledError:
-            if _being_cancelled():
-                for _, future in reads:
-                    future.cancel()  # (every caller was cancelled already, unless the loop is closing)
-                raise
-            for _, future in reads:
-                _settle(future, error=_closed_under(connection) if connection is not None else DispatcherError("the ToolService is not running"))
-        except BaseException as exc:
-            for _, future in reads:
-                _settle(future, error=ToolError("internal", f"sending reads together to the ToolService failed: {type(exc).__name__}: {exc}"))
-            raise
-
-    async def _read_files(self, connection: Connection, reads: list[_Read]) -> pb.ReadFilesResponse | None:
-        """The ReadFiles call for `reads`; None when it failed (every future then settled: with
-        the error a ReadFile would have got, or None to send ReadFile when ReadFiles is unknown)."""
-        failure: Callable[[], Exception]
-        try:
-            reply = await connection.stub.ReadFiles(pb.ReadFilesRequest(reads=[request for request, _ in reads]),
-                                                    metadata=connection.metadata, timeout=self.call_deadline_s)
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                self._no_read_files = connection
-                for _, future in reads:
-                    _settle(future, None)
-                return None
-            failure = functools.partial(_map_rpc_error, exc, connection.where, self.call_deadline_s)
-        except grpc.aio.UsageError as exc:
-            failure = functools.partial(DispatcherError, f"the connection to the ToolService at {connection.where} is closed ({exc})")
-        else:
-            if reply.items and len(reply.items) <= len(reads):
-                return reply
-            failure = functools.partial(ToolError, "internal", f"the ToolService at {connection.where} answered {len(reads)} reads with {len(reply.items)} results")
-        for _, future in reads:
-            _settle(future, error=failure())  # each caller its own (its recovery note is written on it)
-        return None
+                return batched
+        return await self._unary(method, request)
 
     async def write_file(self, path: str, content: str) -> WriteFileResult:
         """Small content goes in one message; larger content streams in chunks, each encoded as
@@ -663,11 +691,13 @@ class ToolClient:
         return toolwire.GrepResult.from_wire(r)
 
     async def list_directory(self, path: str = "") -> ListDirectoryResult:
-        r = await self._unary("ListDirectory", _request(pb.ListDirectoryRequest, path=path))
+        """Calls made together go in one ListDirectories call, as read_file's do."""
+        r = await self._batchable("ListDirectory", _request(pb.ListDirectoryRequest, path=path))
         return toolwire.ListDirectoryResult.from_wire(r)
 
     async def tree(self, path: str = "", max_depth: int = 0, max_entries: int = 0) -> TreeResult:
-        r = await self._unary("Tree", _request(pb.TreeRequest, path=path, max_depth=max_depth, max_entries=max_entries))
+        """Calls made together go in one Trees call, as read_file's do."""
+        r = await self._batchable("Tree", _request(pb.TreeRequest, path=path, max_depth=max_depth, max_entries=max_entries))
         return toolwire.TreeResult.from_wire(r)
 
     @property

@@ -19,6 +19,7 @@ from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
+from osprey.errors import ToolError
 from osprey_sidecar._proto import tools_pb2 as pb
 
 __all__ = [
@@ -183,12 +184,33 @@ class GrepMatch(WireModel):
 
 
 class GrepResult(WireModel):
+    """A grep answer. The servicer sends the matches as columns (`paths`, `match_paths`,
+    `match_lines`, `match_texts`), which `from_wire` joins into `matches`; an answer with
+    `matches` filled (an older servicer's) is read as it is."""
+
     wire_message = pb.GrepResponse
+    wire_omit = frozenset({"matches", "paths", "match_paths", "match_lines", "match_texts"})
+    wire_extra = frozenset({"matches"})
 
     matches: list[GrepMatch]
     truncated: bool
     total: int
     engine: str
+
+    @classmethod
+    def from_wire(cls, message: Any, **extra: Any) -> Self:
+        if message.matches:
+            return super().from_wire(message, **extra)
+        paths = list(message.paths)
+        lines, texts, at = message.match_lines, message.match_texts, message.match_paths
+        if not len(at) == len(lines) == len(texts) or (len(at) and not 0 <= min(at) <= max(at) < len(paths)):
+            raise ToolError(
+                "io_error",
+                f"the ToolService's grep answer is malformed ({len(at)} match paths, {len(lines)} lines, {len(texts)} texts, "
+                f"{len(paths)} paths); the service may be of another version: restart the session",
+            )
+        matches = [{"path": paths[i], "line": line, "text": text} for i, line, text in zip(at, lines, texts, strict=True)]
+        return cls.model_validate({"matches": matches, "truncated": message.truncated, "total": message.total, "engine": message.engine, **extra})
 
 
 class DirEntry(WireModel):

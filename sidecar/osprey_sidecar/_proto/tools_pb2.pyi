@@ -217,16 +217,24 @@ class GrepMatch(_message.Message):
     def __init__(self, path: _Optional[str] = ..., line: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
 
 class GrepResponse(_message.Message):
-    __slots__ = ("matches", "truncated", "total", "engine")
+    __slots__ = ("matches", "truncated", "total", "engine", "paths", "match_paths", "match_lines", "match_texts")
     MATCHES_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
+    PATHS_FIELD_NUMBER: _ClassVar[int]
+    MATCH_PATHS_FIELD_NUMBER: _ClassVar[int]
+    MATCH_LINES_FIELD_NUMBER: _ClassVar[int]
+    MATCH_TEXTS_FIELD_NUMBER: _ClassVar[int]
     matches: _containers.RepeatedCompositeFieldContainer[GrepMatch]
     truncated: bool
     total: int
     engine: str
-    def __init__(self, matches: _Optional[_Iterable[_Union[GrepMatch, _Mapping]]] = ..., truncated: _Optional[bool] = ..., total: _Optional[int] = ..., engine: _Optional[str] = ...) -> None: ...
+    paths: _containers.RepeatedScalarFieldContainer[str]
+    match_paths: _containers.RepeatedScalarFieldContainer[int]
+    match_lines: _containers.RepeatedScalarFieldContainer[int]
+    match_texts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, matches: _Optional[_Iterable[_Union[GrepMatch, _Mapping]]] = ..., truncated: _Optional[bool] = ..., total: _Optional[int] = ..., engine: _Optional[str] = ..., paths: _Optional[_Iterable[str]] = ..., match_paths: _Optional[_Iterable[int]] = ..., match_lines: _Optional[_Iterable[int]] = ..., match_texts: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListDirectoryRequest(_message.Message):
     __slots__ = ("path",)
@@ -264,6 +272,26 @@ class ListDirectoryResponse(_message.Message):
     entries: _containers.RepeatedCompositeFieldContainer[DirEntry]
     def __init__(self, resolved_path: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[DirEntry, _Mapping]]] = ...) -> None: ...
 
+class ListDirectoriesRequest(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[ListDirectoryRequest]
+    def __init__(self, calls: _Optional[_Iterable[_Union[ListDirectoryRequest, _Mapping]]] = ...) -> None: ...
+
+class ListDirectoriesItem(_message.Message):
+    __slots__ = ("listing", "error")
+    LISTING_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    listing: ListDirectoryResponse
+    error: ReadFileError
+    def __init__(self, listing: _Optional[_Union[ListDirectoryResponse, _Mapping]] = ..., error: _Optional[_Union[ReadFileError, _Mapping]] = ...) -> None: ...
+
+class ListDirectoriesResponse(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[ListDirectoriesItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[ListDirectoriesItem, _Mapping]]] = ...) -> None: ...
+
 class TreeRequest(_message.Message):
     __slots__ = ("path", "max_depth", "max_entries")
     PATH_FIELD_NUMBER: _ClassVar[int]
@@ -285,6 +313,26 @@ class TreeResponse(_message.Message):
     files: int
     truncated: bool
     def __init__(self, rendered: _Optional[str] = ..., directories: _Optional[int] = ..., files: _Optional[int] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class TreesRequest(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[TreeRequest]
+    def __init__(self, calls: _Optional[_Iterable[_Union[TreeRequest, _Mapping]]] = ...) -> None: ...
+
+class TreesItem(_message.Message):
+    __slots__ = ("tree", "error")
+    TREE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    tree: TreeResponse
+    error: ReadFileError
+    def __init__(self, tree: _Optional[_Union[TreeResponse, _Mapping]] = ..., error: _Optional[_Union[ReadFileError, _Mapping]] = ...) -> None: ...
+
+class TreesResponse(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[TreesItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[TreesItem, _Mapping]]] = ...) -> None: ...
 
 class ExecRequest(_message.Message):
     __slots__ = ("argv", "stdin", "workdir", "timeout_ms", "max_output_bytes")

@@ -79,10 +79,20 @@ class ToolServiceStub:
                 request_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.ListDirectoryRequest.SerializeToString,
                 response_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.ListDirectoryResponse.FromString,
                 _registered_method=True)
+        self.ListDirectories = channel.unary_unary(
+                '/osprey.sandbox.v1.ToolService/ListDirectories',
+                request_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.ListDirectoriesRequest.SerializeToString,
+                response_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.ListDirectoriesResponse.FromString,
+                _registered_method=True)
         self.Tree = channel.unary_unary(
                 '/osprey.sandbox.v1.ToolService/Tree',
                 request_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.TreeRequest.SerializeToString,
                 response_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.TreeResponse.FromString,
+                _registered_method=True)
+        self.Trees = channel.unary_unary(
+                '/osprey.sandbox.v1.ToolService/Trees',
+                request_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.TreesRequest.SerializeToString,
+                response_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.TreesResponse.FromString,
                 _registered_method=True)
         self.Exec = channel.unary_unary(
                 '/osprey.sandbox.v1.ToolService/Exec',
@@ -162,8 +172,22 @@ class ToolServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListDirectories(self, request, context):
+        """Several ListDirectory calls in one round trip, answered as ReadFiles answers its reads.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Tree(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Trees(self, request, context):
+        """Several Tree calls in one round trip, answered as ReadFiles answers its reads.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -235,10 +259,20 @@ def add_ToolServiceServicer_to_server(servicer, server):
                     request_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.ListDirectoryRequest.FromString,
                     response_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.ListDirectoryResponse.SerializeToString,
             ),
+            'ListDirectories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDirectories,
+                    request_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.ListDirectoriesRequest.FromString,
+                    response_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.ListDirectoriesResponse.SerializeToString,
+            ),
             'Tree': grpc.unary_unary_rpc_method_handler(
                     servicer.Tree,
                     request_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.TreeRequest.FromString,
                     response_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.TreeResponse.SerializeToString,
+            ),
+            'Trees': grpc.unary_unary_rpc_method_handler(
+                    servicer.Trees,
+                    request_deserializer=osprey__sidecar_dot___proto_dot_tools__pb2.TreesRequest.FromString,
+                    response_serializer=osprey__sidecar_dot___proto_dot_tools__pb2.TreesResponse.SerializeToString,
             ),
             'Exec': grpc.unary_unary_rpc_method_handler(
                     servicer.Exec,
@@ -505,6 +539,33 @@ class ToolService:
             _registered_method=True)
 
     @staticmethod
+    def ListDirectories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/osprey.sandbox.v1.ToolService/ListDirectories',
+            osprey__sidecar_dot___proto_dot_tools__pb2.ListDirectoriesRequest.SerializeToString,
+            osprey__sidecar_dot___proto_dot_tools__pb2.ListDirectoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Tree(request,
             target,
             options=(),
@@ -521,6 +582,33 @@ class ToolService:
             '/osprey.sandbox.v1.ToolService/Tree',
             osprey__sidecar_dot___proto_dot_tools__pb2.TreeRequest.SerializeToString,
             osprey__sidecar_dot___proto_dot_tools__pb2.TreeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Trees(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/osprey.sandbox.v1.ToolService/Trees',
+            osprey__sidecar_dot___proto_dot_tools__pb2.TreesRequest.SerializeToString,
+            osprey__sidecar_dot___proto_dot_tools__pb2.TreesResponse.FromString,
             options,
             channel_credentials,
             insecure,
