@@ -11,12 +11,17 @@ the real session: where its import time goes, skill discovery (its PyYAML includ
 The CPU time of each command (its reaped children's included) is printed beside: on a loaded
 machine it varies much less than the wall time.
 
-    .venv/bin/python bench/cli_startup.py [--rounds 3] [--runs 5]
+`--before DIR` adds the same one-turn session run from another copy of Osprey's `host` directory
+(a checkout before a change, say), interleaved with the rest, and prints the paired ratio of the
+two.
+
+    .venv/bin/python bench/cli_startup.py [--rounds 3] [--runs 5] [--before /tmp/before/host]
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import resource
 import subprocess
@@ -34,6 +39,8 @@ from osprey.testing.model_server import ModelServer, Reply  # noqa: E402
 FLOOR = "import asyncio, pydantic, httpx"
 # Goals, as ratios to the import floor.
 GOALS = {"osprey --help": 2.0, "osprey agent --help": 2.0, "osprey agent (one turn)": 1.5}
+SESSION = "osprey agent (one turn)"
+BEFORE = "osprey agent (one turn), --before"
 
 
 # CPU seconds (user + system) of each command, its reaped children (the local dispatcher) included,
@@ -82,6 +89,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=5, help="runs of each command per round")
+    parser.add_argument("--before", type=Path, help="another copy's host directory: its one-turn session runs interleaved too")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="osprey-startup-bench-") as tmp:
         workspace, home = Path(tmp) / "ws", Path(tmp) / "home"
@@ -99,17 +107,28 @@ def main() -> None:
                 "osprey agent --help": [*osprey, "agent", "--help"],
                 "osprey agent (one turn)": session,
             }
+            envs = {name: env for name in commands}
+            if args.before is not None:
+                if not (args.before / "osprey" / "__init__.py").is_file():
+                    raise SystemExit(f"--before {args.before}: not a host directory holding the osprey package")
+                compileall.compile_dir(args.before, quiet=1)  # as `ensure_bytecode` does for this checkout
+                commands[BEFORE] = session
+                envs[BEFORE] = dict(env, PYTHONPATH=str(args.before.resolve()))
             server.add(Reply.text("done"))
             timed(session, env)  # warm the page cache and the journal
             summary: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
             loads = []
+            rounds_of: dict[str, list[list[float]]] = {SESSION: [], BEFORE: []}
             for round_number in range(1, args.rounds + 1):
                 times: dict[str, list[float]] = {name: [] for name in commands}
                 for _ in range(args.runs):
                     for name, cmd in commands.items():
-                        if cmd is session:
+                        if name in (SESSION, BEFORE):
                             server.add(Reply.text("done"))
-                        times[name].append(timed(cmd, env, name))
+                        times[name].append(timed(cmd, envs[name], name))
+                if args.before is not None:
+                    rounds_of[SESSION].append(times[SESSION])
+                    rounds_of[BEFORE].append(times[BEFORE])
                 load = os.getloadavg()[0]
                 loads.append(load)
                 floor = median(times["import floor"])
@@ -124,6 +143,9 @@ def main() -> None:
                     if name in GOALS:
                         figure(f"{name} against the import floor", ratio, "x", floor=1.0)
                         figure(f"{name}", median(samples) * 1e3, "ms", floor=floor * 1e3)
+            if args.before is not None:
+                paired = [median([a / b for a, b in zip(after, before, strict=True)]) for after, before in zip(rounds_of[SESSION], rounds_of[BEFORE], strict=True)]
+                print(f"\nthe one-turn session over the --before copy's, paired run by run: {min(paired):.2f}-{max(paired):.2f}x (each round's median)")
             print(f"\nover {args.rounds} rounds (load average {min(loads):.2f}-{max(loads):.2f}): median ms, and ratio to the import floor")
             for name, rows in summary.items():
                 ms, ratios = [m * 1e3 for m, _ in rows], [r for _, r in rows]

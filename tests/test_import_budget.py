@@ -1,28 +1,44 @@
 """`osprey agent` imports only what its run needs: a real headless session against the loopback
 model server, in a subprocess, reports the modules it loaded, and the heavy ones it has no use
-for must not be among them (start-up time is mostly imports)."""
+for must not be among them (start-up time is mostly imports). Nor does it start its local
+dispatcher while it is busy starting: the process is made once the session waits."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from osprey.testing.model_server import ModelServer, Reply
+from osprey.toolservice.homes import LocalDispatcher, start_when_quiet, until_quiet
 
-# Runs the real CLI entry point, then writes the loaded modules (not the blocked ones) to stderr as one JSON line.
+# Runs the real CLI entry point, then writes the loaded modules (not the blocked ones) to stderr as one JSON line,
+# and, for each local dispatcher's background start of a session, whether its process was made by the time
+# `begin` returned (the watch itself imports the home's modules: not for --help).
 RUNNER = """
 import json, sys
 from osprey.cli import main
+begun = []
+if "--help" not in sys.argv:
+    from osprey.toolservice import homes
+    begin = homes.LocalDispatcher.begin
+    async def watched(self):
+        started = await begin(self)
+        begun.append(self.proc is not None)
+        return started
+    homes.LocalDispatcher.begin = watched
 try:
     main(sys.argv[1:], prog_name="osprey")
 except SystemExit as exc:
     status = exc.code
 sys.stderr.write("MODULES " + json.dumps(sorted(m for m, v in sys.modules.items() if v is not None)) + "\\n")
+sys.stderr.write("BEGUN " + json.dumps(begun) + "\\n")
 sys.exit(status)
 """
 
@@ -35,6 +51,10 @@ NOT_FOR_A_PLAIN_SESSION = ("docker", "osprey.toolservice.lanes", "osprey.toolser
 # pydantic's plugin loader and what it scans installed packages with: Osprey's process uses no
 # pydantic plugin (`osprey.cli` gives pydantic a loader that finds none).
 PLUGIN_SCAN = ("importlib.metadata", "importlib_metadata")
+# Only when there is something to read or check with them: saved or `--allow` rules (the rule
+# parser), a TOML file of trust, tool descriptions or toolsets (tomli), a sandbox lane (the lane
+# backend's types).
+ONLY_WHEN_USED = ("osprey.policy.rules", "tomli", "osprey.toolservice.backend")
 # Only for a model server spoken to over TLS: an `http://` one gets the plain-http transport (asyncio
 # and h11), without httpcore, its anyio backend, or h2 and its parts.
 NOT_FOR_PLAIN_HTTP = ("httpcore", "anyio", "sniffio", "h2", "hpack", "hyperframe")
@@ -45,6 +65,12 @@ def loaded(env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess
     lines = [line for line in proc.stderr.splitlines() if line.startswith("MODULES ")]
     assert lines, proc.stderr
     return proc, set(json.loads(lines[-1][len("MODULES "):]))
+
+
+def begun(proc: subprocess.CompletedProcess[str]) -> list[bool]:
+    """For each local dispatcher's background start in the run: whether `begin` made its process."""
+    [line] = [line for line in proc.stderr.splitlines() if line.startswith("BEGUN ")]
+    return list(json.loads(line[len("BEGUN "):]))
 
 
 def imported(modules: set[str], names: tuple[str, ...]) -> list[str]:
@@ -84,10 +110,13 @@ def test_a_one_turn_session_loads_no_heavy_module_it_does_not_use(env: dict[str,
     assert imported(modules, NEVER) == []
     assert imported(modules, NOT_FOR_A_PLAIN_SESSION) == []
     assert imported(modules, PLUGIN_SCAN) == []
+    assert imported(modules, ONLY_WHEN_USED) == []
     assert "h11" in modules and imported(modules, NOT_FOR_PLAIN_HTTP) == []
     # The model catalog gives the context window, looked up at the first compaction check: a
     # session of one turn never makes one.
     assert imported(modules, ("osprey.catalog",)) == []
+    # Its local dispatcher's start was held: no process was made while the session was starting.
+    assert begun(proc) == [False]
 
 
 def test_a_session_that_reads_a_file_still_loads_none_of_them(env: dict[str, str], workspace: Path) -> None:
@@ -99,6 +128,7 @@ def test_a_session_that_reads_a_file_still_loads_none_of_them(env: dict[str, str
     assert [r["ok"] for r in results] == [True] and "two" in results[0]["output"]
     assert {"grpc._cython", "google.protobuf"} <= modules  # loaded for the call
     assert imported(modules, NEVER + NOT_FOR_A_PLAIN_SESSION + NOT_FOR_PLAIN_HTTP + PLUGIN_SCAN) == []
+    assert begun(proc) == [False]  # held at the start, made once the session waited, and it served the call
 
 
 def test_agent_help_loads_no_session_machinery(env: dict[str, str]) -> None:
@@ -125,3 +155,69 @@ def test_a_session_with_a_custom_tool_loads_jsonschema_only_when_the_tool_is_cal
     [result] = [json.loads(line) for line in proc.stdout.splitlines() if '"tool_result"' in line]
     assert result["ok"] and '"text":"hi"' in result["output"]
     assert "jsonschema" in modules
+
+
+async def test_a_held_dispatcher_start_makes_its_process_once_the_loop_is_quiet(workspace: Path) -> None:
+    home = LocalDispatcher([str(workspace)])
+    token = start_when_quiet.set(True)
+    try:
+        starting = await home.begin()
+    finally:
+        start_when_quiet.reset(token)
+    try:
+        assert home.proc is None and not starting.done()  # nothing made yet: the caller is still busy
+        assert home.dir is not None and os.path.isdir(home.dir)  # what can fail at once was made at once
+        # A call waits: the loop is then quiet, the process is made, and the call is served.
+        result = await asyncio.wait_for(home.client.read_file("notes.txt"), 60)
+        assert "two" in result.content and home.proc is not None
+    finally:
+        await home.close()
+    assert home.proc is None and home.dir is None
+
+
+async def test_a_held_dispatcher_start_closed_before_it_was_made_leaves_nothing(workspace: Path) -> None:
+    home = LocalDispatcher([str(workspace)])
+    token = start_when_quiet.set(True)
+    try:
+        starting = await home.begin()
+    finally:
+        start_when_quiet.reset(token)
+    made = home.dir
+    assert made is not None and home.proc is None
+    await home.close()
+    assert starting.cancelled() and home.proc is None and home.dir is None and not os.path.exists(made)
+
+
+async def test_without_the_hold_begin_makes_the_process_at_once(workspace: Path) -> None:
+    home = LocalDispatcher([str(workspace)])
+    try:
+        await home.begin()
+        assert home.proc is not None
+    finally:
+        await home.close()
+
+
+async def test_until_quiet_waits_while_the_loop_is_busy_and_returns_once_it_waits() -> None:
+    loop = asyncio.get_running_loop()
+    quiet = asyncio.ensure_future(until_quiet(quiet_for=0.05, share=0.1, cap=30))
+    # Busy: the loop runs callbacks between slices of CPU work, for 0.3 s of this thread's CPU time.
+    busy_until = time.thread_time() + 0.3
+    while time.thread_time() < busy_until:
+        spin = time.thread_time() + 0.002
+        while time.thread_time() < spin:
+            pass
+        await asyncio.sleep(0)
+    assert not quiet.done()
+    # Busy in a worker thread while the loop waits for it: the process is not quiet either.
+    await asyncio.to_thread(spin_for, 0.3)
+    assert not quiet.done()
+    waited = loop.time()
+    await asyncio.wait_for(quiet, 10)  # the loop now only waits
+    assert loop.time() - waited < 5
+
+
+def spin_for(seconds: float) -> None:
+    """Keep this thread on the CPU for `seconds` of its CPU time."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass

@@ -102,7 +102,11 @@ async def _session(options: SessionOptions, prompt: str, jsonl: bool, *, journal
     from .render import JsonlWriter, TerminalRenderer
     from .session.core import Session
     from .sessions.journal import Journal, journal_path
+    from .toolservice.homes import start_when_quiet
 
+    # The local dispatcher is started once the session waits (for the model's answer, say), not
+    # while the session's own start needs the CPU; a run that calls no tool mostly never starts one.
+    start_when_quiet.set(True)
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()

@@ -122,8 +122,6 @@ def trust_path(home: Path) -> Path:
 
 def load_trust(home: Path) -> TrustStore:
     """Read trust.toml (missing: nothing trusted yet). Never raises for what the file holds."""
-    import tomli
-
     path = trust_path(home)
 
     def broken(why: str) -> TrustStore:
@@ -135,6 +133,8 @@ def load_trust(home: Path) -> TrustStore:
         return broken(str(exc))
     if raw is None:
         return TrustStore(path, TrustFile())
+    import tomli  # only with a trust file to read
+
     try:
         data = tomlfile.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomli.TOMLDecodeError) as exc:

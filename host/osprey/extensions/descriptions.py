@@ -8,8 +8,6 @@ read_file = "Read a file; always read before you edit."
 
 from __future__ import annotations
 
-import tomli
-
 from .. import tomlfile
 from ..errors import ConfigError
 
@@ -19,6 +17,8 @@ MAX_DESCRIPTION_CHARS = 8_000
 
 def parse_descriptions(data: bytes) -> dict[str, str]:
     """Tool name -> description, or a ConfigError saying what is wrong with the file."""
+    import tomli  # here: most sessions have no such file
+
     try:
         raw = tomlfile.loads(data.decode("utf-8"))
     except UnicodeDecodeError:

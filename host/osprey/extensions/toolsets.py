@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import tomli
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from .. import tomlfile
@@ -48,6 +47,8 @@ class ToolsetError(ConfigError):
 
 def parse_toolsets(data: bytes) -> ToolsetsFile:
     """A toolsets.toml's content, or a ToolsetError saying what is wrong with it."""
+    import tomli  # here: most sessions have no such file
+
     try:
         raw = tomlfile.loads(data.decode("utf-8"))
     except UnicodeDecodeError:

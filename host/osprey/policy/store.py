@@ -27,7 +27,7 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -35,7 +35,9 @@ from .. import tomlfile
 from ..errors import ConfigError, OspreyError
 from ..files import LockBusy, exclusive_lock, read_bounded
 from ..tomlfile import TEMPORARY_PATTERN, toml_string, toml_value, write_atomic
-from .rules import Rule, RuleError
+
+if TYPE_CHECKING:
+    from .rules import Rule  # loaded when a rule is parsed: a home without saved rules never needs it
 
 APPROVALS_FILE = "approvals.toml"
 MAX_BYTES = 1024 * 1024
@@ -76,6 +78,8 @@ class SavedRule(BaseModel):
 
 @functools.lru_cache(maxsize=1024)
 def _parse(text: str) -> Rule:
+    from .rules import Rule
+
     return Rule.parse(text)
 
 
@@ -135,6 +139,8 @@ class ApprovalStore:
             self._warn_once(f"{read.problem}; saved approvals are ignored until it is fixed or removed "
                             f"(the next `osprey approvals add` moves it aside and starts a new file)")
         usable = []
+        if read.entries:
+            from .rules import RuleError
         for entry in read.entries:
             try:
                 entry.parsed()
@@ -204,6 +210,8 @@ class ApprovalStore:
     def add(self, rule: str | Rule, *, project: str | None) -> SavedRule:
         """Save `rule` for the workspace `project` (an absolute path) or, with None, everywhere.
         The same rule already saved with the same scope is returned as it is."""
+        from .rules import Rule
+
         parsed = Rule.parse(str(rule))  # a Rule built by hand is checked like typed text
         if project is not None:
             if not isinstance(project, str) or not os.path.isabs(project):
@@ -316,6 +324,8 @@ def _same_scope(a: str | None, b: str | None) -> bool:
 
 
 def _parses_to(text: str) -> Rule | None:
+    from .rules import Rule, RuleError
+
     try:
         return Rule.parse(text)
     except RuleError:

@@ -32,6 +32,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Self
 
@@ -39,13 +40,13 @@ from osprey_sidecar.wire import PROGRAM_KILL_GRACE_S
 
 from ..errors import DispatcherError, SandboxError
 from ..owners import owner_gone, owner_record
-from .backend import Lane, LaneBackend, LaneRequest
 from .client import Connection, ToolClient, accepts_connections
 from .home_config import AttachedHomeConfig, HomeConfig, LaneHomeConfig, LocalHomeConfig, home_config
 from .targets import ServiceTarget, TlsTarget, UnixTarget
 
 if TYPE_CHECKING:
     from ..config import SandboxSettings
+    from .backend import Lane, LaneBackend  # lanes only: a session with the local dispatcher never loads them
 
 READY_DEADLINE_S = 10.0
 # Where the local dispatcher's directory cannot be watched, its socket is checked after 1 ms, then
@@ -54,6 +55,20 @@ READY_POLL_FIRST_S = 0.001
 READY_POLL_MAX_S = 0.016
 READY_WATCHED_POLL_S = 0.05
 HEALTH_PROBE_S = 2.0
+# A held start (`start_when_quiet`) makes the local dispatcher's process once the broker has been on
+# the CPU for less than QUIET_SHARE of the time for QUIET_FOR_S in a row (checked every
+# QUIET_PROBE_S), or after QUIET_CAP_S at the latest.
+QUIET_PROBE_S = 0.005
+QUIET_FOR_S = 0.010
+QUIET_SHARE = 0.25
+QUIET_CAP_S = 1.0
+# Set by a front end for the sessions it runs (`osprey agent` sets it in its own task's context):
+# a local dispatcher's background start (`begin`) then makes the process only once the broker is
+# quiet, waiting for the model, a person or the service itself (`until_quiet`), not at once. A run
+# that calls no tool mostly never makes one, and in one that does, the dispatcher's start overlaps
+# the model's answer instead of competing with the broker's own start-up for the CPU. A direct
+# `start` (and a replacement) makes the process at once.
+start_when_quiet: ContextVar[bool] = ContextVar("start_when_quiet", default=False)
 # The dispatcher's SIGTERM kills its programs' groups, SIGKILL following the programs' own grace:
 # it needs that long, and a little more, before it is killed itself.
 STOP_GRACE_S = 2.0 + PROGRAM_KILL_GRACE_S
@@ -100,8 +115,8 @@ class ToolServiceHome(abc.ABC):
         part: the client's calls made meanwhile wait for it, and fail with its error if it
         fails. Start-up (a lane's, or the local dispatcher's) then overlaps whatever the session
         does first, such as the first model request. What can fail at once (the local
-        dispatcher's directory and process) raises here. Once only; `close` cancels a start
-        still going on."""
+        dispatcher's directory, and its process unless the start is held: `start_when_quiet`) raises
+        here. Once only; `close` cancels a start still going on."""
         if self._starting is None:
             await self._set_up()
             self._starting = asyncio.ensure_future(self._come_up())
@@ -163,15 +178,20 @@ class LocalDispatcher(ToolServiceHome):
         self.proc: asyncio.subprocess.Process | None = None
         self.connection: Connection | None = None
         self._pending: tuple[str, str] | None = None  # socket and token of a process not yet serving
+        self._held = False  # the process is made by the background start, once the broker is quiet
 
     async def start(self) -> None:
         await self._set_up()
         await self._come_up()
 
-    async def _set_up(self) -> None:
-        """Its private directory, token and process (fails at once when they cannot be made)."""
-        from ..config import tool_environment
+    async def begin(self) -> asyncio.Future[None]:
+        if self._starting is None and start_when_quiet.get():
+            self._held = True
+        return await super().begin()
 
+    async def _set_up(self) -> None:
+        """Its private directory and token, and its process unless a held start makes that later
+        (fails at once when they cannot be made)."""
         reap_stale_dispatcher_dirs()
         self.dir = tempfile.mkdtemp(prefix=DISPATCHER_DIR_PREFIX)  # mkdtemp makes it 0700
         socket_path = os.path.join(self.dir, "tools.sock")
@@ -185,6 +205,17 @@ class LocalDispatcher(ToolServiceHome):
         except OSError as exc:
             await self._stop()
             raise DispatcherError(f"the local dispatcher's private directory could not be set up: {exc}") from None
+        self._pending = (socket_path, token)
+        if not self._held:
+            await self._spawn()
+
+    async def _spawn(self) -> None:
+        """The dispatcher's process, serving on the socket `_set_up` chose."""
+        from ..config import tool_environment
+
+        assert self.dir is not None and self._pending is not None
+        socket_path = self._pending[0]
+        token_path = os.path.join(self.dir, TOKEN_FILE)
         env = self.env if self.env is not None else tool_environment()
         log = open(os.path.join(self.dir, "dispatcher.log"), "wb")
         try:
@@ -200,10 +231,14 @@ class LocalDispatcher(ToolServiceHome):
             raise DispatcherError(f"the local dispatcher could not be started ({sys.executable}): {exc.strerror or exc}") from None
         finally:
             log.close()
-        self._pending = (socket_path, token)
 
     async def _come_up(self) -> None:
-        """Wait until the process listens on its socket, then point the client at it."""
+        """Make the process if a held start has not yet (once the broker is quiet), wait until it
+        listens on its socket, then point the client at it."""
+        if self._held:
+            self._held = False
+            await until_quiet()
+            await self._spawn()
         assert self.proc is not None and self._pending is not None
         (socket_path, token), self._pending = self._pending, None
         try:
@@ -378,6 +413,22 @@ async def _kill_process(proc: asyncio.subprocess.Process) -> None:
     await proc.wait()
 
 
+async def until_quiet(*, probe: float = QUIET_PROBE_S, quiet_for: float = QUIET_FOR_S, share: float = QUIET_SHARE,
+                      cap: float = QUIET_CAP_S) -> None:
+    """Return once this process has been mostly idle (on the CPU, all its threads together, for
+    less than `share` of the time) for `quiet_for` in a row, measured every `probe`; or after `cap`.
+    Its own CPU time is what counts: a broker waiting for the network is quiet on a loaded machine
+    too, and one whose work runs in a worker thread is not."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + cap
+    quiet = 0.0
+    while quiet < quiet_for and loop.time() < end:
+        wall, cpu = loop.time(), time.process_time()
+        await asyncio.sleep(probe)
+        wall, cpu = loop.time() - wall, time.process_time() - cpu
+        quiet = quiet + wall if cpu < wall * share else 0.0
+
+
 def _retrieve(start: asyncio.Future[None]) -> None:
     """A background start's failure is reported through the calls that wait for it (and to the
     session watching it), never as "exception was never retrieved"."""
@@ -420,6 +471,8 @@ class LaneSupervisor(ToolServiceHome):
 
     def __init__(self, workspace: str, session_id: str, options: SandboxSettings, progress: Callable[[str], None] = lambda _: None, home: Path | None = None,
                  *, backend: LaneBackend | None = None) -> None:
+        from .backend import LaneRequest
+
         super().__init__([workspace])
         self.workspace = self.roots[0]
         self.session_id = session_id
