@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 SCRIPTS = (
     "toolservice_overhead.py", "file_scaling.py", "bash_latency.py", "parallel_calls.py", "policy_overhead.py", "grep_vs_rg.py",
     "grep_concurrency.py", "grep_memory.py", "provider_connections.py", "loop_overhead.py", "cli_startup.py", "tool_service_overlap.py",
-    "extension_discovery.py", "lane_ready.py", "tui_latency.py", "tui_first_screen.py", "skills_startup.py",
+    "extension_discovery.py", "lane_ready.py", "tui_latency.py", "tui_first_screen.py", "skills_startup.py", "subagents.py",
 )
 # Run only when named with --only: it removes and rebuilds the lane image, which lanes started
 # meanwhile (a test run, another benchmark) would miss.

@@ -425,3 +425,19 @@ def test_the_shared_choices_match_the_settings_types() -> None:
 
     assert typing.get_args(Effort) == EFFORTS
     assert typing.get_args(ProviderName) == (*MODEL_PROVIDERS, REPLAY_PROVIDER)
+
+
+def test_a_project_may_lower_the_agents_limits_but_not_raise_them_or_turn_workflows_back_on(workspace: Path, home: Path) -> None:
+    (home / "config.toml").write_text("[workflows]\nenabled = false\n")
+    (workspace / ".git").mkdir()
+    (workspace / ".osprey").mkdir()
+    (workspace / ".osprey" / "config.toml").write_text(
+        "[agent]\nmax_children = 64\n[workflows]\nenabled = true\nmax_agents = 100000\nmax_concurrent_agents = 2\ntimeout_s = 99999\n")
+    s = load_settings(workspace, {}, env_for(home))
+    assert (s.agent.max_children, s.workflows.enabled, s.workflows.max_agents, s.workflows.timeout_s) == (8, False, 1000, 3600)
+    assert s.workflows.max_concurrent_agents == 2  # lower is welcome
+    for key in ("agent.max_children", "workflows.enabled", "workflows.max_agents", "workflows.timeout_s"):
+        assert any(key in w for w in s.warnings), (key, s.warnings)
+    (home / "config.toml").write_text("")
+    (workspace / ".osprey" / "config.toml").write_text("[workflows]\nenabled = false\n")
+    assert load_settings(workspace, {}, env_for(home)).workflows.enabled is False  # a project may turn them off

@@ -28,6 +28,9 @@ from osprey.events import (
     UsageEvent,
     UserMessageEvent,
     Verification,
+    WorkflowEnd,
+    WorkflowProgress,
+    WorkflowStart,
     parse_event,
 )
 from osprey.messages import Usage
@@ -60,6 +63,10 @@ def one_of_each() -> list[Event]:
         TaskEnd(session_id="s1", outcome="Completed", exit_status=0, turns=2, usage=USAGE, final_text="done"),
         SessionEnd(session_id="s1", outcome="Completed", exit_status=0, turns=2, usage=USAGE, final_text="done", error=None,
                    agent_id="s1", parent_id="p0"),
+        WorkflowStart(run_id="r1", name="fan", path="/h/workflows/fan.js", scope="user", args="3"),
+        WorkflowProgress(run_id="r1", message="starting"),
+        WorkflowProgress(run_id="r1", label="agent #1", status="running", agent_session_id="c1"),
+        WorkflowEnd(run_id="r1", name="fan", status="done", result="{}", agents=1, usage=USAGE),
     ]
 
 

@@ -88,7 +88,7 @@ def test_extension_manage_refuses_every_builtin_name(tmp_path: Path, name: str) 
 
 async def test_in_a_session_with_the_conditional_tools_off_their_names_stay_reserved(tmp_path: Path) -> None:
     workspace, home, environ = dirs(tmp_path)
-    (home / "config.toml").write_text('[memory]\nprovider = "none"\n')
+    (home / "config.toml").write_text('[memory]\nprovider = "none"\n[workflows]\nenabled = false\n')
     tools = home / "tools"
     tools.mkdir()
     for name in CONDITIONAL:
@@ -98,7 +98,7 @@ async def test_in_a_session_with_the_conditional_tools_off_their_names_stay_rese
                       provider=FakeProvider([]))
     async with session:
         offered = set(session.tool_names())
-        for name in ("web_search", "memory", "switch_persona", "submit_plan", "lsp", "spawn_subagent", "run_workflow"):
+        for name in ("web_search", "memory", "switch_persona", "submit_plan", "lsp", "run_workflow"):
             assert name not in offered, name
         assert session.extensions is not None and session.extensions.found is not None
         skipped = {a.name for a in session.extensions.found.artifacts if a.kind == "tool" and a.status == "skipped"}

@@ -77,8 +77,8 @@ async def test_borrowed_parts_are_used_and_left_open(harness: Harness) -> None:
             assert source.started == 0 and source.closed == 0  # its lender starts and closes it
             assert not http.is_closed
             assert "alpha" in (await home.client.read_file("notes.txt")).content  # the home still serves
-            assert session.owned_parts == ["processes", "tools:builtin", "tools:web", "tools:control", "tools:skills", "tools:memory", "tools:retrieve",
-                                           "tools:extensions"]
+            assert session.owned_parts == ["processes", "tools:builtin", "tools:web", "tools:control", "tools:skills", "tools:memory", "tools:retrieve", "tools:subagents",
+                                           "tools:workflows", "tools:extensions"]
             assert isinstance(session.provider, LimitedProvider) and session.provider.limiter is limiter
         server.assert_clean()
 
@@ -95,8 +95,8 @@ async def test_owned_parts_close_once_in_reverse_order(harness: Harness) -> None
             http, home = session._http, session.home
             assert http is not None and home is not None
         await session.close()  # a second close closes nothing again
-    assert session.owned_parts == ["home", "http", "processes", "tools:builtin", "tools:web", "tools:control", "tools:skills", "tools:memory", "tools:retrieve",
-                                   "tools:extensions"]
+    assert session.owned_parts == ["home", "http", "processes", "tools:builtin", "tools:web", "tools:control", "tools:skills", "tools:memory", "tools:retrieve", "tools:subagents",
+                                   "tools:workflows", "tools:extensions"]
     assert session.closed_parts == list(reversed(session.owned_parts))
     assert http.is_closed
     assert not _alive(home)
@@ -116,14 +116,15 @@ def _alive(home: Any) -> bool:
         return f.read().split()[2] != "Z"
 
 
-@pytest.mark.parametrize("step", range(11))
+@pytest.mark.parametrize("step", range(13))
 async def test_a_failure_at_each_step_of_start_up_closes_what_was_made(harness: Harness, step: int) -> None:
     """The trace names each owned part as it is made (the HTTP client, the home, the process
-    manager, the built-in, web, control, skills, memory, retrieve and extensions tool sources); failing there
+    manager, the built-in, web, control, skills, memory, retrieve, subagents, workflows and extensions
+    tool sources); failing there
     is a failure at that step. At the last step a lent source fails to give its tools, before the
     extensions are found."""
     lent = Source("lent")
-    failing = step == 10
+    failing = step == 12
     made: list[str] = []
 
     def trace(name: str) -> None:
@@ -141,7 +142,7 @@ async def test_a_failure_at_each_step_of_start_up_closes_what_was_made(harness: 
                 await session.start()
             # A child borrowing this client would leave it open; this session made its own.
             assert not borrowed_http.is_closed
-    assert len(session.owned_parts) == (9 if failing else step + 1)
+    assert len(session.owned_parts) == (11 if failing else step + 1)
     if session._http is not None:
         assert session._http.is_closed
     assert session.closed_parts == list(reversed(session.owned_parts))

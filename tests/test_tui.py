@@ -301,7 +301,7 @@ async def test_the_slash_menu_is_walked_with_the_keys_and_the_mouse(rig: TuiRig)
         await started(pilot, app)
         area, menu = app.query_one(PromptArea), app.query_one(CompletionMenu)
         await pilot.press("/")
-        assert menu.shown and len(menu.found) == len(commands.COMMANDS) + len(commands.PLANNED)
+        assert menu.shown and len(menu.found) == len(commands.COMMANDS)
         assert menu.found[0].name == "help" and menu.current is not None and menu.current.name == "help"
         await pilot.press(*"se")
         assert [c.name for c in menu.found] == ["session", "sessions"] and menu.current is not None and menu.current.name == "session"

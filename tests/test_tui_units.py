@@ -19,7 +19,7 @@ def test_parse_commands() -> None:
 
 
 def test_matching_and_completion() -> None:
-    assert [c.name for c in commands.matching("/")] == [c.name for c in commands.COMMANDS + commands.PLANNED]
+    assert [c.name for c in commands.matching("/")] == [c.name for c in commands.COMMANDS]
     assert [c.name for c in commands.matching("/t")] == ["tools", "timestamps"]
     assert commands.matching("/export x") == [] and commands.matching("hello") == []
     assert commands.complete("/ex") is None  # export and extensions share only the ex
@@ -28,11 +28,12 @@ def test_matching_and_completion() -> None:
     assert commands.complete("/t") is None  # tools and timestamps share only the t
     assert commands.complete("/ti") == "/timestamps "
     assert commands.complete("/zzz") is None
-    assert all(c.usage.startswith(f"/{c.name}") for c in commands.COMMANDS + commands.PLANNED)
+    assert all(c.usage.startswith(f"/{c.name}") for c in commands.COMMANDS)
     assert "/copy [all]" in commands.help_text()
     assert commands.complete("/sess") == "/session"  # /session and /sessions
-    assert commands.planned_text("moa") == "/moa is not available yet: it will run one prompt through the default Mixture of Agents preset, then restore the session model."
-    assert commands.planned_text("help") is None
+    assert not hasattr(commands, "planned_text")  # every command in the registry works
+    assert commands.complete("/moa-") == "/moa-config "
+    assert commands.complete("/deep") == "/deep-research "
 
 
 def test_transcript_markdown_and_last_answer() -> None:

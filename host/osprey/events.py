@@ -208,6 +208,43 @@ class SessionEnd(_Ending):
     type: Literal["session_end"] = "session_end"
 
 
+class WorkflowStart(Event):
+    """A workflow run started (`/run`, a workflow's command, `run_workflow`)."""
+
+    type: Literal["workflow_start"] = "workflow_start"
+    run_id: str
+    name: str
+    path: str
+    scope: str
+    args: str = ""
+
+
+class WorkflowProgress(Event):
+    """A workflow run's progress: a line its script logged (`osprey.log`), or one of its agents
+    starting or ending (`label`, `status`, `agent_session_id`)."""
+
+    type: Literal["workflow_progress"] = "workflow_progress"
+    run_id: str
+    message: str = ""
+    label: str | None = Field(None, exclude_if=_absent)
+    status: str | None = Field(None, exclude_if=_absent)
+    agent_session_id: str | None = Field(None, exclude_if=_absent)
+
+
+class WorkflowEnd(Event):
+    """A workflow run ended: done (its result, cut to a preview), failed (the error, as
+    FILE:LINE: message for a script's error), or interrupted (a cancel, or the session closing)."""
+
+    type: Literal["workflow_end"] = "workflow_end"
+    run_id: str
+    name: str
+    status: Literal["done", "failed", "interrupted"]
+    result: str = ""
+    error: str | None = None
+    agents: int = 0
+    usage: Usage = Field(default_factory=Usage)
+
+
 class UnknownEvent(Event):
     """A recorded event of a type this version does not know, or one that no longer validates (a
     record cut short, a newer Osprey's): read back as it is, and shown as nothing."""
@@ -215,12 +252,14 @@ class UnknownEvent(Event):
 
 AnyEvent = Annotated[
     SessionStart | UserMessageEvent | AssistantText | ToolCallEvent | ToolResultEvent | Compaction | ModelSwitch | PersonaSwitch
-    | Advisory | TodoList | TaskStatus | Verification | Question | UsageEvent | Notice | TaskEnd | SessionEnd,
+    | Advisory | TodoList | TaskStatus | Verification | Question | UsageEvent | Notice | TaskEnd | SessionEnd
+    | WorkflowStart | WorkflowProgress | WorkflowEnd,
     Field(discriminator="type"),
 ]
 EVENT_TYPES: tuple[type[Event], ...] = (
     SessionStart, UserMessageEvent, AssistantText, ToolCallEvent, ToolResultEvent, Compaction, ModelSwitch, PersonaSwitch,
     Advisory, TodoList, TaskStatus, Verification, Question, UsageEvent, Notice, TaskEnd, SessionEnd,
+    WorkflowStart, WorkflowProgress, WorkflowEnd,
 )
 _adapter: TypeAdapter[Any] | None = None  # built at the first read: a session that reads no record never pays for it
 

@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from ..terminal_text import clean
+
 STATUS_MARK = {"active": "active", "inactive": "INACTIVE", "shadowed": "shadowed", "skipped": "SKIPPED", "pending_reload": "pending reload"}
 
 
@@ -25,7 +27,24 @@ def _discover(cwd: str | None) -> tuple[Any, Any]:
         settings = load_settings(cwd, {}, need_provider=False)
     except OspreyError as exc:
         _fail(str(exc))
-    return settings, discover(settings, {tool.name for tool in base_tools(host_processes=True)})
+    found = discover(settings, {tool.name for tool in base_tools(host_processes=True)})
+    found.artifacts.extend(_workflows(settings))
+    return settings, found
+
+
+def _workflows(settings: Any) -> list[Any]:
+    """The workflow files (`.osprey/workflows/*.js`, `$OSPREY_HOME/workflows/*.js`, the bundled
+    ones) as report entries; a project one (or one the agent wrote) needs a trust pin."""
+    from ..agents.workflows.discovery import discover_workflows
+    from ..extensions.report import Artifact
+
+    entries = []
+    for item in discover_workflows(settings.workspace_root, settings.home, cwd=settings.cwd):
+        pinned = item.digest is not None
+        entries.append(Artifact(kind="workflow", name=item.name, layer=item.scope, path=str(item.path), status=item.status,
+                                trust=item.trust if pinned else "not_required", digest=item.digest, reason=item.why_not,
+                                runs=[item.description] if item.description else []))
+    return entries
 
 
 @click.group(invoke_without_command=True)
@@ -33,8 +52,9 @@ def _discover(cwd: str | None) -> tuple[Any, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (a stable schema: schema_version 1).")
 @click.pass_context
 def extensions(ctx: click.Context, cwd: str | None, as_json: bool) -> None:
-    """Show every extension artifact: custom tools, hooks, prompts, tool descriptions, toolsets
-    and configuration, from the project's .osprey directories, $OSPREY_HOME and the bundled set.
+    """Show every extension artifact: custom tools, hooks, prompts, tool descriptions, toolsets,
+    workflows and configuration, from the project's .osprey directories, $OSPREY_HOME and the
+    bundled set.
 
     \b
     For each: its layer and path, the farther copies it shadows, trust (for the
@@ -65,12 +85,12 @@ def extensions(ctx: click.Context, cwd: str | None, as_json: bool) -> None:
         click.echo(f"{STATUS_MARK[item.status]:<9} {item.kind:<20} {item.name}  ({item.layer}){trust}{provenance}")
         click.echo(f"          {item.path}")
         if item.runs:
-            click.echo(f"          runs: {' | '.join(item.runs)[:300]}")
+            click.echo(f"          {'does' if item.kind == 'workflow' else 'runs'}: {' | '.join(clean(line) for line in item.runs)[:300]}")
         for shadowed in item.shadowed:
             click.echo(f"          shadows {shadowed}")
         if item.reason:
             click.echo(f"          why: {item.reason}")
-        if (command := found.trust_hint(item)) is not None:
+        if (command := found.trust_hint(item) if item.kind != "workflow" else _workflow_hint(item)) is not None:
             click.echo(f"          to trust it once reviewed: {command}")
     if report.running_sessions:
         click.echo(f"compared with what the running session{'s' if len(report.running_sessions) > 1 else ''} "
@@ -81,13 +101,19 @@ def extensions(ctx: click.Context, cwd: str | None, as_json: bool) -> None:
         click.echo(f"osprey: warning: {warning}", err=True)
 
 
+def _workflow_hint(item: Any) -> str | None:
+    if item.status != "inactive" or item.digest is None:
+        return None
+    return f"osprey extensions trust {item.name}"
+
+
 @extensions.command()
 @click.argument("name")
 @click.option("--yes", "-y", is_flag=True, help="Trust without asking (required when there is no terminal to ask on).")
 @click.pass_context
 def trust(ctx: click.Context, name: str, yes: bool) -> None:
-    """Trust the executable artifact NAME (a custom tool's name, `hooks`, or a path): show its
-    digest and what it runs, ask, then record the pin in $OSPREY_HOME/trust.toml.
+    """Trust the executable artifact NAME (a custom tool's name, `hooks`, a workflow's name, or a
+    path): show its digest and what it runs, ask, then record the pin in $OSPREY_HOME/trust.toml.
 
     The pin covers the artifact's bytes and the bytes of every workspace file
     its commands name (the program, an interpreter's script, `--option=FILE`;
@@ -101,13 +127,14 @@ def trust(ctx: click.Context, name: str, yes: bool) -> None:
 
     settings, found = _discover(ctx.obj.get("cwd"))
     wanted = "hooks.toml" if name == "hooks" else name
-    candidates = [a for a in found.find(wanted) if a.kind in ("tool", "hooks") and a.status != "skipped"]
+    pinned = ("tool", "hooks", "workflow")
+    candidates = [a for a in found.find(wanted) if a.kind in pinned and a.status != "skipped" and (a.kind != "workflow" or a.digest is not None)]
     if not candidates:
-        unusable = [a for a in found.find(wanted) if a.kind in ("tool", "hooks")]
+        unusable = [a for a in found.find(wanted) if a.kind in pinned and a.status == "skipped"]
         if unusable:
             _fail("\n".join(f"{a.path} cannot be trusted: {a.reason}" for a in unusable))
-        executable = sorted({a.name for a in found.artifacts if a.kind in ("tool", "hooks")})
-        _fail(f"no custom tool or hooks file named {name!r} was found" + (f"; found: {', '.join(executable)}" if executable else ""))
+        executable = sorted({a.name for a in found.artifacts if a.kind in ("tool", "hooks") or (a.kind == "workflow" and a.digest is not None)})
+        _fail(f"no custom tool, hooks file or workflow named {name!r} was found" + (f"; found: {', '.join(executable)}" if executable else ""))
     if len(candidates) > 1:
         untrusted = [a for a in candidates if a.trust != "trusted"]
         if len(untrusted) != 1:
@@ -122,7 +149,7 @@ def trust(ctx: click.Context, name: str, yes: bool) -> None:
     click.echo(f"{item.kind} {item.name} ({item.layer})")
     click.echo(f"  file:   {item.path}")
     for command in item.runs:
-        click.echo(f"  runs:   {command}")
+        click.echo(f"  {'does' if item.kind == 'workflow' else 'runs'}:   {clean(command)}")
     click.echo(f"  digest: {item.digest}")
     if item.trust == "modified":
         click.echo("  it changed since it was last trusted")

@@ -106,11 +106,52 @@ def show_command(session_id: str, as_json: bool, full: bool) -> None:
                 click.echo(json.dumps(data, ensure_ascii=False))
             return
         events = read_events(path, row.id)
+        children = _children(path, row.id)
     except JournalError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"session {row.id}  {_clean(row.cwd)}  {row.provider}/{_clean(row.model)}  started {_when(row.created)}")
+    if children:
+        click.echo(f"{counted(len(children), 'child session')} (`osprey sessions show ID` shows one):")
+        for line in children:
+            click.echo(line)
     for line in _transcript(events, full=full):
         click.echo(line)
+
+
+MAX_CHILDREN_SHOWN = 200
+
+
+def _children(path: Path, session_id: str) -> list[str]:
+    """The sessions `session_id` started and theirs, one line each, indented by depth: id,
+    persona, outcome, turns and tokens (from each one's last ending), and its first prompt."""
+    import sqlite3
+
+    from ..sessions.journal import JournalError, reader, session_tree
+
+    tree = session_tree(path, session_id, limit=MAX_CHILDREN_SHOWN + 1)[1:]
+    if not tree:
+        return []
+    conn = reader(path)
+    lines = []
+    try:
+        for depth, child in tree[:MAX_CHILDREN_SHOWN]:
+            start = conn.execute("SELECT data FROM events WHERE session_id = ? AND type = 'session_start' ORDER BY seq LIMIT 1", (child.id,)).fetchone()
+            end = conn.execute("SELECT data FROM events WHERE session_id = ? AND type IN ('task_end', 'session_end') ORDER BY seq DESC LIMIT 1",
+                               (child.id,)).fetchone()
+            persona = str(json.loads(start[0]).get("persona") or "-") if start else "-"
+            ending = json.loads(end[0]) if end else {}
+            usage = ending.get("usage") or {}
+            spent = (f"{counted(int(ending.get('turns') or 0), 'turn')}, tokens {int(usage.get('input_tokens') or 0):,} in / "
+                     f"{int(usage.get('output_tokens') or 0):,} out") if ending else "no task ended"
+            title = " ".join(_clean(child.title).split())[:LABEL_CHARS]
+            lines.append(f"{'  ' * depth}{child.id}  {_clean(persona)}  {child.outcome or 'running'}  {spent}  {title}")
+    except (sqlite3.Error, ValueError) as exc:
+        raise JournalError(f"cannot read the child sessions of {session_id} from the journal {path}: {exc}") from None
+    finally:
+        conn.close()
+    if len(tree) > MAX_CHILDREN_SHOWN:
+        lines.append(f"  ... (more than {MAX_CHILDREN_SHOWN})")
+    return lines
 
 
 @sessions.command("rename")

@@ -35,7 +35,10 @@ from .schema import (
     FileConfig,
     LspServerSettings,
     LspSettings,
+    MoaPreset,
+    ProviderEndpoint,
     ProviderOverrides,
+    ResolvedMoa,
     ResolvedRetrieve,
     ResolvedWebSearch,
     Settings,
@@ -245,6 +248,18 @@ def _lsp_loosens(entry: Any, below: LspServerSettings | None) -> bool:
     return any(value != getattr(below, key, _MISSING) for key, value in entry.items())
 
 
+def _moa_redirects(entry: Any, below: MoaPreset | None, run_provider: str) -> bool:
+    """Whether a project's `[moa.presets.NAME]` sends a model to a provider other than the run's
+    own, where the layers below do not already send that model of that preset there."""
+    if not isinstance(entry, Mapping):
+        return True
+    providers = entry.get("providers")
+    for model, provider in (providers.items() if isinstance(providers, Mapping) else ()):
+        if provider != run_provider and (below is None or below.providers.get(model) != provider):
+            return True
+    return False
+
+
 def loosening(layer: Mapping[str, Any], below: FileConfig, default_policy: ApprovalPolicy = DEFAULT_APPROVAL_POLICY) -> list[Guarded]:
     """The guarded keys of `layer` whose values loosen `below` (the merged layers under it).
 
@@ -274,6 +289,12 @@ def loosening(layer: Mapping[str, Any], below: FileConfig, default_policy: Appro
         theirs = below.providers.get(name) or ProviderOverrides()
         for key in ("base_url", "api_key_env"):
             check(("providers", name, key), lambda v, theirs=theirs, key=key: v != getattr(theirs, key), REDIRECT)
+    # A preset whose model names another provider sends the conversation (and that provider's key)
+    # there: the whole preset waits for trust.
+    presets = _get(layer, ("moa", "presets"))
+    run_provider = below.provider or ("replay" if below.replay_file else "openai")
+    for name in presets if isinstance(presets, Mapping) else {}:
+        check(("moa", "presets", name), lambda v, name=name: _moa_redirects(v, below.moa.presets.get(name), run_provider), REDIRECT)
     # Memory holds facts about the user and the projects: a project may not send it to a server.
     memory = below.memory
     check(("memory", "provider"), lambda v: v == "hindsight" and memory.provider != "hindsight", REDIRECT_MEMORY)
@@ -286,6 +307,12 @@ def loosening(layer: Mapping[str, Any], below: FileConfig, default_policy: Appro
     check(("agent", "requests_per_minute"), lambda v: agent.requests_per_minute is not None and (v is None or v > agent.requests_per_minute),
           "raise the limit on model requests")
     check(("agent", "child_lanes"), lambda v: agent.child_lanes == "own" and v != "own", "let child sessions share a lane")
+    check(("agent", "max_children"), lambda v: isinstance(v, int) and v > agent.max_children, "run more child agents at once")
+    # Workflows run agents (model requests, tools) by the hundred: a project may lower their limits, never raise them.
+    wf = below.workflows
+    check(("workflows", "enabled"), lambda v: bool(v) and not wf.enabled, "turn workflows on")
+    for key in ("max_concurrent_agents", "max_agents", "timeout_s", "heap_mb"):
+        check(("workflows", key), lambda v, key=key: isinstance(v, int | float) and v > getattr(wf, key), "raise the workflows' limits")
     sb = below.sandbox
     check(("sandbox", "enabled"), lambda v: sb.enabled and not v, "turn the sandbox off")
     check(("sandbox", "network"), lambda v: bool(v) and not sb.network, "give the sandbox network access")
@@ -471,6 +498,26 @@ def resolve_retrieve(fc: FileConfig, env: Mapping[str, str]) -> ResolvedRetrieve
     return ResolvedRetrieve(**fc.retrieve.model_dump(), embeddings_api_key=SecretStr(key) if key else None)
 
 
+def resolve_moa(fc: FileConfig, env: Mapping[str, str], warnings: list[str]) -> ResolvedMoa:
+    """`[moa]` with the endpoint of every provider its presets name (`[providers.NAME]`, else the
+    provider's defaults); a default that names no preset is dropped, with a warning."""
+    endpoints: dict[str, ProviderEndpoint] = {}
+    for preset in fc.moa.presets.values():
+        for provider in preset.providers.values():
+            if provider in endpoints:
+                continue
+            overrides = fc.providers.get(provider) or ProviderOverrides()
+            key_var = overrides.api_key_env or API_KEY_VARS[provider]
+            endpoints[provider] = ProviderEndpoint(base_url=(overrides.base_url or DEFAULT_BASE_URLS[provider]).rstrip("/"),
+                                                   api_key=SecretStr(env[key_var]) if env.get(key_var) else None, api_key_env=key_var)
+    default = fc.moa.default
+    if default is not None and default not in fc.moa.presets:
+        warnings.append(f"moa.default names the preset {default!r}, which no [moa.presets.{default}] table defines; "
+                        "/moa needs a default preset: define it, or pick one with /moa-config")
+        default = None
+    return ResolvedMoa(default=default, presets=fc.moa.presets, endpoints=endpoints)
+
+
 def _env_path(environ: Mapping[str, str], name: str, cwd: Path) -> Path | None:
     value = environ.get(name, "")
     if not value:
@@ -556,6 +603,8 @@ def load_settings(
         retrieve=resolve_retrieve(fc, env),
         extensions=fc.extensions,
         lsp=_checked_lsp(fc.lsp),
+        workflows=fc.workflows,
+        moa=resolve_moa(fc, env, warnings),
         hindsight_api_key=SecretStr(env["HINDSIGHT_API_KEY"]) if env.get("HINDSIGHT_API_KEY") else None,
         # Only the real environment names these files: a project's .env must not swap the prompt.
         system_prompt_file=_env_path(real_env, "OSPREY_SYSTEM_PROMPT_FILE", cwd),

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, StrictBool
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, StrictBool, model_validator
 from pydantic_core import PydanticCustomError
 
 from .environment import ShellEnvironmentPolicy
@@ -141,6 +141,8 @@ class AgentSettings(_Strict):
     requests_per_minute: int | None = Field(None, ge=1, le=100_000)
     # Children run their tools in their parent's home ("shared") or each in one of its own ("own").
     child_lanes: Literal["shared", "own"] = "shared"
+    # At most this many children (subagents) run at once across one spawn tree; a spawn past it waits.
+    max_children: int = Field(8, ge=1, le=64)
     # The persona a session starts as when --persona does not name one (see `osprey docs personas`).
     default_persona: str | None = Field(None, min_length=1, max_length=80)
 
@@ -239,6 +241,70 @@ class ResolvedRetrieve(RetrieveSettings):
     embeddings_api_key: SecretStr | None = None
 
 
+# A model's name as a preset gives it (no spaces; e.g. "gpt-4.1", "meta-llama/llama-3.3-70b").
+MoaModelName = Annotated[str, Field(pattern=r"^\S{1,200}$")]
+MoaPresetName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+# The providers a preset's model may name; one left out talks to the session's own provider.
+MoaProvider = Literal["openai", "anthropic"]
+MOA_MIN_REFERENCES, MOA_MAX_REFERENCES = 2, 8
+
+
+class MoaPreset(_Strict):
+    """`[moa.presets.NAME]`: the reference models that answer a /moa prompt in parallel and the
+    aggregator that merges their answers (see `osprey docs moa`)."""
+
+    reference_models: list[MoaModelName] = Field(min_length=MOA_MIN_REFERENCES, max_length=MOA_MAX_REFERENCES)
+    aggregator: MoaModelName
+    providers: dict[MoaModelName, MoaProvider] = Field(default_factory=dict, max_length=MOA_MAX_REFERENCES + 1,
+                                                       description="a model's provider, when it is not the session's")
+    instructions: str | None = Field(None, min_length=1, max_length=20_000, description="more instructions for the aggregator")
+    timeout: float = Field(300.0, gt=0, le=3600, description="seconds each model may take to answer")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MoaPreset:
+        seen: set[str] = set()
+        for model in self.reference_models:
+            if model in seen:
+                raise ValueError(f"reference_models lists {model!r} twice; list each model once")
+            seen.add(model)
+        stray = [m for m in self.providers if m not in seen and m != self.aggregator]
+        if stray:
+            raise ValueError(f"providers names {', '.join(map(repr, stray))}, which is neither a reference model nor the aggregator")
+        return self
+
+
+class MoaSettings(_Strict):
+    """`[moa]`: the Mixture of Agents presets (`/moa`, `/moa-config`) and the one `/moa` uses."""
+
+    default: MoaPresetName | None = Field(None, description="the preset /moa runs")
+    presets: dict[MoaPresetName, MoaPreset] = Field(default_factory=dict, max_length=64)
+
+
+class ProviderEndpoint(_Strict):
+    """Where a provider's requests go and the key they carry (resolved from `[providers.NAME]`,
+    the defaults and the environment)."""
+
+    base_url: str
+    api_key: SecretStr | None = None
+    api_key_env: str = Field(description="the variable the key is read from, to name when it is missing")
+
+
+class ResolvedMoa(MoaSettings):
+    """`[moa]` once merged, with the endpoint of each provider a preset names."""
+
+    endpoints: dict[MoaProvider, ProviderEndpoint] = Field(default_factory=dict)
+
+
+class WorkflowsSettings(_Strict):
+    """`[workflows]`: JavaScript workflows (`osprey docs workflows`)."""
+
+    enabled: bool = Field(True, description="offer run_workflow and propose_workflow, and the TUI's workflow commands")
+    max_concurrent_agents: int = Field(16, ge=1, le=256, description="at most this many agents at once across the session's workflow runs; more wait for a slot")
+    max_agents: int = Field(1000, ge=1, le=100_000, description="at most this many agents in one run; the next is refused")
+    timeout_s: float = Field(3600.0, gt=0, le=7 * 86400, description="a run's wall-clock limit in seconds")
+    heap_mb: int = Field(256, ge=16, le=16 * 1024, description="the script's JavaScript heap limit in MB")
+
+
 class ProviderOverrides(_Strict):
     base_url: BaseURL | None = None
     api_key_env: str | None = None
@@ -267,6 +333,8 @@ class FileConfig(_Strict):
     extensions: ExtensionsSettings = Field(default_factory=ExtensionsSettings)
     lsp: LspSettings = Field(default_factory=LspSettings)
     retrieve: RetrieveSettings = Field(default_factory=RetrieveSettings)
+    workflows: WorkflowsSettings = Field(default_factory=WorkflowsSettings)
+    moa: MoaSettings = Field(default_factory=MoaSettings)
 
 
 class Settings(_Strict):
@@ -294,6 +362,8 @@ class Settings(_Strict):
     extensions: ExtensionsSettings = Field(default_factory=ExtensionsSettings)
     lsp: LspSettings = Field(default_factory=LspSettings)
     retrieve: ResolvedRetrieve = Field(default_factory=ResolvedRetrieve)
+    workflows: WorkflowsSettings = Field(default_factory=WorkflowsSettings)
+    moa: ResolvedMoa = Field(default_factory=ResolvedMoa)
     # HINDSIGHT_API_KEY, from the real environment or a .env file: the Hindsight cloud's key.
     hindsight_api_key: SecretStr | None = None
     system_prompt_file: Path | None = Field(None, description="OSPREY_SYSTEM_PROMPT_FILE (the real environment only): replaces the base system prompt")

@@ -36,7 +36,7 @@ MAX_RECORD_BYTES = 1024 * 1024
 MAX_RECORDS = 200  # read per report; more running sessions than this are not compared
 MAX_ENTRIES = 2000
 SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-NOT_RELOADED = frozenset({"config"})  # kinds a reload does not read again
+NOT_RELOADED = frozenset({"config", "workflow"})  # kinds a reload does not read again (workflows are read at each run)
 
 
 class LoadedArtifact(BaseModel):

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Kind = Literal["tool", "hooks", "system_prompt", "append_system", "tool_descriptions", "toolsets", "config", "project_instructions"]
+Kind = Literal["tool", "hooks", "system_prompt", "append_system", "tool_descriptions", "toolsets", "config", "project_instructions", "workflow"]
 Trust = Literal["trusted", "untrusted", "modified", "not_required"]
 Status = Literal["active", "inactive", "shadowed", "skipped", "pending_reload"]
 Provenance = Literal["agent", "legacy", "unknown", "none"]

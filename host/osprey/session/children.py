@@ -15,11 +15,35 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..policy.approvals import ApprovalAnswer, ApprovalRequest, Approver
 
 if TYPE_CHECKING:
     from ..events import TaskEnd
     from ..tools.base import ChildRequest
     from .core import Session
+
+
+class ChildApprovalRequest(ApprovalRequest):
+    """An approval a child session asks for: the person sees which agent asks."""
+
+    agent: str  # the child's name (its persona's), as the person knows it
+    agent_id: str
+
+
+class ChildApprover:
+    """The parent's approver, asked on a child's behalf: each request names the child."""
+
+    def __init__(self, inner: Approver, name: str, agent_id: str) -> None:
+        self.inner = inner
+        self.name = name
+        self.agent_id = agent_id
+
+    async def ask(self, request: ApprovalRequest) -> ApprovalAnswer:
+        if isinstance(request, ChildApprovalRequest):
+            return await self.inner.ask(request)  # a grandchild's: it names the agent that asks
+        fields = request.model_dump()
+        fields.update(agent=self.name or self.agent_id, agent_id=self.agent_id)
+        return await self.inner.ask(ChildApprovalRequest(**fields))
 
 
 class Child:
@@ -40,7 +64,16 @@ class Child:
         return self._task is not None and not self._task.done()
 
     def _submit(self, prompt: str) -> None:
-        self._task = asyncio.ensure_future(self.session.submit(prompt))
+        self._task = asyncio.ensure_future(self._work(prompt))
+
+    async def _work(self, prompt: str) -> TaskEnd:
+        """The child's task; when it ends, the children it left running are cancelled: no one is
+        left to wait for them (its parent sees only its end)."""
+        try:
+            return await self.session.submit(prompt)
+        finally:
+            for child in list(self.session.children):
+                child.cancel()
 
     async def wait(self) -> TaskEnd:
         """The end of the child's current task. Cancelling the wait leaves the child running."""
@@ -117,11 +150,15 @@ async def start_child(parent: Session, request: ChildRequest) -> Child:
     # The parent's provider object only when no client of its own can make another (a provider
     # passed in); otherwise a provider of the child's own on the parent's client.
     provider = parent.provider if parent._http is None else None
+    # The approval policy is the parent's (its settings); a question goes to the parent's approver,
+    # labelled with the child's name.
+    approver = ChildApprover(parent.approver, options.agent_name, options.session_id)
     session = type(parent)(
-        options, emit=parent._emit_out, approver=parent.approver, warn=parent.warn, progress=parent.progress,
+        options, emit=parent._emit_out, approver=approver, warn=parent.warn, progress=parent.progress,
         provider=provider, http=parent._http, limiter=parent.limiter, journal=parent.journal, close_journal=False,
         home=None if own_home else parent.home,
     )
+    session.spawn_slots = parent.spawn_slots  # one count of running children for the whole tree
     child = Child(session, name=options.agent_name, parent=parent)
     parent.children.append(child)
     try:

@@ -18,10 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler
 from pydantic_core import CoreSchema, core_schema
 
 from ..config import Settings
-from ..errors import ConfigError
-from ..events import Compaction, Event, ModelSwitch, Notice, SessionEnd, SessionStart, TaskEnd
+from ..errors import ConfigError, OspreyError
+from ..events import AssistantText, Compaction, Event, ModelSwitch, Notice, SessionEnd, SessionStart, TaskEnd, UsageEvent
 from ..interception import Interceptor, InterceptorChain, PromptSubmission
-from ..messages import Message, ToolSpec, Usage
+from ..messages import AssistantMessage, Message, ToolSpec, Usage
 from ..outcomes import Outcome, exit_status
 from ..policy.approvals import ApprovalPolicy, Approver, HeadlessApprover
 from ..sessions.resume import ResumePoint
@@ -29,6 +29,8 @@ from ..sessions.resume import ResumePoint
 if TYPE_CHECKING:
     import httpx
 
+    from ..agents.workflows.runs import WorkflowRuns
+    from ..config.schema import ResolvedMoa
     from ..extensions.session import SessionExtensions
     from ..personas import Persona
     from ..providers.base import Provider, TextSink
@@ -126,6 +128,8 @@ def compose_system_prompt(settings: Settings, tool_service: str | None = None) -
 
 def parse_allow_rules(texts: Sequence[str]) -> list[Any]:
     """`--allow` rules, or a ConfigError naming the bad one."""
+    if not texts:
+        return []  # most runs give none: the rules' module is not loaded for them
     from ..policy.rules import Rule, RuleError
 
     rules = []
@@ -228,6 +232,11 @@ class Session:
         self._cancel_signal: int | None = None
         self._cancelled_outside = False  # the stop came from outside (a signal, a parent): Cancelled
         self.children: list[Child] = []
+        # The lead session's workflow runs (`agents.workflows.runs.WorkflowRuns`); None when workflows are off.
+        self.workflows: WorkflowRuns | None = None
+        # The running children's count of this session's spawn tree (`agents.subagents.SpawnSlots`),
+        # shared by the lead and every descendant.
+        self.spawn_slots: Any = None
         self._tools_failed: BaseException | None = None  # the ToolService's background start failed
         self._budget_deadline: float | None = None  # loop time at which the session's budget runs out
         self._budget_out = False
@@ -410,6 +419,21 @@ class Session:
             saved = self.journal.path if self.journal is not None else journal_path(settings.home)
             if self.journal is not None or saved.is_file():
                 made.append(SessionSearchTools(saved, self.session_id, settings.cwd))
+        from ..agents.subagents import TOOL_NAMES, SpawnSlots, SubagentTools
+
+        if self.options.parent_id is None or (persona is not None and set(persona.tools or ()) & set(TOOL_NAMES)):
+            # Subagents: a lead session can start children; a child only when its persona lists the tools.
+            if self.spawn_slots is None:
+                self.spawn_slots = SpawnSlots(settings.agent.max_children)
+            made.append(SubagentTools(self.spawn_slots, note=lambda text: self.emit(Notice(message=text, level="info"))))
+        if self.options.parent_id is None and settings.workflows.enabled:
+            from ..agents.workflows.runs import WorkflowRuns
+            from ..agents.workflows.tools import WorkflowTools
+
+            # Workflows: the lead session's runs (their agents are its children) and the model's
+            # run_workflow and propose_workflow; closing the source interrupts the active runs.
+            self.workflows = WorkflowRuns(self.spawn, settings, self.emit, offered=self.tool_names)
+            made.append(WorkflowTools(self.workflows))
         for source in made:
             await source.start()
             self._own(f"tools:{source.name}", source.close)
@@ -553,7 +577,11 @@ class Session:
         self._stop_task()
 
     def _stop_task(self) -> None:
-        """Stop the running task and every child's (theirs end Cancelled: it came from outside them)."""
+        """Stop the running task, every child's (theirs end Cancelled: it came from outside them)
+        and every workflow run (`/run`'s in the background too: nothing keeps running)."""
+        if self.workflows is not None:
+            for run in self.workflows.active():
+                run.interrupt()
         for child in self.children:
             child.cancel()
         if self._task is not None and not self._task.done():
@@ -863,6 +891,110 @@ class Session:
             raise RuntimeError("a prompt is still being worked on: compact when it has ended")
         return await self.loop.compact("manual", instructions)
 
+    async def moa(self, prompt: str, preset: str | None = None, *, presets: ResolvedMoa | None = None) -> TaskEnd:
+        """Run `prompt` through a Mixture of Agents preset (`preset`, else the default one of
+        `presets`, else of the settings' `[moa]`): the reference models answer in parallel, then
+        the aggregator merges their answers (`agents.moa`). The prompt and the merged answer enter
+        the conversation as a user turn and an assistant turn; notices say which preset and models
+        ran and what each used, and their usage counts in the session's. The session's own model
+        is never changed. Ends with `task_end` as `submit` does (Error when no answer came, Stopped
+        on `cancel()`); a preset that cannot be found is a ConfigError, before anything is recorded."""
+        if not self._announced or self._closed:
+            raise RuntimeError("the session is not running: start() it first")
+        if self._submitting is not None or self.loop is None:
+            raise RuntimeError("a prompt is still being worked on: cancel() it or wait for it")
+        from ..agents.moa import Mixture, MoaProviders, choose_preset
+
+        config = presets if presets is not None else self.settings.moa
+        name, chosen = choose_preset(config, preset)
+        loop = self.loop
+        self._submitting = asyncio.get_running_loop().create_future()
+        self._cancel_signal, self._cancelled_outside, loop.stopping = None, False, False
+        turns_before = loop.turns
+        providers = MoaProviders(self.settings, config, http=self._http, http_plain=self._plain_http, limiter=self.limiter)
+        mixture = Mixture(name, chosen, providers, retry=self.settings.retry, on_answer=lambda answer: self._moa_answered(mixture, answer))
+        try:
+            conversation = list(loop.messages)
+            text = await self._judged_prompt(prompt)
+            if text is None:
+                return self._end_task(Outcome.ERROR, turns_before, "", "the prompt was blocked (see the notice before this)")
+            loop.add_user_message(text)
+            if loop.stopping:
+                raise asyncio.CancelledError
+            self.emit(Notice.model_validate({"message": f"mixture of agents ({name}): {', '.join(chosen.reference_models)} answer, "
+                                                        f"{chosen.aggregator} merges", "moa": {"preset": name, "stage": "start"}}))
+            self._task = asyncio.ensure_future(mixture.run(system=self.system_prompt(), conversation=conversation, prompt=text,
+                                                         on_text=self.on_text))
+            final = await self._task
+            self._moa_record(mixture, final.text)
+            return self._end_task(Outcome.COMPLETED, turns_before, final.text, None)
+        except asyncio.CancelledError:
+            outcome = Outcome.CANCELLED if self._cancelled_outside else Outcome.STOPPED
+            self._moa_record(mixture, None)
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                self._end_task(outcome, turns_before, "", None)
+                raise
+            return self._end_task(outcome, turns_before, "", None)
+        except OspreyError as exc:
+            self._moa_record(mixture, None)
+            return self._end_task(Outcome.ERROR, turns_before, "", str(exc))
+        finally:
+            self._task = None
+            done, self._submitting = self._submitting, None
+            if done is not None:
+                done.set_result(None)
+            await asyncio.shield(providers.aclose())  # the clients made for models the session's own cannot reach
+
+    async def _judged_prompt(self, prompt: str) -> str | None:
+        """`prompt` as the interceptors let it through (with the context they add), or None when
+        one blocked it (said in a notice)."""
+        from .calls import with_context
+
+        context: list[str] = []
+        for interceptor in self.interceptors:
+            try:
+                said = await interceptor.prompt_submitted(PromptSubmission(text=prompt, session_id=self.session_id))
+            except Exception as exc:  # noqa: BLE001 - an interceptor's bug must not end the task
+                self.warn(f"the interceptor {interceptor.name} failed on the prompt: {type(exc).__name__}: {exc}")
+                continue
+            if said is not None and said.block:
+                self.emit(Notice(message=f"the prompt was blocked by {said.source or interceptor.name}: {said.reason or 'no reason given'}",
+                                 level="warning"))
+                return None
+            if said is not None and said.context:
+                context.append(said.context)
+        return with_context(prompt, context)
+
+    def _moa_answered(self, mixture: Any, answer: Any) -> None:
+        """A model of a running mixture answered or failed: said as it happens."""
+        if answer.role != "reference":
+            return
+        said = (f"moa: {answer.model} answered in {answer.seconds:.1f} s ({answer.usage.input_tokens:,} in, {answer.usage.output_tokens:,} out)"
+                if answer.ok else f"moa: {answer.model} failed: {answer.error}")
+        self.emit(Notice(message=said, level="info" if answer.ok else "warning"))
+        references = [a for a in mixture.answers if a.role == "reference"]
+        if len(references) == len(mixture.preset.reference_models) and any(a.ok for a in references):
+            self.emit(Notice(message=f"moa: {mixture.preset.aggregator} merges {sum(a.ok for a in references)} of {len(references)} answers"))
+
+    def _moa_record(self, mixture: Any, answer: str | None) -> None:
+        """Count what a mixture used (one turn of the conversation) and put its answer, if any,
+        into the conversation; a notice lists every model with its outcome and usage."""
+        assert self.loop is not None
+        loop = self.loop
+        if mixture.answers:
+            loop.turns += 1
+            loop.usage = loop.usage + mixture.usage
+            self.emit(UsageEvent(turn=loop.turns, usage=mixture.usage, total=loop.usage))
+            lines = [f"{a.role} {a.provider} · {a.model}: " + (f"{a.usage.input_tokens:,} in, {a.usage.output_tokens:,} out, {a.seconds:.1f} s"
+                                                               if a.ok else f"failed ({a.error})") for a in mixture.answers]
+            self.emit(Notice.model_validate({"message": f"mixture of agents ({mixture.name}):\n" + "\n".join(lines),
+                                             "moa": {"preset": mixture.name, "stage": "end",
+                                                     "models": [a.model_dump(mode="json") for a in mixture.answers]}}))
+        if answer is not None:
+            self.emit(AssistantText(turn=loop.turns, text=answer))
+            loop.messages.append(AssistantMessage(text=answer))
+
     async def run_tool(self, name: str, arguments: dict[str, Any]) -> CallResult:
         """Run one tool call the person asked for from a front end (`/diff` runs `bash`). A
         built-in tool is found even when the model is not offered it (a toolset). The hardline
@@ -927,6 +1059,14 @@ class Session:
                 while not submitting.done():  # until its task_end is written
                     try:
                         await asyncio.shield(submitting)
+                    except asyncio.CancelledError as exc:
+                        interrupted = exc  # our caller is being cancelled: finish the teardown first
+            if self.workflows is not None:
+                # Active runs end interrupted (journaled) before their agents, the children, close.
+                stopping = asyncio.ensure_future(self.workflows.close())
+                while not stopping.done():
+                    try:
+                        await asyncio.shield(stopping)
                     except asyncio.CancelledError as exc:
                         interrupted = exc  # our caller is being cancelled: finish the teardown first
             # Children borrow this session's home and client: they end first.

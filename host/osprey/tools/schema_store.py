@@ -16,6 +16,8 @@ MODULES = (
     "osprey.tools.builtin", "osprey.tools.control", "osprey.tools.memory_tool", "osprey.tools.process",
     "osprey.tools.skill_tool", "osprey.web.fetch_tool", "osprey.web.search", "osprey.extensions.manage_tool",
     "osprey.session.personas", "osprey.tools.session_search", "osprey.lsp.tool", "osprey.retrieve.tool",
+    "osprey.agents.subagents",
+    "osprey.agents.workflows.tools",
 )
 STORE = Path(__file__).with_name("stored_schemas.py")
 

@@ -27,6 +27,7 @@ from textual.widgets import Static
 from ..numbers import counted
 from ..terminal_text import clean
 from . import commands
+from .children import ChildrenPanel
 from .completion import CompletionMenu
 from .driver import Resume, SessionDriver, SessionFactory, SettingsFor
 from .presenter import Presenter
@@ -140,6 +141,7 @@ class OspreyApp(App[int]):
         yield Conversation(id="conversation")
         yield TodoPanel(id="todo")
         yield QueuePanel(id="queue")
+        yield ChildrenPanel(self.presenter.children, id="children")
         menu = CompletionMenu(id="suggestions")
         yield menu
         yield Static("starting…", id="status", markup=False)

@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from ..policy.approvals import ApprovalAnswer, ApprovalRequest
-from ..terminal_text import escaped
+from ..terminal_text import clean, escaped
 from .transcript import edit_diff, format_arguments
 
 
@@ -76,7 +76,10 @@ class ApprovalScreen(ModalScreen[ApprovalAnswer]):
     def compose(self) -> ComposeResult:
         r = self.request
         with Vertical():
-            yield Label(Content.assemble((escaped(r.tool), "bold"), f" needs approval ({r.policy})"), id="title")
+            # A child session's request names the agent that asks (`session.children.ChildApprovalRequest`).
+            agent = getattr(r, "agent", "")
+            asker = ("agent ", (escaped(clean(agent)[:80]), "bold"), ": ") if agent else ()
+            yield Label(Content.assemble(*asker, (escaped(r.tool), "bold"), f" needs approval ({r.policy})"), id="title")
             if not r.rememberable:  # an interceptor's own question: say why it asks
                 yield Static(escaped(r.reason), markup=False, id="asked_by")
             with VerticalScroll(id="arguments"):

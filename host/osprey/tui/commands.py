@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 
@@ -25,6 +26,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("model", "/model [NAME]", "Pick a model of this provider from the catalog, or switch to NAME."),
     Command("provider", "/provider NAME", "Switch to another provider (openai, anthropic) with its default model."),
     Command("effort", "/effort LEVEL", "Reasoning effort: minimal, low, medium, high, or off."),
+    Command("moa", "/moa PROMPT", "Several models answer PROMPT in parallel and one merges them (the default preset); the session's model stays."),
+    Command("moa-config", "/moa-config", "Manage the Mixture of Agents presets: list, add, edit, delete, pick the default."),
     Command("verify", "/verify", "Re-arm the verification checkpoint and have the agent audit the current task (not while it works)."),
     Command("compact", "/compact [INSTRUCTIONS]", "Replace the conversation with a summary the model writes."),
     Command("session", "/session", "This session's id, title, journal, turns and usage; rename, fork from here, or delete it."),
@@ -37,18 +40,13 @@ COMMANDS: tuple[Command, ...] = (
     Command("skills", "/skills", "List the discovered skills; each project and user skill is also a command, /NAME [REQUEST]."),
     Command("skill", "/skill NAME", "Show a discovered skill's name, scope, description and path."),
     Command("bug-report", "/bug-report [WHAT]", "Interview you about a problem and, when you confirm, file an Osprey issue (or give a prefilled link)."),
+    Command("run", "/run PATH [ARGS]", "Start the workflow in a .js file with ARGS; its result enters the conversation when it ends."),
+    Command("workflows", "/workflows", "The running workflows and their agents' progress; each discovered workflow is also /NAME [ARGS]."),
+    Command("deep-research", "/deep-research QUESTION", "Research QUESTION on the web with parallel agents; a report citing its sources by URL."),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
-
-# Typed, these say they are not available yet and what they will do.
-PLANNED: tuple[Command, ...] = (
-    Command("moa", "/moa PROMPT", "Run one prompt through the default Mixture of Agents preset, then restore the session model."),
-    Command("moa-config", "/moa-config", "Manage the Mixture of Agents presets."),
-    Command("run", "/run SCRIPT", "Start a workflow from a .js script."),
-    Command("workflows", "/workflows", "Open the progress view of the running workflows."),
-    Command("deep-research", "/deep-research", "Start the bundled deep-research workflow."),
-)
-PLANNED_BY_NAME = {c.name: c for c in PLANNED}
+# The commands `[workflows] enabled = false` removes (with the discovered workflow commands).
+WORKFLOW_COMMANDS = frozenset({"run", "workflows", "deep-research"})
 
 
 def parse(line: str) -> tuple[str, str] | None:
@@ -60,18 +58,18 @@ def parse(line: str) -> tuple[str, str] | None:
     return name.lower(), rest.strip()
 
 
-def matching(text: str) -> list[Command]:
-    """The commands whose name starts with what was typed after `/` (all of them for a bare `/`)."""
+def matching(text: str, *, extra: Sequence[Command] = (), hidden: Collection[str] = ()) -> list[Command]:
+    """The commands whose name starts with what was typed after `/` (all of them for a bare `/`):
+    the built-in ones but `hidden`, then `extra` (a session's workflow commands)."""
     if not text.startswith("/") or " " in text or "\n" in text:
         return []
     prefix = text[1:].lower()
-    return [c for c in COMMANDS + PLANNED if c.name.startswith(prefix)]
+    return [c for c in (*COMMANDS, *extra) if c.name.startswith(prefix) and c.name not in hidden]
 
 
-def complete(text: str) -> str | None:
-    """The line with the command name completed (the common prefix of the matches), or None.
-    The commands that work come before the planned ones."""
-    found = [c for c in matching(text) if c.name in BY_NAME] or matching(text)
+def complete(text: str, *, extra: Sequence[Command] = (), hidden: Collection[str] = ()) -> str | None:
+    """The line with the command name completed (the common prefix of the matches), or None."""
+    found = matching(text, extra=extra, hidden=hidden)
     if not found:
         return None
     if len(found) == 1:
@@ -84,16 +82,10 @@ def complete(text: str) -> str | None:
     return f"/{common}" if len(common) > len(text) - 1 else None
 
 
-def help_text() -> str:
-    width = max(len(c.usage) for c in COMMANDS + PLANNED)
-    lines = [f"{c.usage.ljust(width)}  {c.help}" for c in COMMANDS]
-    lines += ["", "Not available yet:"] + [f"{c.usage.ljust(width)}  {c.help}" for c in PLANNED]
+def help_text(*, extra: Sequence[Command] = (), hidden: Collection[str] = ()) -> str:
+    width = max(len(c.usage) for c in (*COMMANDS, *extra))
+    lines = [f"{c.usage.ljust(width)}  {c.help}" for c in COMMANDS if c.name not in hidden]
+    if extra:
+        lines += ["", "Workflows:"] + [f"{c.usage.ljust(width)}  {c.help}" for c in extra]
     return "\n".join(lines)
 
-
-def planned_text(name: str) -> str | None:
-    """What a planned command says when typed, or None when `name` is not one."""
-    command = PLANNED_BY_NAME.get(name)
-    if command is None:
-        return None
-    return f"/{name} is not available yet: it will {command.help[0].lower()}{command.help[1:]}"

@@ -3,11 +3,14 @@ down; Tab or Enter takes the highlighted command, Esc closes it, a click takes o
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+
 from rich.text import Text
 from textual.message import Message
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
+from ..terminal_text import clean
 from . import commands
 from .commands import Command
 
@@ -42,22 +45,31 @@ class CompletionMenu(OptionList):
     def shown(self) -> bool:
         return self.has_class("shown")
 
+    def scope(self) -> tuple[Sequence[Command], Collection[str]]:
+        """The session's workflow commands and the built-in commands it does not have (`SlashCommands.scope`)."""
+        slash = getattr(self.app, "slash", None)
+        return slash.scope() if slash is not None else ((), ())
+
+    def complete(self, text: str) -> str | None:
+        """`commands.complete` over the commands this session has."""
+        extra, hidden = self.scope()
+        return commands.complete(text, extra=extra, hidden=hidden)
+
     def show_for(self, text: str) -> None:
-        """Show the commands matching `text` (the working ones first), keeping the highlight on the
+        """Show the commands matching `text`, keeping the highlight on the
         same command when it still matches."""
-        found = commands.matching(text)
+        extra, hidden = self.scope()
+        found = commands.matching(text, extra=extra, hidden=hidden)
         if not found:
             self.hide()
             return
-        working = [c for c in found if c.name in commands.BY_NAME]
-        found = working + [c for c in found if c.name not in commands.BY_NAME]
         current = self.current
         names = [c.name for c in found]
         if names != [c.name for c in self.found]:
             self.found = found
             width = max(len(c.usage) for c in found)
             # Plain text: `[PATH]`, `[all]` and `[NAME]` are argument hints, not markup.
-            self.set_options([Option(Text(f"{c.usage.ljust(width)}  {c.help}"), id=c.name) for c in found])
+            self.set_options([Option(Text(f"{c.usage.ljust(width)}  {clean(c.help)}"), id=c.name) for c in found])
             self.highlighted = names.index(current.name) if current is not None and current.name in names else 0
         typed = text[1:].lower()
         if typed in names:  # a name typed in full is the one Enter takes
@@ -81,6 +93,6 @@ class CompletionMenu(OptionList):
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
-        chosen = commands.BY_NAME.get(event.option.id or "") or commands.PLANNED_BY_NAME.get(event.option.id or "")
+        chosen = next((c for c in self.found if c.name == event.option.id), None)
         if chosen is not None:
             self.post_message(self.Chosen(chosen))

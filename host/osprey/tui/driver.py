@@ -285,12 +285,16 @@ class SessionDriver:
             self.trace("shutdown")
 
     async def close(self) -> None:
-        """Close the session: journal drained and checkpointed, lane removed."""
+        """Close the session: its active workflow runs interrupted, journal drained and checkpointed, lane removed."""
         session, self.session = self.session, None
         if session is not None:
             self.approver.deny_all()
             self.asker.close_all()
-            await session.close()
+            try:
+                if session.workflows is not None:
+                    await session.workflows.interrupt_all()  # journaled as interrupted before the journal closes
+            finally:
+                await session.close()
             await self.presenter.end_answer()
 
     async def renew(self, resume: Resume | None = None) -> None:

@@ -37,6 +37,7 @@ from ..events import (
     Verification,
 )
 from ..terminal_text import StreamCleaner, clean
+from .children import RunningChildren
 from .transcript import Transcript, call_line, format_arguments, question_markdown, result_mark, result_text, todo_markdown
 from .widgets import MAX_RESULT_SHOWN, AnswerRow, FoldRow, NoticeRow, QuestionRow, ToolRow, UserRow, diff_text, todo_progress
 
@@ -118,9 +119,11 @@ class Presenter:
     def __init__(self, screen: View) -> None:
         self.screen = screen
         self.debug = False  # raw events are shown too (/debug)
+        self.children = RunningChildren()  # the running child agents, as their events tell
         self._reset()
 
     def _reset(self) -> None:
+        self.children.clear()
         self.transcript = Transcript()
         self.start: SessionStart | None = None  # the session as it started, with the model it talks to now
         self.effort: str | None = None
@@ -216,7 +219,8 @@ class Presenter:
             fields = event.model_dump(mode="json", exclude={"type"})
             self._show(FoldRow(f"event {event.type}", format_arguments(fields)[:MAX_RESULT_SHOWN], classes="debug"))
         if event.agent_id is not None:
-            return  # a child session's events: they have no view of their own yet
+            self.children.update(event)  # a child session's: the running children's panel shows it
+            return
         turn = getattr(event, "turn", None)
         if isinstance(turn, int):
             self.turns = max(self.turns, turn)

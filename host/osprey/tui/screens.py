@@ -125,7 +125,8 @@ def session_label(row: SessionRow, *, current: str | None = None) -> str:
     title = " ".join(clean(row.title).split())
     title = title if len(title) <= MAX_TITLE else title[:MAX_TITLE - 1] + "…"
     mark = "● " if row.id == current else ""
-    return f"{mark}{_when(row.updated)}  {title or '(no prompt)'}  ·  {row.id[:12]}"
+    outcome = f"  ·  {row.outcome or 'running'}" if row.parent_id else ""  # a child's: how it ended
+    return f"{mark}{_when(row.updated)}  {title or '(no prompt)'}  ·  {row.id[:12]}{outcome}"
 
 
 def grouped(rows: Sequence[SessionRow], cwd: str) -> list[tuple[str, list[SessionRow]]]:
@@ -159,8 +160,22 @@ class SessionsScreen(ModalScreen[SessionRow | None]):
             label = _short(directory) + ("  (here)" if directory == self.cwd else "")
             # A label is a Text shown as it is: a str would be read as markup.
             branch = tree.root.add(Text(clean(label)), expand=directory == self.cwd, data=None)
+            # A child session (a subagent's) is shown under the session that started it.
+            ids = {row.id for row in rows}
+            under: dict[str, list[SessionRow]] = {}
             for row in rows:
-                branch.add_leaf(Text(clean(session_label(row, current=self.current))), data=row)
+                if row.parent_id in ids:
+                    under.setdefault(row.parent_id, []).append(row)
+            pending = [(branch, row) for row in reversed(rows) if row.parent_id not in ids]
+            while pending:
+                node, row = pending.pop()
+                shown = Text(clean(session_label(row, current=self.current)))
+                kids = under.pop(row.id, [])
+                if not kids:
+                    node.add_leaf(shown, data=row)
+                    continue
+                added = node.add(shown, data=row, expand=False)
+                pending.extend((added, kid) for kid in reversed(kids))
         with Vertical():
             yield Static("Sessions (Enter resumes one, Esc leaves)", markup=False)
             yield tree

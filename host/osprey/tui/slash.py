@@ -4,6 +4,7 @@ driver and the session's public API, and shows what it found through the present
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +25,49 @@ if TYPE_CHECKING:
     from .app import OspreyApp
 
 DIFF_TIMEOUT_MS = workspace_diff.TIMEOUT_MS
+REDISCOVER_SECONDS = 5.0  # how long a discovery of the workflows answers for the commands and the menu
+MAX_ENDED_SHOWN = 10  # ended runs /workflows still shows
+MAX_RESULT_CHARS = 40_000  # of a run's result, sent to the model
+NO_SEARCH_SERVICE = (
+    "/deep-research searches the web, and no search service is configured. Configure one, then restart osprey:\n"
+    "  Exa: put an API key in EXA_API_KEY (the environment or a .env file)\n"
+    "  Brave Search: put an API key in BRAVE_API_KEY\n"
+    "  SearXNG: in config.toml, [web_search] searxng_url = \"http://localhost:8888\" (its JSON format enabled)\n"
+    "`osprey docs web-tools` has the details."
+)
+
+
+def shadowed(name: str) -> bool:
+    """A built-in command's name: a workflow of that name is not a command."""
+    return name in commands.BY_NAME
+
+
+def workflow_command(workflow: Any) -> commands.Command:
+    """The slash command of a discovered workflow."""
+    about = " ".join(str(workflow.description or "").split())[:160] or f"Run the {workflow.scope} workflow {workflow.name}."
+    return commands.Command(workflow.name, f"/{workflow.name} [ARGS]", about)
+
+
+def first_word(argument: str) -> tuple[str, str]:
+    """`("my flows/a.js", "x y")` for `'"my flows/a.js" x y'`: the first word (quoted when it holds spaces) and the rest as typed."""
+    text = argument.strip()
+    if text[:1] in ("'", '"'):
+        end = text.find(text[0], 1)
+        if end < 0:
+            raise ValueError(f"no closing quotation mark in {text[:200]!r}")
+        return text[1:end], text[end + 1:].strip()
+    parts = text.split(maxsplit=1)
+    return (parts[0] if parts else ""), (parts[1] if len(parts) > 1 else "")
+
+
+def result_text(value: Any) -> str:
+    """A run's result for the model: a string as it is, anything else as JSON; bounded."""
+    import json
+
+    text = "(the workflow returned nothing)" if value is None else value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+    if len(text) > MAX_RESULT_CHARS:
+        text = text[:MAX_RESULT_CHARS] + f"\n[cut: {len(text) - MAX_RESULT_CHARS:,} more characters]"
+    return text
 
 
 class SlashCommands:
@@ -33,21 +77,27 @@ class SlashCommands:
         self.app = app
         self.driver = app.driver
         self.presenter = app.presenter
+        self._found: tuple[Any, float, list[Any]] | None = None  # the session, when, and the workflows discovered for it
+        self._discovering = False
 
     def note(self, text: str, level: str = "info") -> None:
         self.presenter.note(text, level)
 
     async def run(self, name: str, argument: str) -> None:
-        planned = commands.planned_text(name)
-        if planned is not None:
-            self.note(planned)
+        if name in commands.WORKFLOW_COMMANDS and self._workflows_off():
+            self.app.notify(clean(f"unknown command /{name}: /help lists them"), severity="error", markup=False)
             return
         handler = getattr(self, f"cmd_{name.replace('-', '_')}", None) if name in commands.BY_NAME else None
+        if handler is None and (workflow := await self._workflow_command(name)) is not None:
+            await self.start_workflow(workflow, argument, f"/{name}")
+            return
         if handler is None and self._skill_command(name) is not None:
             await self.run_skill(name, argument)
             return
         if handler is None:
-            self.app.notify(clean(f"unknown command /{name}: /help lists them"), severity="error", markup=False)
+            why = self._why_not(name)
+            self.app.notify(clean(f"unknown command /{name}: /help lists them" + (f" (the workflow {name} does not run: {why})" if why else "")),
+                            severity="error", markup=False)
             return
         await handler(argument)
 
@@ -59,7 +109,9 @@ class SlashCommands:
         if topic:
             self.note(f"/help: no help topic {argument.strip()!r}; /help lists the commands, /help tools the tools", "warning")
             return
-        self.note(commands.help_text())
+        await self.workflow_files()
+        extra, hidden = self.scope()
+        self.note(commands.help_text(extra=extra, hidden=hidden))
 
     async def _tool_catalogue(self) -> None:
         session = self.driver.session
@@ -131,6 +183,163 @@ class SlashCommands:
         self.app.send(f"/{name} {argument}".rstrip() + f"\n\nFollow the skill {name} for this request: {request}\n\n"
                       f"<skill name=\"{name}\">\n{instructions}\n</skill>")
 
+    # ------------------------------------------------------------------ workflows
+
+    def _workflow_runs(self) -> Any:
+        """The session's workflow runs (`WorkflowRuns`); None before it has started or when workflows are disabled."""
+        session = self.driver.session
+        return session.workflows if session is not None and session.started else None
+
+    def _workflows_off(self) -> bool:
+        """The session has started without workflows (`[workflows] enabled = false`)."""
+        session = self.driver.session
+        return session is not None and session.started and session.workflows is None
+
+    def scope(self) -> tuple[list[commands.Command], frozenset[str]]:
+        """The session's workflow commands (as last discovered) and the built-in commands it does not have."""
+        if self._workflows_off():
+            return [], commands.WORKFLOW_COMMANDS
+        session = self.driver.session
+        if session is None or not session.started:
+            return [], frozenset()
+        found = self._found
+        if (found is None or found[0] is not session or time.monotonic() - found[1] > REDISCOVER_SECONDS) and not self._discovering:
+            self._discovering = True
+            self.app.run_worker(self._rediscover(), group="workflow-discovery")
+        files = found[2] if found is not None and found[0] is session else []
+        return [workflow_command(w) for w in files if w.runnable and not shadowed(w.name)], frozenset()
+
+    async def workflow_files(self) -> list[Any]:
+        """The session's discovered workflows (`WorkflowFile`s), found again when the last look is a few seconds old."""
+        session, runs = self.driver.session, self._workflow_runs()
+        if session is None or runs is None:
+            return []
+        found = self._found
+        if found is not None and found[0] is session and time.monotonic() - found[1] <= REDISCOVER_SECONDS:
+            return found[2]
+        try:
+            files = await asyncio.to_thread(runs.discover)
+        except (OspreyError, OSError) as exc:
+            self.note(f"warning: the workflows could not be found: {exc}", "warning")
+            files = []
+        self._found = (session, time.monotonic(), files)
+        return files
+
+    async def _rediscover(self) -> None:
+        try:
+            await self.workflow_files()
+        finally:
+            self._discovering = False
+
+    async def _workflow_command(self, name: str) -> Any:
+        """The runnable discovered workflow `/NAME` starts: built-in commands win, and it wins over a skill."""
+        if shadowed(name) or self._workflow_runs() is None:
+            return None
+        return next((w for w in await self.workflow_files() if w.name == name and w.runnable), None)
+
+    def _why_not(self, name: str) -> str | None:
+        """Why the discovered workflow `name` does not run (not trusted, say), from the last discovery."""
+        found = self._found
+        if found is None or found[0] is not self.driver.session:
+            return None
+        return next((w.why_not or "it cannot run" for w in found[2] if w.name == name and not w.runnable), None)
+
+    async def cmd_run(self, argument: str) -> None:
+        """`/run PATH [ARGS]`: start the workflow in a .js file (relative to the working directory)."""
+        session = self.driver.session
+        if self._workflow_runs() is None or session is None:
+            self.note("/run: the session has not started yet", "warning")
+            return
+        try:
+            path_text, args = first_word(argument)
+        except ValueError as exc:
+            self.note(f"/run: {exc}", "error")
+            return
+        if not path_text:
+            self.note("/run PATH [ARGS]: which workflow file? /workflows lists the running ones", "warning")
+            return
+        path = (session.settings.cwd / Path(path_text).expanduser()).resolve()
+        if path.suffix != ".js":
+            self.note(f"/run: {path} is not a workflow: give a .js file that defines `async function main(osprey)`", "error")
+            return
+        if not await asyncio.to_thread(path.is_file):
+            self.note(f"/run: there is no file {path}", "error")
+            return
+        await self.start_workflow(path, args, f"/run {path_text}")
+
+    async def cmd_workflows(self, argument: str) -> None:
+        """The progress view of this session's workflow runs."""
+        runs = self._workflow_runs()
+        if runs is None:
+            self.note("/workflows: the session has not started yet", "warning")
+            return
+        from .workflows_view import WorkflowsView
+
+        await self.app.push_screen_wait(WorkflowsView(lambda: self._shown_runs(runs)))
+
+    @staticmethod
+    def _shown_runs(runs: Any) -> list[Any]:
+        """The active runs, then the latest that have ended (newest first)."""
+        active = list(runs.active())
+        ended = [run for run in reversed(runs.runs) if not run.active]
+        return active + ended[:MAX_ENDED_SHOWN]
+
+    async def cmd_deep_research(self, argument: str) -> None:
+        """`/deep-research QUESTION`: the bundled deep-research workflow; without a search service it says how to configure one."""
+        session = self.driver.session
+        if self._workflow_runs() is None or session is None:
+            self.note("/deep-research: the session has not started yet", "warning")
+            return
+        question = argument.strip()
+        if not question:
+            self.note("/deep-research QUESTION: what should be researched?", "warning")
+            return
+        if session.settings.web_search is None:
+            self.note(NO_SEARCH_SERVICE, "error")
+            return
+        from ..agents.workflows.discovery import bundled_workflow
+
+        # A built-in command: the bundled file runs, whatever nearer workflow shares its name.
+        try:
+            bundled = await asyncio.to_thread(bundled_workflow, "deep-research")
+        except OspreyError as exc:
+            self.note(f"/deep-research: {exc}", "error")
+            return
+        await self.start_workflow(bundled, question, "/deep-research")
+
+    async def start_workflow(self, target: Any, args: str, label: str) -> None:
+        """Start a workflow run; when it ends, its result enters the conversation (`_deliver`)."""
+        runs, session = self._workflow_runs(), self.driver.session
+        if runs is None or session is None:
+            self.note(f"{label}: the session has not started yet", "warning")
+            return
+        try:
+            run = runs.start(target, args)
+        except (OspreyError, ValueError, RuntimeError) as exc:
+            self.note(f"{label}: {exc}", "error")
+            return
+        self.note(f"workflow {run.name} started ({run.id}); /workflows shows its progress")
+        self.app.run_worker(self._deliver(session, run, label, args), group="workflow-results")
+
+    async def _deliver(self, session: Any, run: Any, label: str, args: str) -> None:
+        """When `run` ends, say so; a finished run's result is then sent to the model as the command's
+        prompt (as a skill command's instructions are), so the transcript and the conversation hold it."""
+        try:
+            result = await run.result()
+        except Exception as exc:  # noqa: BLE001 - the run's own failure is said, never the app's end
+            self.note(f"workflow {run.name} ({run.id}) failed: {type(exc).__name__}: {exc}", "error")
+            return
+        if self.driver.quitting or self.driver.session is not session:
+            return  # it ended with its session (interrupted, and journaled as such)
+        if result.status != "done":
+            self.note(f"workflow {run.name} ({run.id}) {result.status}" + (f": {result.error}" if result.error else ""),
+                      "error" if result.status == "failed" else "warning")
+            return
+        self.note(f"workflow {run.name} ({run.id}) done; its result goes to the model")
+        self.app.send(f"{label} {args}".rstrip() + f"\n\nThe workflow {run.name} I ran has finished; this is its result:\n\n"
+                      f"<workflow-result name=\"{run.name}\">\n{result_text(result.value)}\n</workflow-result>\n\n"
+                      "I can read it here. Take it into account from now on, and reply with a short summary of it; do not redo its work.")
+
     # ------------------------------------------------------------------ the persona
 
     async def cmd_agents(self, argument: str) -> None:
@@ -199,6 +408,20 @@ class SlashCommands:
             self.note(f"/effort: unknown level {argument!r}; give one of {', '.join(EFFORTS)} or off", "error")
             return
         await self.driver.switch(f"/effort {level}", {"effort": level})
+
+    # ------------------------------------------------------------------ mixture of agents
+
+    async def cmd_moa(self, argument: str) -> None:
+        """`/moa PROMPT`: several models answer, one merges (`moa_dialog.run_moa`)."""
+        from .moa_dialog import run_moa
+
+        await run_moa(self.app, argument)
+
+    async def cmd_moa_config(self, argument: str) -> None:
+        """`/moa-config`: the preset manager."""
+        from .moa_dialog import manage_presets
+
+        await manage_presets(self.app)
 
     # ------------------------------------------------------------------ the task and the conversation
 
@@ -392,6 +615,10 @@ class SlashCommands:
                 lines.append(f"  to trust it once reviewed: {command}")
         if session.extensions is not None and session.extensions.reload_pending:
             lines.append("a reload is pending: it happens at the next turn boundary")
+        if (runs := getattr(session, "workflows", None)) is not None:
+            for workflow in await asyncio.to_thread(runs.discover):
+                state = "runs" if workflow.runnable else f"does not run ({workflow.status}, {workflow.trust}): {workflow.why_not or ''}"
+                lines.append(f"workflow {workflow.name}: {workflow.path} ({workflow.scope}) {state}")
         lines.append("`osprey extensions` shows every artifact and why it is or is not used")
         self.note("\n".join(lines))
 

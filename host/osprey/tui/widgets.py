@@ -313,7 +313,8 @@ class PromptArea(TextArea):
         if event.key in ("tab", "shift+tab"):
             event.prevent_default()
             event.stop()
-            completed = commands.complete(self.text) if event.key == "tab" else None
+            # The menu knows the session's workflow commands and the built-ins workflows hide.
+            completed = (self.menu.complete(self.text) if self.menu is not None else commands.complete(self.text)) if event.key == "tab" else None
             if completed is not None:
                 self.load_text(completed)
                 self.move_cursor(self.document.end)
