@@ -256,7 +256,10 @@ def fetch_wheels(python_version: str, dest: Path, progress: Progress = _quiet, p
     cmd = [
         sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--only-binary=:all:",
         "--python-version", python_version, "--implementation", "cp", "--abi", abi, "--abi", "abi3", "--abi", "none",
-        "--platform", f"manylinux2014_{arch}", "--platform", f"manylinux_2_17_{arch}", "--platform", f"manylinux_2_28_{arch}",
+        "--platform", f"manylinux2014_{arch}",
+        # pip takes only the platforms named: every glibc from 2.17 to 2.28 (a configured base image
+        # may be older than Osprey's own Debian base).
+        *(arg for minor in range(17, 29) for arg in ("--platform", f"manylinux_2_{minor}_{arch}")),
         "--platform", "any", "--dest", str(cache), *pins,
     ]
     # What an earlier build downloaded is enough when nothing changed, even offline.
