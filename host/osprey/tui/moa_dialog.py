@@ -137,10 +137,9 @@ class MoaConfigDialog(ModalScreen[None]):
 
     @work(exclusive=True, group="moa-presets")
     async def reload(self) -> None:
-        try:
-            self._show(await asyncio.to_thread(load_presets, self.path))
-        except OspreyError as exc:
-            self._say(error=str(exc))
+        moa = await self._load()
+        if moa is not None:
+            self._show(moa)
 
     def _show(self, moa: MoaSettings) -> None:
         self.moa, self.names = moa, sorted(moa.presets)
@@ -206,6 +205,14 @@ class MoaConfigDialog(ModalScreen[None]):
             for key in values:
                 self.query_one(f"#{key}", Input).value = ""
 
+    async def _load(self) -> MoaSettings | None:
+        """The presets in the file as it is now, or None (the problem said in the dialog)."""
+        try:
+            return await asyncio.to_thread(load_presets, self.path)
+        except OspreyError as exc:
+            self._say(error=str(exc))
+            return None
+
     @on(Button.Pressed, "#default")
     @work(exclusive=True, group="moa-presets")
     async def make_default(self) -> None:
@@ -213,10 +220,8 @@ class MoaConfigDialog(ModalScreen[None]):
         if name is None:
             self._say(error="select the preset /moa should use")
             return
-        try:
-            moa = await asyncio.to_thread(load_presets, self.path)
-        except OspreyError as exc:
-            self._say(error=str(exc))
+        moa = await self._load()
+        if moa is None:
             return
         if name not in moa.presets:
             self._say(error=f"{name} is no longer in the file")
@@ -233,10 +238,8 @@ class MoaConfigDialog(ModalScreen[None]):
             return
         if not await self.app.push_screen_wait(ConfirmDialog(f"Delete the preset {name}?", yes="Delete")):
             return
-        try:
-            moa = await asyncio.to_thread(load_presets, self.path)
-        except OspreyError as exc:
-            self._say(error=str(exc))
+        moa = await self._load()
+        if moa is None:
             return
         presets = {k: v for k, v in moa.presets.items() if k != name}
         default = moa.default if moa.default != name else None
