@@ -20,6 +20,7 @@ from ..config import RetrySettings, Settings
 from ..config.schema import DEFAULT_BASE_URLS, MoaPreset, ResolvedMoa
 from ..errors import ConfigError, OspreyError, ProviderError
 from ..messages import AssistantMessage, Message, ModelRequest, ToolResultMessage, Usage, UserMessage
+from ..providers.turns import TurnTimeout, run_turn
 
 if TYPE_CHECKING:
     import httpx
@@ -165,32 +166,16 @@ class MoaProviders:
 
 async def _ask(provider: Provider, request: ModelRequest, retry: RetrySettings, timeout: float,
                on_text: TextSink | None = None) -> tuple[str, Usage]:
-    """One model's answer within `timeout` seconds, retrying what the server says may pass (as a
-    session's turns do, within the same deadline)."""
-    deadline = time.monotonic() + timeout
-    attempt = 0
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise ProviderError(f"no answer within {timeout:g} s")
-        try:
-            async with asyncio.timeout(remaining):
-                turn = await provider.complete(request, on_text)
-        except TimeoutError:
-            raise ProviderError(f"no answer within {timeout:g} s") from None
-        except ProviderError as exc:
-            if not exc.retryable or attempt >= retry.max_retries:
-                raise
-            delay = exc.retry_after if exc.retry_after is not None else (retry.delays[min(attempt, len(retry.delays) - 1)] if retry.delays else 0.0)
-            if deadline - time.monotonic() <= delay:
-                raise
-            attempt += 1
-            await asyncio.sleep(delay)
-            continue
-        text = turn.message.text.strip()
-        if not text:
-            raise ProviderError("the model returned an empty answer")
-        return text, turn.usage
+    """One model's answer within `timeout` seconds, retrying what the server says may pass (a
+    session's turn, with the preset's deadline)."""
+    try:
+        turn = await run_turn(provider, request, retry.model_copy(update={"turn_timeout": timeout}), on_text)
+    except TurnTimeout:
+        raise ProviderError(f"no answer within {timeout:g} s") from None
+    text = turn.message.text.strip()
+    if not text:
+        raise ProviderError("the model returned an empty answer")
+    return text, turn.usage
 
 
 def _cut(text: str, limit: int) -> str:

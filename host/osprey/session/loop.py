@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -13,10 +12,11 @@ from ..config import RetrySettings
 from ..errors import ProviderError
 from ..events import AssistantText, Compaction, Event, Notice, UsageEvent, UserMessageEvent
 from ..interception import CompletionCandidate, Continuation, Interceptor
-from ..messages import AssistantMessage, Message, ModelRequest, ModelTurn, ToolSpec, Usage, UserMessage, compacted
+from ..messages import AssistantMessage, Message, ModelRequest, ToolSpec, Usage, UserMessage, compacted
 from ..numbers import counted
 from ..outcomes import Outcome
 from ..providers.base import Provider, TextSink
+from ..providers.turns import TurnTimeout, run_turn
 from .calls import CallPath
 from .output_schema import StructuredOutputExhausted
 
@@ -42,43 +42,6 @@ TERMINAL_REMINDERS = 3
 def terminal_reminder(tool: str) -> str:
     return (f"This task ends only when you call {tool} with a result that validates against its schema. "
             f"Do not answer in text: call {tool} now (fix the problems its last result named, if any).")
-
-
-class TurnTimeout(Exception):
-    """A logical model turn passed its deadline (across all its retries)."""
-
-
-async def run_turn(provider: Provider, request: ModelRequest, retry: RetrySettings, on_text: TextSink | None = None, notify: Callable[[str], None] | None = None) -> ModelTurn:
-    """One logical turn: a deadline across the first request and its retries."""
-    deadline = time.monotonic() + retry.turn_timeout
-    attempt = 0
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TurnTimeout(f"the model did not answer within {retry.turn_timeout:g} s")
-        try:
-            # asyncio.timeout, not wait_for: on 3.11 wait_for returns a result that is ready when a
-            # cancellation arrives, and the cancellation is lost.
-            async with asyncio.timeout(remaining):
-                return await provider.complete(request, on_text)
-        except TimeoutError:
-            raise TurnTimeout(f"the model did not answer within {retry.turn_timeout:g} s") from None
-        except ProviderError as exc:
-            if not exc.retryable or attempt >= retry.max_retries:
-                raise
-            delay = retry.delays[min(attempt, len(retry.delays) - 1)] if retry.delays else 0.0
-            if exc.retry_after is not None:
-                delay = exc.retry_after  # the server said when: sooner or later than the schedule
-            attempt += 1
-            if deadline - time.monotonic() <= delay:
-                if exc.retry_after is not None:
-                    raise ProviderError(f"{exc} (it asked to wait {exc.retry_after:g} s, past this turn's "
-                                        f"{retry.turn_timeout:g} s deadline)", status=exc.status) from None
-                raise TurnTimeout(f"the model did not answer within {retry.turn_timeout:g} s (last error: {exc})") from None
-            if notify:
-                wait = f"{delay:g} s, as the server asked" if exc.retry_after is not None else f"{delay:g} s"
-                notify(f"retrying the model request in {wait} (retry {attempt} of {retry.max_retries}): {exc}")
-            await asyncio.sleep(delay)
 
 
 @dataclass
