@@ -1,0 +1,94 @@
+"""MCP servers in the settings: `[mcp_servers.NAME]` as a config layer writes it (the keys Codex
+users already write), and the resolved server a session connects to (see `osprey docs mcp`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+# A server's name is part of its tools' names (`mcp__NAME__TOOL`): letters, digits, `_` and `-`.
+ServerName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,100}$")]
+HeaderName = Annotated[str, Field(pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")]
+ToolName = Annotated[str, Field(min_length=1, max_length=128)]
+Word = Annotated[str, Field(max_length=32_768)]
+
+DEFAULT_STARTUP_TIMEOUT = 10.0
+DEFAULT_TOOL_TIMEOUT = 60.0
+
+
+class McpServerConfig(BaseModel):
+    """`[mcp_servers.NAME]`: a stdio server (`command`, `args`, `env`, `cwd`) or a streamable HTTP
+    one (`url`, `bearer_token_env_var`, `http_headers`, `env_http_headers`), never both."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    command: Annotated[str, Field(min_length=1, max_length=4096)] | None = Field(None, description="the program of a stdio server")
+    args: list[Word] = Field(default_factory=list, max_length=256, description="its arguments")
+    env: dict[EnvName, Word] = Field(default_factory=dict, max_length=64, description="more environment variables for it")
+    cwd: Annotated[str, Field(min_length=1, max_length=4096)] | None = Field(None, description="its working directory (beneath the workspace)")
+    url: Annotated[str, Field(min_length=1, max_length=4096)] | None = Field(None, description="the endpoint of a streamable HTTP server")
+    bearer_token_env_var: EnvName | None = Field(None, description="the variable holding the bearer token sent to it")
+    http_headers: dict[HeaderName, Annotated[str, Field(max_length=8192)]] = Field(default_factory=dict, max_length=64, description="headers sent to it")
+    env_http_headers: dict[HeaderName, EnvName] = Field(default_factory=dict, max_length=64, description="headers whose values come from variables")
+    enabled: bool = True
+    startup_timeout_sec: float = Field(DEFAULT_STARTUP_TIMEOUT, gt=0, le=600, description="seconds it may take to start and initialize")
+    tool_timeout_sec: float = Field(DEFAULT_TOOL_TIMEOUT, gt=0, le=3600, description="seconds one tool call may take")
+    enabled_tools: list[ToolName] | None = Field(None, max_length=1000, description="only these of its tools (none: all)")
+    disabled_tools: list[ToolName] = Field(default_factory=list, max_length=1000, description="never these of its tools")
+
+
+Origin = Literal["user", "project", "mcp.json"]
+
+
+class McpServerSpec(BaseModel):
+    """One server a session connects to, once the layers are merged and trust is judged.
+
+    `origin` says where it was declared (`user`: $OSPREY_HOME/config.toml; `project`: a project's
+    .osprey/config.toml; `mcp.json`: the project's .mcp.json). `trusted` servers' `readOnlyHint`
+    makes a tool read-only; an untrusted one's tools are never read-only. `headers` holds the
+    resolved headers (the bearer token and env headers read from the environment) and never
+    appears in a repr."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: ServerName
+    origin: Origin
+    transport: Literal["stdio", "http"]
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict, repr=False)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, SecretStr] = Field(default_factory=dict, repr=False)
+    startup_timeout_sec: float = DEFAULT_STARTUP_TIMEOUT
+    tool_timeout_sec: float = DEFAULT_TOOL_TIMEOUT
+    enabled_tools: tuple[str, ...] | None = None
+    disabled_tools: tuple[str, ...] = ()
+    trusted: bool = True
+
+    def keeps(self, tool: str) -> bool:
+        """Whether the tool `tool` of this server is offered (`enabled_tools`, `disabled_tools`)."""
+        if self.enabled_tools is not None and tool not in self.enabled_tools:
+            return False
+        return tool not in self.disabled_tools
+
+
+class McpSkipped(BaseModel):
+    """A declared server that does not run, and why (shown by `osprey mcp list`, `/status`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    origin: Origin
+    reason: str
+
+
+class ResolvedMcp(BaseModel):
+    """The servers of one run: those that run and those that do not."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    servers: tuple[McpServerSpec, ...] = ()
+    skipped: tuple[McpSkipped, ...] = ()
