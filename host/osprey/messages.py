@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
-from typing import Annotated, Any, Literal
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal, cast, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # Each model builds its validator at its first use, not at import.
 _LAZY = ConfigDict(defer_build=True)
@@ -53,6 +56,129 @@ class AssistantMessage(BaseModel):
     reasoning: list[dict[str, Any]] = Field(default_factory=list)
 
 
+ImageType = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+IMAGE_TYPES: tuple[str, ...] = get_args(ImageType)
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+MAX_IMAGES = 8  # of one tool result
+# The longest base64 text of an image within MAX_IMAGE_BYTES.
+_MAX_BASE64_CHARS = 4 * -(-MAX_IMAGE_BYTES // 3)
+_TYPE_ALIASES = {"image/jpg": "image/jpeg"}
+# Why a result's image stands as a note for a model that takes no images.
+NOT_SHOWN = "not shown: the model takes no images"
+
+
+def _data_problem(data: str) -> str | None:
+    """What is wrong with an image's base64 text, or None."""
+    if not data:
+        return "holds no data"
+    if len(data) > _MAX_BASE64_CHARS or _base64_bytes(data) > MAX_IMAGE_BYTES:
+        return f"is over {MAX_IMAGE_BYTES // (1024 * 1024)} MiB ({_size(len(data) * 3 // 4)})"
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return "is not base64 text"
+    return None
+
+
+def _size(size: int) -> str:
+    return f"{max(1, round(size / 1024)):,} KB" if size < 1024 * 1024 else f"{size / (1024 * 1024):.1f} MiB"
+
+
+def _base64_bytes(data: str) -> int:
+    return len(data) * 3 // 4 - data[-2:].count("=")
+
+
+def image_note(media_type: str, size: int, why: str = "") -> str:
+    """How an image stands in a text: `[image: image/png, 12 KB]`, with `why` after."""
+    return f"[image: {_shown(media_type)}, {_size(size)}{', ' + why if why else ''}]"
+
+
+def _shown(media_type: str) -> str:
+    """A media type from elsewhere, safe to put in a line of text."""
+    cleaned = "".join(c for c in str(media_type)[:100] if c.isprintable() and not c.isspace())
+    return cleaned[:60] or "(no type)"
+
+
+class ImageBlock(BaseModel):
+    """An image a tool returned: its media type and its bytes as base64 text, bounded by
+    MAX_IMAGE_BYTES. A tool builds one from what it received with `image_or_note`."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    media_type: ImageType
+    data: str
+
+    @field_validator("data")
+    @classmethod
+    def _bounded(cls, data: str) -> str:
+        problem = _data_problem(data)
+        if problem is not None:
+            raise ValueError(f"the image {problem}")
+        return data
+
+    @property
+    def size(self) -> int:
+        """The image's size in bytes."""
+        return _base64_bytes(self.data)
+
+    def note(self, why: str = "") -> str:
+        return image_note(self.media_type, self.size, why)
+
+
+def image_or_note(media_type: str, data: str | bytes) -> ImageBlock | str:
+    """An image from a tool's source (bytes, or base64 text, which may be wrapped over lines), or
+    the one-line note that says why it is dropped: `[image dropped: image/tiff is not supported]`."""
+    kind = str(media_type).strip().lower()
+    kind = _TYPE_ALIASES.get(kind, kind)
+    if kind not in IMAGE_TYPES:
+        return f"[image dropped: {_shown(media_type)} is not supported]"
+    if isinstance(data, bytes):
+        if len(data) > MAX_IMAGE_BYTES:
+            return f"[image dropped: {kind} is over {MAX_IMAGE_BYTES // (1024 * 1024)} MiB ({_size(len(data))})]"
+        data = base64.b64encode(data).decode("ascii")
+    elif len(data) <= _MAX_BASE64_CHARS + _MAX_BASE64_CHARS // 38:  # room for a line break every 76 characters
+        data = "".join(data.split())
+    problem = _data_problem(data)
+    if problem is not None:
+        return f"[image dropped: {kind} {problem}]"
+    return ImageBlock.model_construct(media_type=cast(ImageType, kind), data=data)  # checked above
+
+
+def kept_images(images: Iterable[Any]) -> tuple[list[ImageBlock], str]:
+    """The images of a tool result that may go to a model (valid ones, at most MAX_IMAGES), and
+    the notes, one line each, for those dropped. Takes ImageBlocks (checked again: one may have
+    been built without its checks) or their recorded form (dicts)."""
+    kept: list[ImageBlock] = []
+    notes: list[str] = []
+    for n, item in enumerate(images):
+        if n >= 4 * MAX_IMAGES:
+            notes.append("[images dropped: too many]")
+            break
+        raw = item.model_dump() if isinstance(item, ImageBlock) else item
+        data = raw.get("data") if isinstance(raw, dict) else None
+        block = image_or_note(str(raw.get("media_type", "")), data) if isinstance(raw, dict) and isinstance(data, str) else "[image dropped: not an image]"
+        if isinstance(block, str):
+            notes.append(block)
+        elif len(kept) >= MAX_IMAGES:
+            notes.append(f"[image dropped: a result holds at most {MAX_IMAGES} images]")
+        else:
+            kept.append(block)
+    return kept, "".join(f"\n{note}" for note in notes)
+
+
+def recorded_image_notes(images: Any, why: str = "") -> list[str]:
+    """A note for each image of a recorded result (`[image: image/png, 12 KB]`), without reading
+    its data; what is not an image is passed over."""
+    if not isinstance(images, list):
+        return []
+    notes = []
+    for item in images[:MAX_IMAGES * 4]:
+        raw = item.model_dump() if isinstance(item, ImageBlock) else item
+        if isinstance(raw, dict) and isinstance(raw.get("data"), str):
+            notes.append(image_note(str(raw.get("media_type", "")), _base64_bytes(raw["data"]), why))
+    return notes
+
+
 class ToolResultMessage(BaseModel):
     model_config = _LAZY
 
@@ -61,6 +187,12 @@ class ToolResultMessage(BaseModel):
     name: str
     content: str
     is_error: bool = False
+    # Images the tool returned; a provider sends them where its model takes them.
+    images: list[ImageBlock] = Field(default_factory=list, max_length=MAX_IMAGES)
+
+    def image_notes(self, why: str = "") -> str:
+        """The result's images as notes, one line each, to follow its text."""
+        return "".join(f"\n{image.note(why)}" for image in self.images)
 
 
 Message = Annotated[UserMessage | AssistantMessage | ToolResultMessage, Field(discriminator="role")]

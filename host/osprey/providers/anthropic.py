@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from ..errors import ProviderError
-from ..messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
+from ..messages import NOT_SHOWN, AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
 from .base import TextSink, loads, merge_usage, model_answer, name_problem, parse_json, reported_error, wire_tool_name
 
 API_VERSION = "2023-06-01"
@@ -26,8 +26,21 @@ def supports_effort(model: str) -> bool:
     return bool(THINKING_MODELS.search(model))
 
 
-def to_wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
-    """Messages with tool results folded into user turns, consecutive same-role turns merged."""
+def tool_result_block(m: ToolResultMessage, images: bool = True) -> dict[str, Any]:
+    """A tool result as a `tool_result` block: its text, then its images as image blocks when
+    there are any (or, when the model takes no images, notes in its text)."""
+    content: str | list[dict[str, Any]]
+    if m.images and images:
+        content = [{"type": "text", "text": m.content}] if m.content else []
+        content += [{"type": "image", "source": {"type": "base64", "media_type": i.media_type, "data": i.data}} for i in m.images]
+    else:
+        content = (m.content or "(no output)") + m.image_notes(NOT_SHOWN)
+    return {"type": "tool_result", "tool_use_id": m.tool_call_id, "content": content, "is_error": m.is_error}
+
+
+def to_wire_messages(request: ModelRequest, images: bool = True) -> list[dict[str, Any]]:
+    """Messages with tool results folded into user turns, consecutive same-role turns merged.
+    `images`: whether the model takes the images of tool results."""
     out: list[dict[str, Any]] = []
 
     def add(role: str, blocks: list[dict[str, Any]]) -> None:
@@ -40,7 +53,7 @@ def to_wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
         if isinstance(m, UserMessage):
             add("user", [{"type": "text", "text": m.content or " "}])
         elif isinstance(m, ToolResultMessage):
-            add("user", [{"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content or "(no output)", "is_error": m.is_error}])
+            add("user", [tool_result_block(m, images)])
         elif isinstance(m, AssistantMessage):
             blocks: list[dict[str, Any]] = list(m.reasoning)
             if m.text:
@@ -53,19 +66,22 @@ def to_wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
 class AnthropicProvider:
     name = "anthropic"
 
-    def __init__(self, client: httpx.AsyncClient, model: str, base_url: str, api_key: str | None, effort: str | None = None, max_tokens: int = 16_384) -> None:
+    def __init__(self, client: httpx.AsyncClient, model: str, base_url: str, api_key: str | None, effort: str | None = None, max_tokens: int = 16_384,
+                 images: bool = True) -> None:
         self.client = client
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.effort = effort if effort and supports_effort(model) else None
         self.max_tokens = max_tokens
+        # Whether the model takes images (tool results' images are sent as notes when not).
+        self.images = images
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,
-            "messages": to_wire_messages(request),
+            "messages": to_wire_messages(request, self.images),
             "stream": True,
         }
         if request.system:

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from ..errors import ProviderError
-from ..messages import AssistantMessage, Message, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
+from ..messages import NOT_SHOWN, AssistantMessage, Message, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
 from .base import TextSink, error_of, loads, merge_usage, model_answer, name_problem, parse_json, reported_error, wire_tool_name
 
 # Model families that take `reasoning_effort`.
@@ -21,8 +21,10 @@ def supports_effort(model: str) -> bool:
     return bool(REASONING_MODELS.search(model))
 
 
-def to_wire_message(m: Message) -> dict[str, Any] | None:
-    """One message of the conversation in the chat-completions format."""
+def to_wire_message(m: Message, images: bool = True) -> dict[str, Any] | None:
+    """One message of the conversation in the chat-completions format. A tool message carries
+    text only: a result's images follow the turn's results in a user message (`_with_images`),
+    or, when the model takes no images (`images` False), stand as notes in its text."""
     if isinstance(m, UserMessage):
         return {"role": "user", "content": m.content}
     if isinstance(m, AssistantMessage):
@@ -34,13 +36,42 @@ def to_wire_message(m: Message) -> dict[str, Any] | None:
             ]
         return msg
     if isinstance(m, ToolResultMessage):
-        return {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
+        content = m.content if images or not m.images else m.content + m.image_notes(NOT_SHOWN)
+        return {"role": "tool", "tool_call_id": m.tool_call_id, "content": content}
     return None
 
 
-def to_wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
+def to_wire_messages(request: ModelRequest, images: bool = True) -> list[dict[str, Any]]:
     """The chat-completions messages of a request."""
-    return _with_system(request.system, [to_wire_message(m) for m in request.messages])
+    wired = [to_wire_message(m, images) for m in request.messages]
+    if images and any(isinstance(m, ToolResultMessage) and m.images for m in request.messages):
+        wired = _with_images(request.messages, wired)
+    return _with_system(request.system, wired)
+
+
+def _with_images(messages: list[Message], wired: list[dict[str, Any] | None]) -> list[dict[str, Any] | None]:
+    """The wire messages with, after each run of tool messages that returned images, one user
+    message holding those images (a tool message cannot carry them)."""
+    out: list[dict[str, Any] | None] = []
+    waiting: list[ToolResultMessage] = []
+    for m, w in zip(messages, wired, strict=True):
+        if waiting and not isinstance(m, ToolResultMessage):
+            out.append(_images_message(waiting))
+            waiting = []
+        out.append(w)
+        if isinstance(m, ToolResultMessage) and m.images:
+            waiting.append(m)
+    if waiting:
+        out.append(_images_message(waiting))
+    return out
+
+
+def _images_message(results: list[ToolResultMessage]) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    for r in results:
+        parts.append({"type": "text", "text": f"Images returned by tool call {r.tool_call_id}:"})
+        parts += [{"type": "image_url", "image_url": {"url": f"data:{i.media_type};base64,{i.data}"}} for i in r.images]
+    return {"role": "user", "content": parts}
 
 
 def _with_system(system: str, wired: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
@@ -65,27 +96,32 @@ def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
 class OpenAIProvider:
     name = "openai"
 
-    def __init__(self, client: httpx.AsyncClient, model: str, base_url: str, api_key: str | None, effort: str | None = None) -> None:
+    def __init__(self, client: httpx.AsyncClient, model: str, base_url: str, api_key: str | None, effort: str | None = None,
+                 images: bool = True) -> None:
         self.client = client
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.effort = effort if effort and supports_effort(model) else None
+        # Whether the model takes images (tool results' images are sent as notes when not).
+        self.images = images
         # The last request's messages and their wire forms: the conversation is resent every
         # turn with a few messages added, and converting all of it again grows with it. Messages
         # are never changed once in the conversation, and the wire forms are only read.
         self._sent: list[Message] = []
         self._sent_wire: list[dict[str, Any] | None] = []
+        self._sent_images = False  # some tool result of the conversation returned images
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         sent, now = self._sent, request.messages
         n = len(sent)
         if len(now) >= n and all(a is b for a, b in zip(sent, now[:n], strict=True)):
-            wired = self._sent_wire + [to_wire_message(m) for m in now[n:]]
+            new, wired, with_images = now[n:], self._sent_wire + [to_wire_message(m, self.images) for m in now[n:]], self._sent_images
         else:  # compacted or rebuilt: start again
-            wired = [to_wire_message(m) for m in now]
-        self._sent, self._sent_wire = list(now), wired
-        messages = _with_system(request.system, wired)
+            new, wired, with_images = now, [to_wire_message(m, self.images) for m in now], False
+        with_images = with_images or any(isinstance(m, ToolResultMessage) and m.images for m in new)
+        self._sent, self._sent_wire, self._sent_images = list(now), wired, with_images
+        messages = _with_system(request.system, _with_images(now, wired) if with_images and self.images else wired)
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from ..events import Event, ToolCallEvent, ToolResultEvent
 from ..interception import Interceptor, PendingCall, Verdict, in_order
-from ..messages import Message, ToolCall, ToolResultMessage
+from ..messages import ImageBlock, Message, ToolCall, ToolResultMessage, kept_images
 from ..policy.approvals import POLICY_SOURCE, ApprovalAnswer, ApprovalPolicy, ApprovalRequest, Approver, HeadlessApprover, proposed_rule, suggested_rule
 from ..policy.floor import HardlineFloor
 from ..tools.base import ToolContext, ToolRegistry, limit_text
@@ -45,6 +45,7 @@ class CallResult:
     text: str
     truncated_chars: int = 0
     duration_ms: int = 0
+    images: list[ImageBlock] = field(default_factory=list)
 
 
 class Progress:
@@ -186,8 +187,9 @@ class CallPath:
         self.emit(ToolResultEvent(
             turn=turn, id=call.id, name=call.name, ok=result.ok, error_category=None if result.ok else result.category,
             output=result.text, truncated_chars=result.truncated_chars, duration_ms=result.duration_ms, requested_by=requested_by,
+            **({"images": [image.model_dump() for image in result.images]} if result.images else {}),
         ))
-        return ToolResultMessage(tool_call_id=call.id, name=call.name, content=result.text, is_error=not result.ok)
+        return ToolResultMessage(tool_call_id=call.id, name=call.name, content=result.text, is_error=not result.ok, images=result.images)
 
     async def _one(self, turn: int, call: ToolCall, *, progress: Progress, approved: bool = False, tools: ToolRegistry | None = None) -> CallResult:
         result = await self._decide_and_run(turn, call, approved, tools or self.registry, progress)
@@ -229,10 +231,11 @@ class CallPath:
                     continue
                 if replaced is not None:
                     outcome = replaced
-        text = with_context(outcome.text, pending.context)
+        images, dropped = kept_images(outcome.images) if outcome.images else ([], "")
+        text = with_context(outcome.text + dropped, pending.context)
         if not outcome.is_error:
-            return CallResult(True, None, text, outcome.truncated_chars)
-        return CallResult(False, outcome.category or "tool_error", text, outcome.truncated_chars)
+            return CallResult(True, None, text, outcome.truncated_chars, images=images)
+        return CallResult(False, outcome.category or "tool_error", text, outcome.truncated_chars, images=images)
 
     async def _before(self, call: PendingCall, chain: list[Interceptor]) -> Verdict:
         verdict = _DEFAULT_VERDICT

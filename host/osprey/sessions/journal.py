@@ -55,7 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import OspreyError
 from ..events import Event, parse_event
-from ..messages import scrub
+from ..messages import recorded_image_notes, scrub
 
 DB_NAME = "sessions.db"
 SCHEMA_VERSION = 2  # 2: sessions.parent_id, the session that started a child session
@@ -151,6 +151,10 @@ def event_json(event: Event, limit: int = MAX_EVENT_BYTES) -> str:
     if size <= limit:
         return text
     data = json.loads(text)
+    if isinstance(data.get("images"), list) and data["images"]:
+        text, size = _fewer_images(data, size, limit)
+        if size <= limit:
+            return text
     cap = limit // 4
     while True:
         cut = _cut_strings(data, cap)
@@ -159,6 +163,24 @@ def event_json(event: Event, limit: int = MAX_EVENT_BYTES) -> str:
         if len(shrunk.encode("utf-8", "replace")) <= limit or cap < 64:
             return shrunk
         cap //= 2
+
+
+def _fewer_images(data: dict[str, Any], size: int, limit: int) -> tuple[str, int]:
+    """An event over `limit` with the images it carries (a tool result's) dropped, from the last,
+    until it fits, and a note in its output for each: the images whole or not at all."""
+    images: list[Any] = data["images"]
+    dropped: list[Any] = []
+    while images and size > limit:
+        dropped.insert(0, images.pop())
+        text = json.dumps(data, ensure_ascii=False)
+        size = len(text.encode("utf-8", "replace"))
+    if not images:
+        del data["images"]
+    notes = recorded_image_notes(dropped, "not kept in the session journal")
+    if isinstance(data.get("output"), str) and notes:
+        data["output"] += "".join(f"\n{note}" for note in notes)
+    text = json.dumps(data, ensure_ascii=False)
+    return text, len(text.encode("utf-8", "replace"))
 
 
 def _cut_strings(value: Any, cap: int) -> Any:
@@ -908,11 +930,18 @@ def _event_texts(path: Path, session_id: str) -> list[str]:
 
 
 def load_events(path: Path, session_id: str) -> list[dict[str, Any]]:
-    """The events of one session as recorded, in order, as plain JSON objects."""
+    """The events of one session as recorded, in order, as plain JSON objects; the images a tool
+    result carries are shown by a note each (`[image: image/png, 12 KB]`), not their data."""
     conn = _read(path)
     try:
-        return [json.loads(data) for (data,) in conn.execute("SELECT data FROM events WHERE session_id = ? ORDER BY seq", (session_id,))]
+        return [_image_notes(json.loads(data)) for (data,) in conn.execute("SELECT data FROM events WHERE session_id = ? ORDER BY seq", (session_id,))]
     except (sqlite3.Error, ValueError) as exc:
         raise JournalError(f"cannot read session {session_id} from the journal {path}: {exc}") from None
     finally:
         conn.close()
+
+
+def _image_notes(data: Any) -> Any:
+    if isinstance(data, dict) and data.get("images"):
+        data["images"] = recorded_image_notes(data["images"])
+    return data

@@ -21,7 +21,7 @@ from ..events import (
     Verification,
     parse_event,
 )
-from ..messages import AssistantMessage, Message, ToolCall, ToolResultMessage, Usage, UserMessage, compacted
+from ..messages import AssistantMessage, Message, ToolCall, ToolResultMessage, Usage, UserMessage, compacted, kept_images
 
 # A recorded model name longer than this is not one a launch flag could give.
 MAX_MODEL_NAME = 200
@@ -91,7 +91,11 @@ class _Builder:
         elif isinstance(e, ToolResultEvent) and e.requested_by is None:
             if self.assistant is None or self.turn != e.turn:
                 return  # a result without its call cannot be sent to a model
-            self.results.append(ToolResultMessage(tool_call_id=e.id, name=e.name, content=e.output, is_error=not e.ok))
+            # The images it returned, checked again (a record is read from disk); any that are not
+            # whole any more are noted in the text.
+            recorded = getattr(e, "images", None) or (e.model_extra or {}).get("images")
+            images, dropped = kept_images(recorded) if isinstance(recorded, list) else ([], "")
+            self.results.append(ToolResultMessage(tool_call_id=e.id, name=e.name, content=e.output + dropped, is_error=not e.ok, images=images))
 
 
 def rebuild_conversation(events: Iterable[Event | Mapping[str, Any]]) -> list[Message]:

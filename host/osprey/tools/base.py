@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import DispatcherError, OspreyError, ToolError, ToolTimeout
-from ..messages import ToolSpec
+from ..messages import ImageBlock, ToolSpec
 from ..toolservice.client import ToolClient
 
 if TYPE_CHECKING:
@@ -32,6 +32,9 @@ class ToolOutcome:
     is_error: bool = False
     category: str | None = None
     truncated_chars: int = 0
+    # Images the result carries (build them with `messages.image_or_note`); the call path keeps
+    # at most `messages.MAX_IMAGES` and notes any it drops in the text.
+    images: list[ImageBlock] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

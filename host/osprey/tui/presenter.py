@@ -38,7 +38,7 @@ from ..events import (
 )
 from ..terminal_text import StreamCleaner, clean
 from .children import RunningChildren
-from .transcript import Transcript, call_line, format_arguments, question_markdown, result_mark, result_text, todo_markdown
+from .transcript import Transcript, call_line, format_arguments, image_lines, question_markdown, result_mark, result_text, todo_markdown
 from .widgets import MAX_RESULT_SHOWN, AnswerRow, FoldRow, NoticeRow, QuestionRow, ToolRow, UserRow, diff_text, todo_progress
 
 # `/diff` runs this through the session as a call the person asked for; its result is shown as the diff.
@@ -259,7 +259,7 @@ class Presenter:
                 finished = self._tool_rows.pop(event.id, None)
                 if finished is not None:
                     finished.finish(event)
-                self.transcript.add("tool", f"{event.name} -> {result_mark(event)}\n{result_text(event.output)}", at)
+                self.transcript.add("tool", f"{event.name} -> {result_mark(event)}\n{result_text(event.output)}{image_lines(event)}", at)
             case UsageEvent():
                 self.tokens = (event.total.input_tokens, event.total.output_tokens)
                 turn_cost = estimated_cost(event.usage.input_tokens, event.usage.output_tokens, self._price)

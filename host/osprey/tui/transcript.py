@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from ..events import ToolResultEvent
+from ..messages import recorded_image_notes
 from ..terminal_text import clean, escaped
 
 Role = Literal["user", "assistant", "tool", "notice", "question", "todo"]
@@ -78,6 +79,12 @@ def result_mark(result: ToolResultEvent) -> str:
     if result.error_category == "cancelled":
         return f"stopped after {result.duration_ms / 1000:.1f} s"
     return f"error: {result.error_category}"
+
+
+def image_lines(result: ToolResultEvent) -> str:
+    """A line for each image a result carries (`[image: image/png, 12 KB]`), each after a line break."""
+    images = getattr(result, "images", None) or (result.model_extra or {}).get("images")
+    return "".join(f"\n{note}" for note in recorded_image_notes(images))
 
 
 def result_text(output: str, limit: int = MAX_RESULT_CHARS) -> str:
