@@ -40,6 +40,7 @@ SUBCOMMANDS = {
     "docs": ("osprey.cli.docs", "docs", "Show the documentation: the topics, or one page."),
     "hooks": ("osprey.cli.hooks", "hooks", "Import Claude Code hooks into hooks.toml."),
     "extensions": ("osprey.cli.extensions", "extensions", "List extension artifacts (tools, hooks, prompts, toolsets); trust tools and hooks."),
+    "mcp": ("osprey.cli.mcp", "mcp", "List MCP servers with their state and tools; add and remove them."),
     "sandbox": ("osprey.cli.sandbox", "sandbox", "Build the lane image; list and prune sandbox lanes."),
     "sessions": ("osprey.cli.sessions", "sessions", "List saved sessions and show their transcripts."),
     "trust": ("osprey.cli.trust", "trust", "Review a project's settings and trust them; list or revoke trust."),

@@ -34,9 +34,10 @@ def trust(directory: str | None, yes: bool, list_: bool, revoke: bool) -> None:
 
     \b
     Until you trust them, a project's files (every .osprey/config.toml from the
-    workspace root down to DIR, and DIR/.env) may not lower the approval policy,
-    turn the sandbox off or open its network, change where requests and
-    credentials go, start language servers ([lsp]), trust the tools and hooks
+    workspace root down to DIR, DIR/.env, and the workspace's .mcp.json) may not
+    lower the approval policy, turn the sandbox off or open its network, change
+    where requests and credentials go, start language servers ([lsp]) or MCP
+    servers that run a program or carry your tokens, trust the tools and hooks
     the agent writes, or loosen the shell environment policy. Trust covers the
     files' exact bytes: an edit withdraws it. DIR defaults to the current
     directory; trust is recorded in $OSPREY_HOME/trust.toml.
@@ -68,7 +69,7 @@ def _trust(home: Path, directory: str | None, yes: bool) -> None:
     if report.trust_problem:
         _fail(f"{report.trust_problem}. Osprey does not rewrite it: fix it, or move it away and trust again")
     if not report.files:
-        click.echo(f"No project files (.osprey/config.toml, .env) in {report.root}: nothing to trust.")
+        click.echo(f"No project files (.osprey/config.toml, .env, .mcp.json) in {report.root}: nothing to trust.")
         return
     click.echo(f"Project {report.root}")
     for f in report.files:

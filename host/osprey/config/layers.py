@@ -22,6 +22,8 @@ from .. import tomlfile
 from ..errors import ConfigError
 from ..files import read_bounded
 from .environment import INHERIT_STRICTNESS
+from .mcp_json import read_mcp_json
+from .mcp_resolve import mcp_entry_loosens, mcp_json_guarded, resolve_mcp
 from .schema import (
     API_KEY_VARS,
     APPROVAL_STRICTNESS,
@@ -339,6 +341,14 @@ def loosening(layer: Mapping[str, Any], below: FileConfig, default_policy: Appro
     servers = _get(layer, ("lsp", "servers"))
     for name in servers if isinstance(servers, Mapping) else {}:
         check(("lsp", "servers", name), lambda v, name=name: _lsp_loosens(v, below.lsp.servers.get(name)), RUN_LSP)
+    # An MCP server: a stdio one runs a program (a new one, another command, args, env or cwd, or
+    # turning one on); an HTTP one with a token or headers sends them where the project says.
+    # Turning one off, its timeouts and tool lists, and a plain HTTP server (run untrusted) need no trust.
+    mcp_servers = _get(layer, ("mcp_servers",))
+    for name in mcp_servers if isinstance(mcp_servers, Mapping) else {}:
+        reason = mcp_entry_loosens(mcp_servers[name], below.mcp_servers.get(name))
+        if reason:
+            found.append(Guarded(("mcp_servers", name), mcp_servers[name], reason))
     return found
 
 
@@ -605,6 +615,7 @@ def load_settings(
         lsp=_checked_lsp(fc.lsp),
         workflows=fc.workflows,
         moa=resolve_moa(fc, env, warnings),
+        mcp=resolve_mcp(sources, env, warnings),
         hindsight_api_key=SecretStr(env["HINDSIGHT_API_KEY"]) if env.get("HINDSIGHT_API_KEY") else None,
         # Only the real environment names these files: a project's .env must not swap the prompt.
         system_prompt_file=_env_path(real_env, "OSPREY_SYSTEM_PROMPT_FILE", cwd),
@@ -655,4 +666,9 @@ def inspect_project(directory: Path | str | None = None, environ: Mapping[str, s
                     [(layer.name(g.path), g.value) for g in layer.guarded])
         for layer in sources.layers if layer.project and layer.path is not None
     ]
-    return ProjectReport(sources.root, files, store.problem, sources.warnings)
+    # The workspace's .mcp.json: trusted by its own digest, next to the config files.
+    mcp_json, mcp_warnings = read_mcp_json(sources.root)
+    if mcp_json is not None:
+        files.insert(0, ProjectFile(mcp_json.path, mcp_json.relpath, mcp_json.digest, store.status(sources.root, mcp_json.relpath, mcp_json.digest),
+                                    [(f"mcpServers.{name}", table) for name, _, table in mcp_json_guarded(mcp_json, sources.layers)]))
+    return ProjectReport(sources.root, files, store.problem, [*sources.warnings, *mcp_warnings])

@@ -4,8 +4,9 @@ users already write), and the resolved server a session connects to (see `osprey
 from __future__ import annotations
 
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr
 
 # A server's name is part of its tools' names (`mcp__NAME__TOOL`): letters, digits, `_` and `-`.
 ServerName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
@@ -16,6 +17,33 @@ Word = Annotated[str, Field(max_length=32_768)]
 
 DEFAULT_STARTUP_TIMEOUT = 10.0
 DEFAULT_TOOL_TIMEOUT = 60.0
+MAX_SERVERS = 100
+
+# The keys that say how to start or reach a server; the rest (enabled, timeouts, tool lists) tune it.
+STDIO_KEYS = ("command", "args", "env", "cwd")
+HTTP_KEYS = ("url", "bearer_token_env_var", "http_headers", "env_http_headers")
+TRANSPORT_KEYS = STDIO_KEYS + HTTP_KEYS
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with `url` as a streamable HTTP server's endpoint; None when nothing is."""
+    if any(c.isspace() or not c.isprintable() for c in url):
+        return f"url {url[:200]!r} holds spaces or control characters"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a bad port raises ValueError here
+    except ValueError as exc:
+        return f"url {url[:200]!r} is not a URL ({exc})"
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        return f"url {url[:200]!r} is not an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000/mcp"
+    return None
+
+
+def _http_url(url: str) -> str:
+    problem = url_problem(url)
+    if problem:
+        raise ValueError(problem)
+    return url
 
 
 class McpServerConfig(BaseModel):
@@ -28,7 +56,7 @@ class McpServerConfig(BaseModel):
     args: list[Word] = Field(default_factory=list, max_length=256, description="its arguments")
     env: dict[EnvName, Word] = Field(default_factory=dict, max_length=64, description="more environment variables for it")
     cwd: Annotated[str, Field(min_length=1, max_length=4096)] | None = Field(None, description="its working directory (beneath the workspace)")
-    url: Annotated[str, Field(min_length=1, max_length=4096)] | None = Field(None, description="the endpoint of a streamable HTTP server")
+    url: Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_http_url)] | None = Field(None, description="the endpoint of a streamable HTTP server")
     bearer_token_env_var: EnvName | None = Field(None, description="the variable holding the bearer token sent to it")
     http_headers: dict[HeaderName, Annotated[str, Field(max_length=8192)]] = Field(default_factory=dict, max_length=64, description="headers sent to it")
     env_http_headers: dict[HeaderName, EnvName] = Field(default_factory=dict, max_length=64, description="headers whose values come from variables")
@@ -37,6 +65,24 @@ class McpServerConfig(BaseModel):
     tool_timeout_sec: float = Field(DEFAULT_TOOL_TIMEOUT, gt=0, le=3600, description="seconds one tool call may take")
     enabled_tools: list[ToolName] | None = Field(None, max_length=1000, description="only these of its tools (none: all)")
     disabled_tools: list[ToolName] = Field(default_factory=list, max_length=1000, description="never these of its tools")
+
+    # Layers merge key by key, so a table may be partial (`enabled = false` alone): the checks
+    # below judge a whole server once merged (`problem`), not each table as a layer writes it.
+    def problem(self) -> str | None:
+        """What makes this server unusable, with the fix; None when it can run."""
+        if self.command and self.url:
+            return "it has both command (a stdio server) and url (an HTTP server): keep one"
+        if not self.command and not self.url:
+            return "it has neither command (a stdio server) nor url (a streamable HTTP server): give one"
+        if self.command:
+            stray = [k for k in HTTP_KEYS[1:] if getattr(self, k)]
+            if stray:
+                return f"{', '.join(stray)} {'is a key' if len(stray) == 1 else 'are keys'} of HTTP servers, and it is a stdio server (command): remove {'it' if len(stray) == 1 else 'them'}"
+        else:
+            stray = [k for k in STDIO_KEYS[1:] if getattr(self, k)]
+            if stray:
+                return f"{', '.join(stray)} {'is a key' if len(stray) == 1 else 'are keys'} of stdio servers, and it is an HTTP server (url): remove {'it' if len(stray) == 1 else 'them'}"
+        return None
 
 
 Origin = Literal["user", "project", "mcp.json"]
@@ -51,7 +97,7 @@ class McpServerSpec(BaseModel):
     resolved headers (the bearer token and env headers read from the environment) and never
     appears in a repr."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     name: ServerName
     origin: Origin
@@ -78,7 +124,7 @@ class McpServerSpec(BaseModel):
 class McpSkipped(BaseModel):
     """A declared server that does not run, and why (shown by `osprey mcp list`, `/status`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     name: str
     origin: Origin
@@ -88,7 +134,7 @@ class McpSkipped(BaseModel):
 class ResolvedMcp(BaseModel):
     """The servers of one run: those that run and those that do not."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     servers: tuple[McpServerSpec, ...] = ()
     skipped: tuple[McpSkipped, ...] = ()

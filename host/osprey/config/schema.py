@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, St
 from pydantic_core import PydanticCustomError
 
 from .environment import ShellEnvironmentPolicy
+from .mcp import MAX_SERVERS, McpServerConfig, ResolvedMcp, ServerName
 
 ProviderName = Literal["openai", "anthropic", "replay"]
 Effort = Literal["minimal", "low", "medium", "high"]
@@ -335,6 +336,7 @@ class FileConfig(_Strict):
     retrieve: RetrieveSettings = Field(default_factory=RetrieveSettings)
     workflows: WorkflowsSettings = Field(default_factory=WorkflowsSettings)
     moa: MoaSettings = Field(default_factory=MoaSettings)
+    mcp_servers: dict[ServerName, McpServerConfig] = Field(default_factory=dict, max_length=MAX_SERVERS, description="MCP servers (`osprey docs mcp`)")
 
 
 class Settings(_Strict):
@@ -364,6 +366,7 @@ class Settings(_Strict):
     retrieve: ResolvedRetrieve = Field(default_factory=ResolvedRetrieve)
     workflows: WorkflowsSettings = Field(default_factory=WorkflowsSettings)
     moa: ResolvedMoa = Field(default_factory=ResolvedMoa)
+    mcp: ResolvedMcp = Field(default_factory=ResolvedMcp, description="the MCP servers that run, and those declared that do not")
     # HINDSIGHT_API_KEY, from the real environment or a .env file: the Hindsight cloud's key.
     hindsight_api_key: SecretStr | None = None
     system_prompt_file: Path | None = Field(None, description="OSPREY_SYSTEM_PROMPT_FILE (the real environment only): replaces the base system prompt")
