@@ -14,6 +14,7 @@ from osprey.events import (
     Compaction,
     Event,
     ModelSwitch,
+    McpServerState,
     Notice,
     PersonaSwitch,
     Question,
@@ -67,6 +68,8 @@ def one_of_each() -> list[Event]:
         WorkflowProgress(run_id="r1", message="starting"),
         WorkflowProgress(run_id="r1", label="agent #1", status="running", agent_session_id="c1"),
         WorkflowEnd(run_id="r1", name="fan", status="done", result="{}", agents=1, usage=USAGE),
+        McpServerState(server="srv", state="ready", tools=3),
+        McpServerState(server="srv", state="failed", tools=0, error="it exited with code 1"),
     ]
 
 

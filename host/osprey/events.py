@@ -186,6 +186,18 @@ class Notice(Event):
     message: str
 
 
+class McpServerState(Event):
+    """An MCP server changed state: `starting`, `ready` (with its tool count), `failed` (`error`
+    says why; its tools are left out), `restarting` (it stopped; its calls fail until it is back)
+    or `stopped`."""
+
+    type: Literal["mcp_server"] = "mcp_server"
+    server: str
+    state: str
+    tools: int = 0
+    error: str | None = Field(None, exclude_if=_absent)
+
+
 class _Ending(Event):
     session_id: str
     outcome: str
@@ -253,13 +265,13 @@ class UnknownEvent(Event):
 AnyEvent = Annotated[
     SessionStart | UserMessageEvent | AssistantText | ToolCallEvent | ToolResultEvent | Compaction | ModelSwitch | PersonaSwitch
     | Advisory | TodoList | TaskStatus | Verification | Question | UsageEvent | Notice | TaskEnd | SessionEnd
-    | WorkflowStart | WorkflowProgress | WorkflowEnd,
+    | WorkflowStart | WorkflowProgress | WorkflowEnd | McpServerState,
     Field(discriminator="type"),
 ]
 EVENT_TYPES: tuple[type[Event], ...] = (
     SessionStart, UserMessageEvent, AssistantText, ToolCallEvent, ToolResultEvent, Compaction, ModelSwitch, PersonaSwitch,
     Advisory, TodoList, TaskStatus, Verification, Question, UsageEvent, Notice, TaskEnd, SessionEnd,
-    WorkflowStart, WorkflowProgress, WorkflowEnd,
+    WorkflowStart, WorkflowProgress, WorkflowEnd, McpServerState,
 )
 _adapter: TypeAdapter[Any] | None = None  # built at the first read: a session that reads no record never pays for it
 

@@ -109,7 +109,8 @@ class SessionExtensions(ToolSource):
                 self.warn(f"tool-descriptions.toml describes {name!r}, which is not a tool of this session; it is ignored")
         wanted = self.wanted
         if wanted is not None:
-            for name in sorted(wanted - set(tools)):
+            # MCP servers' tools join later (`Session._sync_mcp`), when their servers are ready.
+            for name in sorted(n for n in wanted - set(tools) if not n.startswith("mcp__")):
                 self.warn(f"the toolset {self.toolset!r} names {name!r}, which is not a tool of this session")
             tools = {name: tool for name, tool in tools.items() if name in wanted}
         if self.only is not None:

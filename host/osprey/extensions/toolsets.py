@@ -25,14 +25,16 @@ from ..errors import ConfigError
 
 MAX_TOOLSETS_BYTES = 64 * 1024
 Name = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+# A tool: its name, or all of an MCP server's tools (`mcp__SERVER`, `mcp__SERVER__*`).
+ToolName = Annotated[str, StringConstraints(min_length=1, max_length=72, pattern=r"^(?:[A-Za-z0-9_.-]+|mcp__[A-Za-z0-9_-]+__\*)$")]
 
 
 class Toolset(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)  # built at first use: most sessions never make one
 
-    tools: list[Name] = Field(default_factory=list, max_length=500)
+    tools: list[ToolName] = Field(default_factory=list, max_length=500)
     includes: list[Name] = Field(default_factory=list, max_length=100)
-    exclude: list[Name] = Field(default_factory=list, max_length=500)
+    exclude: list[ToolName] = Field(default_factory=list, max_length=500)
 
 
 class ToolsetsFile(BaseModel):

@@ -2,8 +2,8 @@
 
 A child borrows its parent's parts: the ToolService home (unless it asks for one of its own, or
 the parent's options say children get their own), the HTTP client, the requests-per-minute
-limiter, the approver and the journal. It never has more than its parent: its tools are a subset
-of the parent's, and it gets the parent's `--allow` rules and approval policy. It is journaled
+limiter, the approver, the journal and the MCP servers. It never has more than its parent: its
+tools are a subset of the parent's, and it gets the parent's `--allow` rules and approval policy. It is journaled
 with the parent's id, its events carry `agent_id` and `parent_id` and reach the parent's front
 end, and it lives until it is closed: a parent cancels its children when its task is stopped, and
 closes them before it closes itself.
@@ -122,7 +122,13 @@ def child_persona(parent: Session, name: str, offered: list[str]) -> Any:
     persona = resolve_persona(name, workspace_root=parent.settings.workspace_root, home=parent.settings.home)
     if not persona.spawnable:
         raise ConfigError(f"the persona {persona.name!r} is not spawnable: only personas with `spawnable: true` run as child agents")
-    unknown = check_tools(persona, offered)
+    servers = parent.mcp.servers if parent.mcp is not None else {}
+
+    def all_of_a_server(name: str) -> bool:
+        """`mcp__SERVER` or `mcp__SERVER__*`, naming all the tools of one of the parent's MCP servers."""
+        return name.startswith("mcp__") and name.removeprefix("mcp__").removesuffix("__*") in servers
+
+    unknown = [name for name in check_tools(persona, offered) if not all_of_a_server(name)]
     if unknown:
         raise ConfigError(f"the persona {persona.name!r} lists tools this session does not have: {', '.join(unknown)}")
     return persona
@@ -137,7 +143,8 @@ async def start_child(parent: Session, request: ChildRequest) -> Child:
             raise ConfigError("this session's provider was given to it, so a child cannot talk to another model")
         settings = settings.model_copy(update={"model": request.model})
     own_home = request.own_home if request.own_home is not None else parent.child_homes == "own"
-    # Never more tools than the parent has (its toolset is in what it has).
+    # Never more tools than the parent has (its toolset is in what it has), its MCP servers' as they are now.
+    parent._sync_mcp()
     offered = parent.tool_names()
     tools = offered if request.tools is None else [name for name in request.tools if name in offered]
     persona = child_persona(parent, request.persona, offered) if request.persona else None
@@ -159,6 +166,7 @@ async def start_child(parent: Session, request: ChildRequest) -> Child:
         home=None if own_home else parent.home,
     )
     session.spawn_slots = parent.spawn_slots  # one count of running children for the whole tree
+    session.mcp = parent.mcp  # the lead's MCP servers: a child never starts its own
     child = Child(session, name=options.agent_name, parent=parent)
     parent.children.append(child)
     try:

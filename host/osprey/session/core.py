@@ -32,11 +32,13 @@ if TYPE_CHECKING:
     from ..agents.workflows.runs import WorkflowRuns
     from ..config.schema import ResolvedMoa
     from ..extensions.session import SessionExtensions
+    from ..mcp.connection import McpServers
+    from ..mcp.source import McpTools
     from ..personas import Persona
     from ..providers.base import Provider, TextSink
     from ..providers.limiter import RequestLimiter
     from ..sessions.journal import Journal
-    from ..tools.base import ChildRequest, ToolRegistry, ToolSource
+    from ..tools.base import ChildRequest, Tool, ToolRegistry, ToolSource
     from ..tools.memory_tool import MemoryTools
     from ..toolservice.homes import ToolServiceHome
     from .calls import CallResult
@@ -234,6 +236,11 @@ class Session:
         self.children: list[Child] = []
         # The lead session's workflow runs (`agents.workflows.runs.WorkflowRuns`); None when workflows are off.
         self.workflows: WorkflowRuns | None = None
+        # The MCP servers: the lead session's own (started with it, closed with it), a child's its lead's.
+        self.mcp: McpServers | None = None
+        self._mcp_tools: McpTools | None = None
+        self._mcp_generation: int | None = None  # of the servers when their tools were last put in the catalogue
+        self._mcp_added: dict[str, Tool] = {}  # the MCP tools in the catalogue, by name
         # The running children's count of this session's spawn tree (`agents.subagents.SpawnSlots`),
         # shared by the lead and every descendant.
         self.spawn_slots: Any = None
@@ -437,6 +444,22 @@ class Session:
         for source in made:
             await source.start()
             self._own(f"tools:{source.name}", source.close)
+        if self.mcp is not None or settings.mcp.servers:
+            from ..mcp.source import McpTools
+
+            # MCP servers start in the background and their tools join the catalogue at the turn
+            # boundary after they are ready. A child uses its lead's servers and never starts its own.
+            if self.mcp is not None:
+                self._mcp_tools = McpTools(servers=self.mcp)
+            elif self.options.parent_id is None:
+                mcp = McpTools(settings.mcp.servers, client=home.client, workdir=str(settings.cwd), emit=self.emit)
+                self._own("tools:mcp", mcp.close)
+                self._mcp_tools, self.mcp = mcp, mcp.servers
+                if self.options.interactive or self._http is None or settings.replay_file is not None:
+                    # A person is about to type (nothing waits for the CPU), or no request goes through the session's client.
+                    await mcp.start()
+                else:
+                    self._start_mcp_after_first_request(mcp)
         # A lent source was started by its owner, who also closes it.
         builtin = [tool for source in [*made, *self._borrowed_sources] for tool in source.tools()]
         if self.options.extensions:
@@ -461,6 +484,7 @@ class Session:
             for tool in builtin:
                 if allowed is None or tool.name in allowed:
                     self.registry.add(tool)
+        self._sync_mcp()
         context = ToolContext(
             client=home.client, cwd=str(settings.cwd), roots=list(home.roots),
             bash_max_output_bytes=settings.tool_results.bash_max_output_bytes, processes=processes,
@@ -754,6 +778,63 @@ class Session:
             self.emit(Notice(message=f"extensions reloaded: {len(self.registry.names())} tools", level="info"))
         if self.skills is not None and self.skills.turn_boundary():
             self.emit(Notice(message=f"skills found again: {len(self.skills.registry.skills)}", level="info"))
+        self._sync_mcp()
+
+    def _start_mcp_after_first_request(self, mcp: McpTools) -> None:
+        """Start the MCP servers when the first model response begins: loading their SDK and
+        starting them takes CPU time (the GIL, on a busy machine the cores) that the first
+        request's making and sending would otherwise share, so a headless run's first request
+        waits for nothing. Their tools could not have been offered in that request anyway."""
+        assert self._http is not None
+        hooks = self._http.event_hooks["response"]
+        fired = False
+
+        async def begun(response: Any) -> None:
+            nonlocal fired
+            if not fired:
+                fired = True
+                asyncio.get_running_loop().call_soon(unhook)  # not while the client goes through its hooks
+                await mcp.start()
+
+        def unhook() -> None:
+            if begun in hooks:
+                hooks.remove(begun)
+
+        hooks.append(begun)
+        self._stack.callback(unhook)  # a borrowed client keeps no hook of a closed session
+
+    def _sync_mcp(self) -> None:
+        """Put the MCP servers' current tools in the catalogue when they changed (a server became
+        ready, failed, restarted or changed its tools) or the catalogue was made again (a reload
+        of the extensions): the old ones out, the current ones in, as far as the child's tools,
+        the persona's list and the toolset offer them."""
+        source, registry = self._mcp_tools, self.registry
+        if source is None or registry is None:
+            return
+        generation = source.generation
+        kept = all(registry.tools.get(name) is tool for name, tool in self._mcp_added.items())
+        if generation == self._mcp_generation and kept:
+            return
+        self._mcp_generation = generation
+        for name, tool in self._mcp_added.items():
+            if registry.tools.get(name) is tool:
+                registry.remove(name)
+        self._mcp_added = {}
+        from ..mcp.tools import offered_by
+
+        lists: list[Sequence[str]] = []
+        if self.options.tools is not None:
+            lists.append(self.options.tools)
+        if self.persona is not None and self.persona.tools is not None:
+            lists.append(self.persona.tools)
+        if self.extensions is not None and self.extensions.wanted is not None:
+            lists.append(sorted(self.extensions.wanted))
+        for server, tool in source.entries():
+            if tool.name in registry.tools:
+                continue  # a built-in or custom tool of that name comes first
+            if all(offered_by(names, server, tool.name) if server is not None else tool.name in names for names in lists):
+                registry.add(tool)
+                self._mcp_added[tool.name] = tool
 
     @property
     def messages(self) -> list[Message]:

@@ -48,6 +48,9 @@ BUILTIN_TOOLS: dict[str, str] = {
     # workflows
     "run_workflow": "when workflows are enabled",
     "propose_workflow": "when workflows are enabled",
+    # MCP servers' resources
+    "list_mcp_resources": "when a running MCP server offers resources",
+    "read_mcp_resource": "when a running MCP server offers resources",
 }
 
 RESERVED: frozenset[str] = frozenset(BUILTIN_TOOLS)

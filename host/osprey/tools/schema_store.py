@@ -17,7 +17,7 @@ MODULES = (
     "osprey.tools.skill_tool", "osprey.web.fetch_tool", "osprey.web.search", "osprey.extensions.manage_tool",
     "osprey.session.personas", "osprey.tools.session_search", "osprey.lsp.tool", "osprey.retrieve.tool",
     "osprey.agents.subagents",
-    "osprey.agents.workflows.tools",
+    "osprey.agents.workflows.tools", "osprey.mcp.tools",
 )
 STORE = Path(__file__).with_name("stored_schemas.py")
 
