@@ -219,7 +219,7 @@ async def test_images_out_of_bounds_are_dropped_with_a_note_in_the_text(harness:
         assert result["content"][0] == {"type": "text", "text": expected}
         assert sum(b["type"] == "image" for b in result["content"]) == MAX_IMAGES
     [event] = [e for e in harness.events if isinstance(e, ToolResultEvent)]
-    assert event.output == expected and len((event.model_extra or {})["images"]) == MAX_IMAGES
+    assert event.output == expected and len(event.images) == MAX_IMAGES
 
 
 def test_kept_images_checks_recorded_images_again() -> None:

@@ -90,6 +90,9 @@ class ToolResultEvent(Event):
     truncated_chars: int = 0
     duration_ms: int = 0
     requested_by: Literal["user"] | None = Field(None, exclude_if=_absent)
+    # The images the tool returned, as the result message carries them ({media_type, data: base64});
+    # checked when the result was made, and again when a journal is resumed.
+    images: list[dict[str, Any]] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
 class Compaction(Event):

@@ -93,7 +93,7 @@ class _Builder:
                 return  # a result without its call cannot be sent to a model
             # The images it returned, checked again (a record is read from disk); any that are not
             # whole any more are noted in the text.
-            recorded = getattr(e, "images", None) or (e.model_extra or {}).get("images")
+            recorded = e.images
             images, dropped = kept_images(recorded) if isinstance(recorded, list) else ([], "")
             self.results.append(ToolResultMessage(tool_call_id=e.id, name=e.name, content=e.output + dropped, is_error=not e.ok, images=images))
 

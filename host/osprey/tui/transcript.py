@@ -83,7 +83,7 @@ def result_mark(result: ToolResultEvent) -> str:
 
 def image_lines(result: ToolResultEvent) -> str:
     """A line for each image a result carries (`[image: image/png, 12 KB]`), each after a line break."""
-    images = getattr(result, "images", None) or (result.model_extra or {}).get("images")
+    images = result.images
     return "".join(f"\n{note}" for note in recorded_image_notes(images))
 
 
