@@ -54,7 +54,8 @@ def _workflows(settings: Any) -> list[Any]:
 def extensions(ctx: click.Context, cwd: str | None, as_json: bool) -> None:
     """Show every extension artifact: custom tools, hooks, prompts, tool descriptions, toolsets,
     workflows and configuration, from the project's .osprey directories, $OSPREY_HOME and the
-    bundled set.
+    bundled set; then the declared MCP servers, which run and which are skipped and why
+    (without starting them: `osprey mcp list` does).
 
     \b
     For each: its layer and path, the farther copies it shadows, trust (for the
@@ -68,9 +69,11 @@ def extensions(ctx: click.Context, cwd: str | None, as_json: bool) -> None:
     if ctx.invoked_subcommand is not None:
         return
     from ..extensions.loaded import mark_pending, running_loads
+    from ..extensions.report import mcp_entries
 
     settings, found = _discover(cwd)
     report = found.report(settings)
+    report.mcp_servers = mcp_entries(settings.mcp)
     mark_pending(report, running_loads(settings.home, settings.cwd))
     if as_json:
         click.echo(report.model_dump_json(indent=2))
@@ -92,6 +95,16 @@ def extensions(ctx: click.Context, cwd: str | None, as_json: bool) -> None:
             click.echo(f"          why: {item.reason}")
         if (command := found.trust_hint(item) if item.kind != "workflow" else _workflow_hint(item)) is not None:
             click.echo(f"          to trust it once reviewed: {command}")
+    if report.mcp_servers:
+        click.echo("MCP servers (`osprey mcp list` starts them and lists their tools):")
+    for server in report.mcp_servers:
+        if server.status == "runs":
+            trust = "trusted" if server.trusted else "not trusted: its readOnlyHint is ignored"
+            click.echo(f"{'runs':<9} {'mcp_server':<20} {server.name}  ({server.origin}, {server.transport}) · {trust}")
+            click.echo(f"          {'runs' if server.transport == 'stdio' else 'url'}: {clean(server.runs or '')[:300]}")
+        else:
+            click.echo(f"{'SKIPPED':<9} {'mcp_server':<20} {server.name}  ({server.origin})")
+            click.echo(f"          why: {server.reason}")
     if report.running_sessions:
         click.echo(f"compared with what the running session{'s' if len(report.running_sessions) > 1 else ''} "
                    f"{', '.join(report.running_sessions)} loaded")

@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..config.mcp import ResolvedMcp
+
 Kind = Literal["tool", "hooks", "system_prompt", "append_system", "tool_descriptions", "toolsets", "config", "project_instructions", "workflow"]
 Trust = Literal["trusted", "untrusted", "modified", "not_required"]
 Status = Literal["active", "inactive", "shadowed", "skipped", "pending_reload"]
@@ -47,6 +49,50 @@ class Artifact(BaseModel):
     runs: list[str] = Field(default_factory=list, description="for executable artifacts: what they run")
 
 
+class McpServerEntry(BaseModel):
+    """A declared MCP server: where it was declared, what it runs or where it is reached, and
+    whether a session starts it (`osprey mcp list` starts them and lists their tools)."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    name: str
+    origin: Literal["user", "project", "mcp.json"] = Field(description="$OSPREY_HOME/config.toml, the project's .osprey/config.toml, or its .mcp.json")
+    status: Literal["runs", "skipped"]
+    transport: Literal["stdio", "http"] | None = Field(None, description="None for a skipped one")
+    runs: str | None = Field(None, description="a stdio server's command line, or an HTTP server's URL without credentials or query")
+    trusted: bool | None = Field(None, description="whether its readOnlyHint is believed; None for a skipped one")
+    reason: str | None = Field(None, description="why it is skipped (sanitized)")
+
+
+def _shown_url(url: str) -> str:
+    """The URL without what may be a secret: user information and the query."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = host + (f":{parts.port}" if parts.port is not None else "")
+    except ValueError:
+        return "(not a valid URL)"
+    return urlunsplit((parts.scheme, netloc, parts.path, "…" if parts.query else "", ""))
+
+
+def mcp_entries(resolved: ResolvedMcp) -> list[McpServerEntry]:
+    """The report entries of the declared MCP servers: those that run, then those skipped."""
+    import shlex
+
+    entries = []
+    for spec in resolved.servers:
+        runs = shlex.join([spec.command or "", *spec.args]) if spec.transport == "stdio" else _shown_url(spec.url or "")
+        entries.append(McpServerEntry(name=spec.name, origin=spec.origin, status="runs", transport=spec.transport,
+                                      runs=sanitize(runs), trusted=spec.trusted))
+    entries += [McpServerEntry(name=sanitize(item.name), origin=item.origin, status="skipped", reason=sanitize(item.reason))
+                for item in resolved.skipped]
+    return entries
+
+
 class Report(BaseModel):
     """`osprey extensions --json`."""
 
@@ -61,3 +107,4 @@ class Report(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     trust_agent_authored: bool = Field(False, description="[extensions] trust_agent_authored as configured; it governs no behavior yet")
     running_sessions: list[str] = Field(default_factory=list, description="the running sessions in this directory the statuses were compared with")
+    mcp_servers: list[McpServerEntry] = Field(default_factory=list, description="the declared MCP servers (not started)")

@@ -14,7 +14,7 @@ from .. import workspace_diff
 from ..choices import EFFORTS, MODEL_PROVIDERS
 from ..config import Settings
 from ..errors import OspreyError
-from ..numbers import grouped
+from ..numbers import counted, grouped
 from ..sessions.journal import find_session, list_sessions
 from ..terminal_text import clean
 from . import commands
@@ -22,12 +22,14 @@ from .presenter import DIFF_COMMAND
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
+    from ..session.core import Session
     from .app import OspreyApp
 
 DIFF_TIMEOUT_MS = workspace_diff.TIMEOUT_MS
 REDISCOVER_SECONDS = 5.0  # how long a discovery of the workflows answers for the commands and the menu
 MAX_ENDED_SHOWN = 10  # ended runs /workflows still shows
 MAX_RESULT_CHARS = 40_000  # of a run's result, sent to the model
+MAX_MCP_TOOLS_SHOWN = 12  # of a server's tool names /extensions lists
 NO_SEARCH_SERVICE = (
     "/deep-research searches the web, and no search service is configured. Configure one, then restart osprey:\n"
     "  Exa: put an API key in EXA_API_KEY (the environment or a .env file)\n"
@@ -88,6 +90,9 @@ class SlashCommands:
             self.app.notify(clean(f"unknown command /{name}: /help lists them"), severity="error", markup=False)
             return
         handler = getattr(self, f"cmd_{name.replace('-', '_')}", None) if name in commands.BY_NAME else None
+        if handler is None and (prompt := self._mcp_prompt(name)) is not None:
+            await self.run_mcp_prompt(prompt, argument)
+            return
         if handler is None and (workflow := await self._workflow_command(name)) is not None:
             await self.start_workflow(workflow, argument, f"/{name}")
             return
@@ -110,8 +115,12 @@ class SlashCommands:
             self.note(f"/help: no help topic {argument.strip()!r}; /help lists the commands, /help tools the tools", "warning")
             return
         await self.workflow_files()
-        extra, hidden = self.scope()
-        self.note(commands.help_text(extra=extra, hidden=hidden))
+        extra, hidden = self._workflow_scope()
+        text = commands.help_text(extra=extra, hidden=hidden)
+        if prompts := self.mcp_commands():
+            width = max(len(c.usage) for c in prompts)
+            text += "\n\nMCP prompts:\n" + "\n".join(f"{c.usage.ljust(width)}  {c.help}" for c in prompts)
+        self.note(text)
 
     async def _tool_catalogue(self) -> None:
         session = self.driver.session
@@ -183,6 +192,39 @@ class SlashCommands:
         self.app.send(f"/{name} {argument}".rstrip() + f"\n\nFollow the skill {name} for this request: {request}\n\n"
                       f"<skill name=\"{name}\">\n{instructions}\n</skill>")
 
+    # ------------------------------------------------------------------ MCP prompts
+
+    def _mcp_prompts(self) -> list[Any]:
+        """The prompt commands of the session's ready MCP servers (`PromptCommand`s), but those a
+        built-in command's name hides."""
+        session = self.driver.session
+        if session is None or not session.started or session.mcp is None:
+            return []
+        from ..mcp.prompts import prompt_commands
+
+        return [c for c in prompt_commands(session.mcp) if not shadowed(c.name)]
+
+    def mcp_commands(self) -> list[commands.Command]:
+        """The MCP prompt commands as the menu and /help show them."""
+        return [commands.Command(c.name, c.usage, c.about) for c in self._mcp_prompts()]
+
+    def _mcp_prompt(self, name: str) -> Any:
+        from ..mcp.prompts import find
+
+        return find(self._mcp_prompts(), name)
+
+    async def run_mcp_prompt(self, command: Any, argument: str) -> None:
+        """Get the prompt with the typed arguments from its server and send it as the person's message."""
+        from ..mcp.prompts import McpPromptError, run_prompt
+
+        session = self.driver.session
+        try:
+            text = await run_prompt(session.mcp if session is not None else None, command, argument)
+        except McpPromptError as exc:
+            self.note(str(exc), "error")
+            return
+        self.app.send(text)
+
     # ------------------------------------------------------------------ workflows
 
     def _workflow_runs(self) -> Any:
@@ -196,7 +238,12 @@ class SlashCommands:
         return session is not None and session.started and session.workflows is None
 
     def scope(self) -> tuple[list[commands.Command], frozenset[str]]:
-        """The session's workflow commands (as last discovered) and the built-in commands it does not have."""
+        """The session's workflow commands (as last discovered) and MCP prompt commands, and the
+        built-in commands it does not have."""
+        extra, hidden = self._workflow_scope()
+        return extra + self.mcp_commands(), hidden
+
+    def _workflow_scope(self) -> tuple[list[commands.Command], frozenset[str]]:
         if self._workflows_off():
             return [], commands.WORKFLOW_COMMANDS
         session = self.driver.session
@@ -585,7 +632,24 @@ class SlashCommands:
             f"home: {session.tool_service_kind}", f"session: {session.session_id}", f"cwd: {session.settings.cwd}",
             f"usage: {grouped(usage.input_tokens)} in, {grouped(usage.output_tokens)} out",
             f"tools: {len(session.tool_specs()) if session.started else 0} (/help tools lists them)",
+            *self.mcp_status(session),
         ]))
+
+    @staticmethod
+    def mcp_status(session: Session) -> list[str]:
+        """The session's MCP servers, one a line: name, state, number of tools, and why a failed one failed."""
+        mcp, declared = session.mcp, session.settings.mcp
+        servers = list(mcp.servers.values()) if mcp is not None else []
+        if not servers and not declared.skipped:
+            return []
+        lines = ["MCP servers:" if servers else "MCP servers: none runs"]
+        for server in servers:
+            state = f"{server.state}, {counted(len(server.tools), 'tool')}" if server.state == "ready" else server.state
+            error = f": {' '.join(str(server.error).split())[:300]}" if server.error and server.state != "ready" else ""
+            lines.append(f"  {server.spec.name}: {state}{error}")
+        if declared.skipped:
+            lines.append(f"  {counted(len(declared.skipped), 'declared server')} not started (/extensions says why)")
+        return lines
 
     async def cmd_tools(self, argument: str) -> None:
         """Hide or show the finished tool rows; running ones and those waiting for an approval stay."""
@@ -601,7 +665,7 @@ class SlashCommands:
             return
         found = session.extensions.found if session.extensions is not None else None
         if found is None:
-            self.note("this session does not load extensions")
+            self.note("\n".join([*self.mcp_extensions(session), "this session does not load extensions"]))
             return
         lines = [f"{item.manifest.name}: {item.path} ({item.layer.kind})" for item in found.tools] or ["no custom tools are loaded"]
         for artifact in (a for a in found.artifacts if a.kind == "tool" and a.status != "active"):
@@ -619,8 +683,29 @@ class SlashCommands:
             for workflow in await asyncio.to_thread(runs.discover):
                 state = "runs" if workflow.runnable else f"does not run ({workflow.status}, {workflow.trust}): {workflow.why_not or ''}"
                 lines.append(f"workflow {workflow.name}: {workflow.path} ({workflow.scope}) {state}")
+        lines += self.mcp_extensions(session)
         lines.append("`osprey extensions` shows every artifact and why it is or is not used")
         self.note("\n".join(lines))
+
+    @staticmethod
+    def mcp_extensions(session: Session) -> list[str]:
+        """The session's MCP servers (origin, trusted or not, state, tools) and the declared ones that do not run, with why."""
+        mcp, declared = session.mcp, session.settings.mcp
+        lines: list[str] = []
+        for server in mcp.servers.values() if mcp is not None else ():
+            spec = server.spec
+            trust = "trusted" if spec.trusted else "not trusted: its readOnlyHint is ignored"
+            state: str = server.state
+            if server.error and state != "ready":
+                state += f": {' '.join(str(server.error).split())[:300]}"
+            lines.append(f"MCP server {spec.name} ({spec.origin}, {spec.transport}, {trust}): {state}")
+            if server.tools:
+                names = [tool.name[:64] for tool in server.tools]
+                shown = ", ".join(names[:MAX_MCP_TOOLS_SHOWN]) + (f" and {len(names) - MAX_MCP_TOOLS_SHOWN} more" if len(names) > MAX_MCP_TOOLS_SHOWN else "")
+                lines.append(f"  {counted(len(names), 'tool')}: {shown}")
+        for skipped in declared.skipped:
+            lines.append(f"MCP server {skipped.name} ({skipped.origin}) does not run: {skipped.reason}")
+        return lines
 
     async def cmd_reload(self, argument: str) -> None:
         session = self.driver.session
