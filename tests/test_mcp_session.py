@@ -216,6 +216,10 @@ async def test_a_slow_server_does_not_delay_the_first_request_and_its_tools_come
     assert first_request < 4.0, first_request  # the server takes 5 s to start: the request did not wait for it
     assert not [name for name in tools[0] if name.startswith("mcp__")]
     assert "mcp__srv__echo" in tools[1]
+    # The model is told which servers are still starting, and no more once they are ready.
+    system = [request.body["messages"][0]["content"] for request in server.requests]
+    assert "MCP servers still starting: srv." in system[0]
+    assert "MCP servers still starting" not in system[1]
     assert end.outcome == "Completed" and results(h)["mcp__srv__echo"].output == "late"
 
 

@@ -70,6 +70,16 @@ class McpTools(ToolSource):
     def tools(self) -> Sequence[Tool]:
         return [tool for _, tool in self.entries()]
 
+    def prompt_block(self) -> str:
+        """A line for the system prompt while servers are still starting, so that a model asked
+        to use one of them knows its tools are on the way (none once every server has settled)."""
+        starting = sorted(name for name, server in self.servers.servers.items() if server.state == "starting")
+        if not starting:
+            return ""
+        return ("MCP servers still starting: " + ", ".join(starting) + ". Their tools (named mcp__SERVER__TOOL) are "
+                "added to your tools at a later turn, once each server is ready; if the task needs them, do the "
+                "other work first.")
+
     async def close(self) -> None:
         self._closing = True  # the session has ended: the servers' stopping is not told
         if self.owned:

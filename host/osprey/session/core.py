@@ -757,7 +757,7 @@ class Session:
             from .personas import persona_section
 
             base = f"{base}\n\n{persona_section(self.persona, self._dev_tooling)}"
-        for part in (self.skills, self.memory):
+        for part in (self.skills, self.memory, self._mcp_tools):
             block = part.prompt_block() if part is not None else ""
             if block:
                 base = f"{base}\n\n{block}"
