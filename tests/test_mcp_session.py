@@ -223,9 +223,9 @@ async def test_a_slow_server_does_not_delay_the_first_request_and_its_tools_come
     assert end.outcome == "Completed" and results(h)["mcp__srv__echo"].output == "late"
 
 
-async def test_a_headless_session_starts_its_servers_once_the_first_response_begins(h: Harness, tmp_path: Path) -> None:
+async def test_a_headless_session_starts_its_servers_as_the_first_request_goes_out(h: Harness, tmp_path: Path) -> None:
     """Loading the SDK and starting servers takes CPU time the first request's sending needs: a
-    headless session starts them when the model has begun to answer; an interactive one (a person
+    headless session starts them as its first request goes out; an interactive one (a person
     is about to type) at once."""
     headless, interactive = tmp_path / "headless.pid", tmp_path / "interactive.pid"
     with ModelServer([Reply.text("done")]) as server:

@@ -781,15 +781,16 @@ class Session:
         self._sync_mcp()
 
     def _start_mcp_after_first_request(self, mcp: McpTools) -> None:
-        """Start the MCP servers when the first model response begins: loading their SDK and
-        starting them takes CPU time (the GIL, on a busy machine the cores) that the first
-        request's making and sending would otherwise share, so a headless run's first request
-        waits for nothing. Their tools could not have been offered in that request anyway."""
+        """Start the MCP servers as the first model request goes out: loading their SDK and
+        starting them takes CPU time (the GIL, on a busy machine the cores) that the session's
+        set-up and the request's making would otherwise share, so a headless run's first request
+        waits for nothing; the SDK then loads while the model thinks (`load_sdk` waits until the
+        broker is quiet). Their tools could not have been offered in that request anyway."""
         assert self._http is not None
-        hooks = self._http.event_hooks["response"]
+        hooks = self._http.event_hooks["request"]
         fired = False
 
-        async def begun(response: Any) -> None:
+        async def begun(request: Any) -> None:
             nonlocal fired
             if not fired:
                 fired = True
