@@ -170,7 +170,7 @@ async def test_models_dev_keeps_openai_and_anthropic(server: Loopback, client: h
     ]
     gpt5 = cat.find("openai", "gpt-5")
     assert gpt5 == ModelInfo(provider="openai", id="gpt-5", name="GPT-5", context_window=400_000, max_output_tokens=128_000,
-                             input_price=1.25, output_price=10.0, reasoning=True, tool_call=True)
+                             input_price=1.25, output_price=10.0, reasoning=True, tool_call=True, images=True)
     sonnet = cat.find("anthropic", "claude-sonnet-4-5")
     assert sonnet is not None and (sonnet.context_window, sonnet.input_price, sonnet.output_price) == (200_000, 3.0, 15.0)
     assert cat.fetched_at is not None and cat.fetched_at.tzinfo is not None
@@ -227,6 +227,34 @@ def test_models_dev_hostile_entries() -> None:
         catalog.parse_models_dev([], ["openai"])
 
 
+def test_models_dev_says_which_models_take_images() -> None:
+    models = {(m.provider, m.id): m.images for m in catalog.parse_models_dev(json.loads(SAMPLE), ["openai", "anthropic", "openrouter"])}
+    assert models == {
+        ("openai", "gpt-4.1"): True, ("openai", "gpt-5"): True, ("openai", "text-embedding-3-small"): False,
+        ("anthropic", "claude-sonnet-4-5"): True, ("anthropic", "claude-3-5-haiku-20241022"): True,
+        ("openrouter", "qwen/qwen3-coder"): False, ("openrouter", "openai/gpt-oss-120b"): False,
+    }
+
+
+@pytest.mark.parametrize(("entry", "images"), [
+    ({"modalities": {"input": ["text", "image"], "output": ["text"]}, "attachment": False}, True),  # the modalities say more
+    ({"modalities": {"input": [" Text ", "IMAGE"]}}, True),
+    ({"modalities": {"input": ["text", "pdf"]}, "attachment": True}, False),  # attachments, but no images
+    ({"modalities": {"input": ["text"]}}, False),
+    ({"attachment": False}, False),  # no modalities: a model without attachments takes no images
+    ({"attachment": True}, None),  # attachments of some kind: unknown
+    ({}, None),
+    ({"attachment": "yes", "modalities": "text+image"}, None),
+    ({"modalities": {"input": []}, "attachment": 1}, None),
+    ({"modalities": {"input": [None, 7, {"image": 1}, "", "x" * 40 + "image"]}}, None),  # nothing it can read
+    ({"modalities": {"input": ["text"] * catalog.MAX_MODALITIES + ["image"]}}, False),  # only the first entries are read
+    ({"modalities": [["image"]]}, None),
+])
+def test_models_dev_images_from_odd_values(entry: dict[str, object], images: bool | None) -> None:
+    [model] = catalog.parse_models_dev({"openai": {"models": {"m": entry}}}, ["openai"])
+    assert model.images is images
+
+
 def test_models_dev_nested_under_providers() -> None:
     data = {"providers": json.loads(SAMPLE)}
     assert len(catalog.parse_models_dev(data, ["anthropic"])) == 2
@@ -257,6 +285,41 @@ async def test_openai_shaped_models(server: Loopback, client: httpx.AsyncClient)
     assert (routed.reasoning, routed.tool_call) == (True, True)
     (request,) = server.seen
     assert request.headers["authorization"] == "Bearer sk-local"
+
+
+def test_models_lists_say_which_models_take_images_by_their_architecture() -> None:
+    body = {"data": [
+        {"id": "vision", "architecture": {"modality": "text+image->text", "input_modalities": ["image", "text"], "output_modalities": ["text"]}},
+        {"id": "coder", "architecture": {"modality": "text->text", "input_modalities": ["text"]}},
+        {"id": "summary-only", "architecture": {"modality": "text+image+file->text"}},
+        {"id": "summary-text", "architecture": {"modality": "text->text"}},
+        {"id": "plain"},
+        {"id": "odd", "architecture": {"modality": "image" * 100 + "->text", "input_modalities": "image"}},
+        {"id": "odd2", "architecture": ["image"]},
+    ]}
+    models, _ = catalog.parse_models_list(body, "openai")
+    assert {m.id: m.images for m in models} == {"vision": True, "coder": False, "summary-only": True, "summary-text": False,
+                                                "plain": None, "odd": None, "odd2": None}
+
+
+def test_which_models_take_images_is_read_from_the_cache_or_the_builtin_list(tmp_path: Path) -> None:
+    # No cache: the built-in list, whose models take images; any other model is not known not to.
+    assert catalog.takes_images(tmp_path, "openai", None, "gpt-4.1") is True
+    assert catalog.takes_images(tmp_path, "openai", None, "unknown-model") is True
+    models = [ModelInfo(provider="openai", id="text-only", images=False), ModelInfo(provider="openai", id="vision", images=True),
+              ModelInfo(provider="openai", id="unsure")]
+    save_cache(tmp_path, Catalog(models=models, source="endpoint", scope=catalog_scope("openai", "http://127.0.0.1:9/v1")))
+    assert catalog.takes_images(tmp_path, "openai", "http://127.0.0.1:9/v1", "text-only") is False
+    assert catalog.takes_images(tmp_path, "openai", "http://127.0.0.1:9/v1", "vision") is True
+    assert catalog.takes_images(tmp_path, "openai", "http://127.0.0.1:9/v1", "unsure") is True
+    # A cache of another endpoint says nothing of this one's models.
+    assert catalog.takes_images(tmp_path, "openai", "http://127.0.0.1:10/v1", "text-only") is True
+    # A cache written before models said whether they take images reads as unknown.
+    cache_path(tmp_path).write_text(json.dumps({"version": 1, "catalog": {
+        "source": "endpoint", "scope": catalog_scope("openai", "http://127.0.0.1:9/v1"), "models": [{"provider": "openai", "id": "text-only"}]}}))
+    cached = load_cached(tmp_path)
+    assert cached is not None and cached.models[0].images is None
+    assert catalog.takes_images(tmp_path, "openai", "http://127.0.0.1:9/v1", "text-only") is True
 
 
 async def test_openai_shaped_models_without_key(server: Loopback, client: httpx.AsyncClient) -> None:

@@ -39,6 +39,7 @@ MAX_CACHE_BYTES = 8 * 1024 * 1024
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 MAX_MODELS = 20_000
 MAX_PAGES = 20  # Anthropic's `/models` pages
+MAX_MODALITIES = 16  # of one model's input modalities read (real lists name two to five)
 DEFAULT_TIMEOUT = 10.0
 
 Source = Literal["models.dev", "endpoint", "builtin"]
@@ -73,6 +74,8 @@ class ModelInfo(BaseModel):
     output_price: float | None = Field(None, ge=0, allow_inf_nan=False)
     reasoning: bool | None = None
     tool_call: bool | None = None
+    # Whether the model takes images in its input (tool results' images are sent to it); None: unknown.
+    images: bool | None = None
 
 
 class Catalog(BaseModel):
@@ -229,10 +232,35 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _modalities(value: Any) -> set[str] | None:
+    """The modalities a list names (`["text", "image"]`), lower-cased; None when it is not a list
+    or names none."""
+    if not isinstance(value, list):
+        return None
+    named = {v.strip().lower() for v in value[:MAX_MODALITIES] if isinstance(v, str) and len(v) <= 32}
+    return named - {""} or None
+
+
+def _arrow_inputs(value: Any) -> set[str] | None:
+    """The input modalities of a `text+image->text` summary (OpenRouter's `modality`)."""
+    if not isinstance(value, str) or len(value) > 200 or "->" not in value:
+        return None
+    return _modalities(value.split("->", 1)[0].split("+"))
+
+
+def _takes_images(inputs: set[str] | None, attachment: bool | None = None) -> bool | None:
+    """Whether a model takes images: its input modalities say so when they are known; else a model
+    that takes no attachments takes no images; else unknown."""
+    if inputs is not None:
+        return "image" in inputs
+    return False if attachment is False else None
+
+
 def parse_models_dev(data: Any, keep: Iterable[str], *, as_provider: str | None = None) -> list[ModelInfo]:
     """The models of the `keep` providers in models.dev's `api.json` (a mapping of provider id to
-    `{models: {id: {name, limit: {context, output}, cost: {input, output}, reasoning, tool_call}}}`).
-    Each model's `provider` is its models.dev provider, or `as_provider` when given."""
+    `{models: {id: {name, limit: {context, output}, cost: {input, output}, reasoning, tool_call,
+    attachment, modalities: {input, output}}}}`). Each model's `provider` is its models.dev
+    provider, or `as_provider` when given."""
     if not isinstance(data, dict):
         raise CatalogError("models.dev answered with something that is not its catalog (not a JSON object); try again later")
     keep = tuple(keep)
@@ -258,6 +286,7 @@ def parse_models_dev(data: Any, keep: Iterable[str], *, as_provider: str | None 
                 output_price=_price(cost.get("output")),
                 reasoning=_flag(entry.get("reasoning")),
                 tool_call=_flag(entry.get("tool_call")),
+                images=_takes_images(_modalities(_dict(entry.get("modalities")).get("input")), _flag(entry.get("attachment"))),
             ))
             if len(out) >= MAX_MODELS:
                 return out
@@ -267,8 +296,9 @@ def parse_models_dev(data: Any, keep: Iterable[str], *, as_provider: str | None 
 def parse_models_list(data: Any, provider: str) -> tuple[list[ModelInfo], str | None]:
     """The models in a `/models` answer (`{"data": [{"id": ...}, ...]}`, OpenAI's and Anthropic's
     shape alike), with what the common servers add: Anthropic's `display_name`, vLLM's
-    `max_model_len`, OpenRouter's `context_length`, per-token `pricing` and `supported_parameters`.
-    Also the id to list the next page after, when the answer says it `has_more`."""
+    `max_model_len`, OpenRouter's `context_length`, per-token `pricing`, `supported_parameters` and
+    `architecture` (its input modalities). Also the id to list the next page after, when the answer
+    says it `has_more`."""
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise CatalogError("the server's /models answer has no `data` list of models; check --base-url "
                            "(it should end where `/chat/completions` or `/messages` follows, e.g. http://localhost:8080/v1)")
@@ -278,7 +308,7 @@ def parse_models_list(data: Any, provider: str) -> tuple[list[ModelInfo], str | 
         model_id = _model_id(entry.get("id"))
         if model_id is None:
             continue
-        pricing, top = _dict(entry.get("pricing")), _dict(entry.get("top_provider"))
+        pricing, top, arch = _dict(entry.get("pricing")), _dict(entry.get("top_provider")), _dict(entry.get("architecture"))
         params = entry.get("supported_parameters")
         params = [p for p in params if isinstance(p, str)] if isinstance(params, list) else None
         out.append(ModelInfo(
@@ -292,6 +322,7 @@ def parse_models_list(data: Any, provider: str) -> tuple[list[ModelInfo], str | 
             output_price=_price(pricing.get("completion"), 1_000_000),
             reasoning=("reasoning" in params) if params is not None else None,
             tool_call=("tools" in params) if params is not None else None,
+            images=_takes_images(_modalities(arch.get("input_modalities")) or _arrow_inputs(arch.get("modality"))),
         ))
     last = _model_id(data.get("last_id")) if data.get("has_more") is True else None
     return out, last
@@ -470,9 +501,9 @@ async def refresh(
 
 BUILTIN_MODELS = (
     ModelInfo(provider="openai", id=DEFAULT_MODELS["openai"], name="GPT-4.1", context_window=1_047_576,
-              max_output_tokens=32_768, input_price=2.0, output_price=8.0, reasoning=False, tool_call=True),
+              max_output_tokens=32_768, input_price=2.0, output_price=8.0, reasoning=False, tool_call=True, images=True),
     ModelInfo(provider="anthropic", id=DEFAULT_MODELS["anthropic"], name="Claude Sonnet 4.5", context_window=200_000,
-              max_output_tokens=64_000, input_price=3.0, output_price=15.0, reasoning=True, tool_call=True),
+              max_output_tokens=64_000, input_price=3.0, output_price=15.0, reasoning=True, tool_call=True, images=True),
 )
 
 
@@ -519,6 +550,13 @@ async def catalog_for_picker(
         yield first.model_copy(update={"stale": True, "problem": str(exc)})
         return
     yield fresh
+
+
+def takes_images(home: Path, provider: str, base_url: str | None, model: str) -> bool:
+    """Whether to send `model` the images of tool results: False only when the catalog at hand
+    (the cache of this configuration, else the built-in list; no network) says it takes none."""
+    found = initial_catalog(home, provider, base_url).find(provider, model)
+    return found is None or found.images is not False
 
 
 def estimated_cost(input_tokens: int, output_tokens: int, info: ModelInfo | None) -> float | None:

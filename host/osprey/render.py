@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from .events import AssistantText, Compaction, Event, Notice, SessionEnd, SessionStart, TaskEnd, ToolCallEvent, ToolResultEvent
-from .messages import scrub
+from .messages import recorded_image_notes, scrub
 from .numbers import counted, grouped
 from .terminal_text import StreamCleaner, clean
 
@@ -205,14 +205,19 @@ class TerminalRenderer:
             self._under(call)
         lines = _clean_lines(event.output) or [""]
         style = "2" if event.ok else "31"
+        # A line for each image it returned (its data is never printed).
+        images = [clean(note) for note in recorded_image_notes(event.images)]
         if streamed:
             # Its output is on the screen already: its status line (exit code, stopped) follows.
-            self._out(self._style("  " + lines[-1], "33" if event.error_category == "cancelled" else style) + "\n", call)
+            self._out("\n".join([self._style("  " + lines[-1], "33" if event.error_category == "cancelled" else style),
+                                 *(self._style("  " + note, style) for note in images)]) + "\n", call)
             return
         shown = lines[:PREVIEW_LINES]
         if len(lines) > PREVIEW_LINES:
             shown.append(f"… {len(lines) - PREVIEW_LINES} more lines")
-        self._out("\n".join(self._style("  " + line, style) for line in shown) + "\n", call)
+        if images and shown == [""]:
+            shown = []  # no text: the images' lines alone
+        self._out("\n".join(self._style("  " + line, style) for line in shown + images) + "\n", call)
 
     def _child(self, event: Event) -> None:
         """A child session's event: its calls and how it ended, marked with its id (its text, the

@@ -277,8 +277,12 @@ def _transcript_line(e: Event, *, full: bool = False, call: str | None = None) -
             arguments = arguments[:300] + "..."
         return f"  -> {_clean(e.name)} {_clean(arguments)}"
     if isinstance(e, ToolResultEvent):
+        from ..messages import recorded_image_notes
+
         status = "ok" if e.ok else f"error ({e.error_category})"
-        return f"  <- {_clean(call or e.name)}: {_clean(status)}" + (f"\n{_preview(e.output, full=full)}" if e.output else "")
+        # A note for each image it returned (its data is never printed).
+        notes = "".join(f"\n    {_clean(note)}" for note in recorded_image_notes(e.images))
+        return f"  <- {_clean(call or e.name)}: {_clean(status)}" + (f"\n{_preview(e.output, full=full)}" if e.output else "") + notes
     if isinstance(e, Notice):
         return f"  [{e.level}] {_clean(e.message)}"
     if isinstance(e, TaskEnd):

@@ -636,7 +636,7 @@ class Session:
             self._http = await client.__aenter__()
             self._own("http", client.aclose)
             self._plain_http = plain
-        provider = make_provider(settings, self._http)
+        provider = make_provider(settings, self._http, images=lambda: self._takes_images(settings))
         if self.limiter is not None:
             from ..providers.limiter import LimitedProvider
 
@@ -673,6 +673,14 @@ class Session:
         event = ModelSwitch(provider=self.provider.name, model=self.provider.model, effort=self.settings.effort)
         self.emit(event)
         return event
+
+    @staticmethod
+    def _takes_images(settings: Settings) -> bool:
+        """Whether the model is sent tool results' images: not when the model catalog at hand (the
+        cache, no network) says it takes none. Asked at the first request that holds one."""
+        from ..catalog import takes_images
+
+        return takes_images(settings.home, settings.provider, settings.base_url, settings.model)
 
     def _context_window(self) -> int | None:
         if self.options.context_window is not None:
