@@ -5,10 +5,10 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal, cast, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # Each model builds its validator at its first use, not at import.
 _LAZY = ConfigDict(defer_build=True)
@@ -58,25 +58,55 @@ class AssistantMessage(BaseModel):
 
 ImageType = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
 IMAGE_TYPES: tuple[str, ...] = get_args(ImageType)
-MAX_IMAGE_BYTES = 5 * 1024 * 1024
+# An image is bounded by the length of its base64 text (what the Anthropic API bounds), 5 MiB,
+# which holds 3.75 MiB of bytes.
+MAX_IMAGE_BASE64 = 5 * 1024 * 1024
+MAX_IMAGE_BYTES = MAX_IMAGE_BASE64 // 4 * 3
 MAX_IMAGES = 8  # of one tool result
-# The longest base64 text of an image within MAX_IMAGE_BYTES.
-_MAX_BASE64_CHARS = 4 * -(-MAX_IMAGE_BYTES // 3)
+# What one request to a model carries: the most recent images of the conversation, at most this
+# many and this much base64 text; older ones stand as notes.
+MAX_REQUEST_IMAGES = 20
+MAX_REQUEST_BASE64 = 20 * 1024 * 1024
+# Past the count bound, older images are left out in steps of this many, so that the start of
+# a request (which providers cache) changes once every few images rather than with each one.
+REQUEST_IMAGES_STEP = 10
 _TYPE_ALIASES = {"image/jpg": "image/jpeg"}
 # Why a result's image stands as a note for a model that takes no images.
 NOT_SHOWN = "not shown: the model takes no images"
+# Why an older image of the conversation stands as a note in a request.
+NOT_SENT_AGAIN = f"not sent again: a request carries only the most recent images (at most {MAX_REQUEST_IMAGES}, {MAX_REQUEST_BASE64 // (1024 * 1024)} MiB)"
+_NOT_AN_IMAGE = "is not a PNG, JPEG, GIF or WebP image"
+
+
+def _sniffed(data: str) -> str | None:
+    """The media type the first bytes of an image's base64 text show, or None."""
+    try:
+        head = base64.b64decode(data[:16], validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if head.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    return None
 
 
 def _data_problem(data: str) -> str | None:
     """What is wrong with an image's base64 text, or None."""
     if not data:
         return "holds no data"
-    if len(data) > _MAX_BASE64_CHARS or _base64_bytes(data) > MAX_IMAGE_BYTES:
-        return f"is over {MAX_IMAGE_BYTES // (1024 * 1024)} MiB ({_size(len(data) * 3 // 4)})"
+    if len(data) > MAX_IMAGE_BASE64:
+        return f"is over {MAX_IMAGE_BYTES / (1024 * 1024):g} MiB ({_size(_base64_bytes(data))})"
     try:
         base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         return "is not base64 text"
+    if _sniffed(data) is None:
+        return _NOT_AN_IMAGE
     return None
 
 
@@ -101,12 +131,22 @@ def _shown(media_type: str) -> str:
 
 class ImageBlock(BaseModel):
     """An image a tool returned: its media type and its bytes as base64 text, bounded by
-    MAX_IMAGE_BYTES. A tool builds one from what it received with `image_or_note`."""
+    MAX_IMAGE_BASE64. The type is the one the bytes show, whatever was declared. A tool builds
+    one from what it received with `image_or_note`."""
 
     model_config = ConfigDict(frozen=True, defer_build=True)
 
     media_type: ImageType
     data: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed_by_its_bytes(cls, values: Any) -> Any:
+        if isinstance(values, dict) and values.get("media_type") in IMAGE_TYPES and isinstance(values.get("data"), str):
+            shown = _sniffed(values["data"])
+            if shown is not None and shown != values["media_type"]:
+                return {**values, "media_type": shown}
+        return values
 
     @field_validator("data")
     @classmethod
@@ -127,21 +167,23 @@ class ImageBlock(BaseModel):
 
 def image_or_note(media_type: str, data: str | bytes) -> ImageBlock | str:
     """An image from a tool's source (bytes, or base64 text, which may be wrapped over lines), or
-    the one-line note that says why it is dropped: `[image dropped: image/tiff is not supported]`."""
+    the one-line note that says why it is dropped: `[image dropped: image/tiff is not supported]`.
+    Its type is the one its bytes show; bytes of no supported type are dropped."""
     kind = str(media_type).strip().lower()
     kind = _TYPE_ALIASES.get(kind, kind)
     if kind not in IMAGE_TYPES:
         return f"[image dropped: {_shown(media_type)} is not supported]"
     if isinstance(data, bytes):
-        if len(data) > MAX_IMAGE_BYTES:
-            return f"[image dropped: {kind} is over {MAX_IMAGE_BYTES // (1024 * 1024)} MiB ({_size(len(data))})]"
+        if 4 * -(-len(data) // 3) > MAX_IMAGE_BASE64:
+            return f"[image dropped: {kind} is over {MAX_IMAGE_BYTES / (1024 * 1024):g} MiB ({_size(len(data))})]"
         data = base64.b64encode(data).decode("ascii")
-    elif len(data) <= _MAX_BASE64_CHARS + _MAX_BASE64_CHARS // 38:  # room for a line break every 76 characters
+    elif len(data) <= MAX_IMAGE_BASE64 + MAX_IMAGE_BASE64 // 38:  # room for a line break every 76 characters
         data = "".join(data.split())
     problem = _data_problem(data)
     if problem is not None:
         return f"[image dropped: {kind} {problem}]"
-    return ImageBlock.model_construct(media_type=cast(ImageType, kind), data=data)  # checked above
+    shown = cast(ImageType, _sniffed(data))  # a supported type: checked above
+    return ImageBlock.model_construct(media_type=shown, data=data)  # checked above
 
 
 def kept_images(images: Iterable[Any]) -> tuple[list[ImageBlock], str]:
@@ -196,6 +238,23 @@ class ToolResultMessage(BaseModel):
 
 
 Message = Annotated[UserMessage | AssistantMessage | ToolResultMessage, Field(discriminator="role")]
+
+
+def held_images(messages: Sequence[Message]) -> dict[tuple[int, int], str]:
+    """The images of a request's tool results that are not sent again, as (index of the message,
+    index of the image) with why, to stand as notes: all but the most recent MAX_REQUEST_IMAGES
+    (older ones left out REQUEST_IMAGES_STEP at a time) within MAX_REQUEST_BASE64 of base64 text."""
+    places = [(i, j) for i, m in enumerate(messages) if isinstance(m, ToolResultMessage) for j in range(len(m.images))]
+    over = len(places) - MAX_REQUEST_IMAGES
+    start = -(-over // REQUEST_IMAGES_STEP) * REQUEST_IMAGES_STEP if over > 0 else 0
+    total = 0
+    for n in range(len(places) - 1, start - 1, -1):
+        i, j = places[n]
+        total += len(cast(ToolResultMessage, messages[i]).images[j].data)
+        if total > MAX_REQUEST_BASE64:
+            start = n + 1
+            break
+    return dict.fromkeys(places[:start], NOT_SENT_AGAIN)
 
 
 class ToolSpec(BaseModel):

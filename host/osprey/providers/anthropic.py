@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from ..errors import ProviderError
-from ..messages import NOT_SHOWN, AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
+from ..messages import NOT_SHOWN, AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage, held_images
 from .base import TextSink, loads, merge_usage, model_answer, name_problem, parse_json, reported_error, wire_tool_name
 
 API_VERSION = "2023-06-01"
@@ -26,13 +26,17 @@ def supports_effort(model: str) -> bool:
     return bool(THINKING_MODELS.search(model))
 
 
-def tool_result_block(m: ToolResultMessage, images: bool = True) -> dict[str, Any]:
+def tool_result_block(m: ToolResultMessage, images: bool = True, held: dict[int, str] | None = None) -> dict[str, Any]:
     """A tool result as a `tool_result` block: its text, then its images as image blocks when
-    there are any (or, when the model takes no images, notes in its text)."""
+    there are any (or, when the model takes no images, notes in its text). `held`: the images
+    (by index) not sent again, with why; each stands as a note in its place."""
     content: str | list[dict[str, Any]]
     if m.images and images:
+        held = held or {}
         content = [{"type": "text", "text": m.content}] if m.content else []
-        content += [{"type": "image", "source": {"type": "base64", "media_type": i.media_type, "data": i.data}} for i in m.images]
+        content += [{"type": "text", "text": i.note(held[n])} if n in held else
+                    {"type": "image", "source": {"type": "base64", "media_type": i.media_type, "data": i.data}}
+                    for n, i in enumerate(m.images)]
     else:
         content = (m.content or "(no output)") + m.image_notes(NOT_SHOWN)
     return {"type": "tool_result", "tool_use_id": m.tool_call_id, "content": content, "is_error": m.is_error}
@@ -40,7 +44,8 @@ def tool_result_block(m: ToolResultMessage, images: bool = True) -> dict[str, An
 
 def to_wire_messages(request: ModelRequest, images: bool = True) -> list[dict[str, Any]]:
     """Messages with tool results folded into user turns, consecutive same-role turns merged.
-    `images`: whether the model takes the images of tool results."""
+    `images`: whether the model takes the images of tool results (the most recent are sent,
+    within the bounds of `messages.held_images`)."""
     out: list[dict[str, Any]] = []
 
     def add(role: str, blocks: list[dict[str, Any]]) -> None:
@@ -49,11 +54,12 @@ def to_wire_messages(request: ModelRequest, images: bool = True) -> list[dict[st
         else:
             out.append({"role": role, "content": blocks})
 
-    for m in request.messages:
+    held = held_images(request.messages) if images else {}
+    for at, m in enumerate(request.messages):
         if isinstance(m, UserMessage):
             add("user", [{"type": "text", "text": m.content or " "}])
         elif isinstance(m, ToolResultMessage):
-            add("user", [tool_result_block(m, images)])
+            add("user", [tool_result_block(m, images, {j: held[at, j] for j in range(len(m.images)) if (at, j) in held})])
         elif isinstance(m, AssistantMessage):
             blocks: list[dict[str, Any]] = list(m.reasoning)
             if m.text:

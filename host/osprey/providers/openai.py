@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from ..errors import ProviderError
-from ..messages import NOT_SHOWN, AssistantMessage, Message, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage
+from ..messages import NOT_SHOWN, AssistantMessage, Message, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage, UserMessage, held_images
 from .base import TextSink, error_of, loads, merge_usage, model_answer, name_problem, parse_json, reported_error, wire_tool_name
 
 # Model families that take `reasoning_effort`.
@@ -51,26 +51,30 @@ def to_wire_messages(request: ModelRequest, images: bool = True) -> list[dict[st
 
 def _with_images(messages: list[Message], wired: list[dict[str, Any] | None]) -> list[dict[str, Any] | None]:
     """The wire messages with, after each run of tool messages that returned images, one user
-    message holding those images (a tool message cannot carry them)."""
+    message holding those images (a tool message cannot carry them). Only the most recent images
+    are sent (`messages.held_images`); each older one stands as a note in its place."""
+    held = held_images(messages)
     out: list[dict[str, Any] | None] = []
-    waiting: list[ToolResultMessage] = []
-    for m, w in zip(messages, wired, strict=True):
+    waiting: list[tuple[int, ToolResultMessage]] = []
+    for at, (m, w) in enumerate(zip(messages, wired, strict=True)):
         if waiting and not isinstance(m, ToolResultMessage):
-            out.append(_images_message(waiting))
+            out.append(_images_message(waiting, held))
             waiting = []
         out.append(w)
         if isinstance(m, ToolResultMessage) and m.images:
-            waiting.append(m)
+            waiting.append((at, m))
     if waiting:
-        out.append(_images_message(waiting))
+        out.append(_images_message(waiting, held))
     return out
 
 
-def _images_message(results: list[ToolResultMessage]) -> dict[str, Any]:
+def _images_message(results: list[tuple[int, ToolResultMessage]], held: dict[tuple[int, int], str]) -> dict[str, Any]:
     parts: list[dict[str, Any]] = []
-    for r in results:
+    for at, r in results:
         parts.append({"type": "text", "text": f"Images returned by tool call {r.tool_call_id}:"})
-        parts += [{"type": "image_url", "image_url": {"url": f"data:{i.media_type};base64,{i.data}"}} for i in r.images]
+        parts += [{"type": "text", "text": i.note(held[at, j])} if (at, j) in held else
+                  {"type": "image_url", "image_url": {"url": f"data:{i.media_type};base64,{i.data}"}}
+                  for j, i in enumerate(r.images)]
     return {"role": "user", "content": parts}
 
 
