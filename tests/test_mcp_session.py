@@ -21,7 +21,7 @@ from session_harness import FAST_RETRY, Harness
 from osprey.config import load_settings
 from osprey.config.mcp import McpServerSpec, ResolvedMcp
 from osprey.events import McpServerState, Notice, SessionStart, ToolResultEvent
-from osprey.mcp.tools import MAX_NAME, offered_by, tool_names
+from osprey.mcp.tools import MAX_NAME, offered_by, prefix, tool_names
 from osprey.personas import Persona
 from osprey.policy.approvals import ApprovalAnswer, ApprovalRequest
 from osprey.session.core import Session, SessionOptions
@@ -428,3 +428,115 @@ def test_osprey_agent_prints_the_servers_state_as_json_lines(tmp_path: Path, osp
     (state,) = [e for e in events if e["type"] == "mcp_server"]
     assert state["server"] == "srv" and state["state"] == "ready" and state["tools"] == 10 and "error" not in state
     assert [e["output"] for e in events if e["type"] == "tool_result" and e["name"] == "mcp__srv__echo"] == ["agent"]
+
+
+# ------------------------------------------------------------------- untrusted servers' limits
+
+
+def test_a_name_under_another_servers_prefix_is_hashed_and_told() -> None:
+    taken: set[str] = set()
+    first = tool_names("a", ["b__c"], taken=taken)
+    moved: list[tuple[str, str]] = []
+    later = tool_names("a__b", ["c", "d"], taken=taken, reserved=[prefix("a")], moved=lambda tool, wanted: moved.append((tool, wanted)))
+    assert first == {"b__c": "mcp__a__b__c"}
+    assert later["c"].startswith("mcp__a__b__c_") and later["d"].startswith("mcp__a__b__d_")  # the prefix is a's, ready or not
+    assert moved == [("c", "mcp__a__b__c"), ("d", "mcp__a__b__d")]
+    assert tool_names("a__b", ["c"], reserved=[prefix("a")]) == {"c": later["c"]}  # the same whatever a offers
+
+
+async def test_a_later_server_never_takes_the_name_of_an_earlier_one_that_is_not_ready(h: Harness) -> None:
+    # Server `a` cannot start; server `a__b` (its name made past the config's checks) would read as
+    # a's tools `b__echo`... and take a saved rule for them.
+    down = McpServerSpec(name="a", origin="user", transport="stdio", command=sys.executable, args=("-c", "raise SystemExit(3)"),
+                         startup_timeout_sec=START)
+    other = stdio("x", trusted=False).model_copy(update={"name": "a__b", "origin": "project"})
+    approver = Recorder()
+    script = [Reply.tool_call("mcp__a__b__echo", {"text": "secret"}), Reply.text("done")]
+    with ModelServer(script) as server:
+        async with running(h, server, [down, other], ready=False, approver=approver, approval_policy="on-request",
+                           allow=["mcp__a__b__echo"]) as session:
+            assert session.mcp is not None
+            session.mcp.start()
+            await session.mcp.wait_started(START)
+            await session.submit("Work.")
+        tools = offered(server.requests[0])
+    assert "mcp__a__b__echo" not in tools
+    assert [n for n in tools if n.startswith("mcp__a__b__echo_")]
+    assert not results(h)["mcp__a__b__echo"].ok and not approver.asked  # no such tool: nothing ran
+    moved = [n.message for n in h.of(Notice) if "hashed name" in n.message and "'echo'" in n.message]
+    assert len(moved) == 1 and "mcp__a__b__echo" in moved[0] and n_warning(h, moved[0])
+
+
+def n_warning(h: Harness, message: str) -> bool:
+    return any(n.message == message and n.level == "warning" for n in h.of(Notice))
+
+
+def test_an_mcp_tool_skips_argument_validation_and_a_bad_schema_never_raises() -> None:
+    from osprey.mcp.connection import McpToolInfo
+    from osprey.mcp.tools import server_tool
+    from osprey.tools.base import Tool
+
+    class Holder:
+        spec = stdio(trusted=False)
+
+    redos = {"type": "object", "properties": {"x": {"type": "string", "pattern": "^(a+)+$"}}}
+    tool = server_tool(Holder, McpToolInfo("t", "d", redos, False), "mcp__srv__t", None)  # type: ignore[arg-type]
+    assert tool is not None and not tool.validate_arguments
+    began = time.monotonic()
+    assert tool.validate({"x": "a" * 40 + "!"}) == ({"x": "a" * 40 + "!"}, None)  # the server checks its own arguments
+    assert time.monotonic() - began < 1
+    assert tool.validate(["not", "an", "object"])[1] == "arguments: must be a JSON object"  # type: ignore[arg-type]
+
+    async def run(call: Any, ctx: Any) -> str:
+        return "ran"
+
+    for schema in ({"type": "object", "properties": {"x": {"$ref": "#/nowhere"}}},
+                   {"type": "object", "$defs": {"a": {"$ref": "#/$defs/a"}}, "properties": {"x": {"$ref": "#/$defs/a"}}}):
+        checked = Tool("t", "d", schema, run)
+        value, problem = checked.validate({"x": 1})
+        assert value is None and problem is not None and "cannot check" in problem
+
+
+async def test_a_sessions_mcp_tools_are_capped_in_number_and_size(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    import osprey.mcp.tools as mcp_tools
+
+    monkeypatch.setattr(mcp_tools, "MAX_TOOLS", 4)
+    with ModelServer([Reply.text("done"), Reply.text("again")]) as server:
+        async with running(h, server, [stdio("one"), stdio("two")]) as session:
+            await session.submit("Work.")
+            monkeypatch.setattr(mcp_tools, "MAX_TOOLS", 100)
+            monkeypatch.setattr(mcp_tools, "MAX_TOOLS_BYTES", 1500)
+            assert session.mcp is not None
+            session._mcp_generation = -1  # made again under the new budget
+            await session.submit("Again.")
+        first, second = offered(server.requests[0]), offered(server.requests[1])
+    assert [n for n in first if n.startswith("mcp__")] == ["mcp__one__echo", "mcp__one__add", "mcp__one__fail", "mcp__one__slow"]
+    assert "list_mcp_resources" in first  # the resource tools are not counted
+    assert 0 < len([n for n in second if n.startswith("mcp__")]) < 10
+    assert len(json.dumps([second[n] for n in second if n.startswith("mcp__")])) <= 1500 + 400  # the budget, give or take the JSON's spaces
+    left = [n.message for n in h.of(Notice) if "are left out" in n.message]
+    assert left[0].startswith("6 tools of the MCP server one are left out") and "enabled_tools" in left[0]
+    assert left[1].startswith("10 tools of the MCP server two are left out") and len(left) == 2  # once per server
+
+
+async def test_resource_tools_reach_only_offered_servers_and_are_read_only_only_when_all_are_trusted(h: Harness) -> None:
+    approver = Recorder()
+    script = [Reply.tool_calls([ToolCall("read_mcp_resource", {"server": "two", "uri": "memo://greeting"}),
+                                ToolCall("list_mcp_resources", {}), ToolCall("list_mcp_resources", {"server": "two"})]),
+              Reply.text("done")]
+    with ModelServer(script) as server:
+        async with running(h, server, [stdio("one"), stdio("two", trusted=False)], approver=approver, approval_policy="on-request",
+                           tools=["read_file", "mcp__one", "list_mcp_resources", "read_mcp_resource"]) as session:
+            await session.submit("Work.")
+            assert session.registry is not None
+            assert not session.registry.tools["read_mcp_resource"].read_only  # `two` is not trusted
+    events = h.of(ToolResultEvent)
+    read, listed, listed_two = events[0], events[1], events[2]
+    assert not read.ok and "not among this session's tools" in read.output and "hello" not in read.output
+    assert listed.ok and "one:" in listed.output and "two:" not in listed.output
+    assert not listed_two.ok and "not among this session's tools" in listed_two.output
+    assert sorted(approver.asked) == ["list_mcp_resources", "list_mcp_resources", "read_mcp_resource"]
+    with ModelServer([Reply.text("done")]) as server:
+        async with running(h, server, [stdio("one")]) as session:
+            await session.submit("Work.")
+            assert session.registry is not None and session.registry.tools["read_mcp_resource"].read_only

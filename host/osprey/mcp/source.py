@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..events import Event, McpServerState, Notice
 from ..tools.base import Tool, ToolSource
-from .tools import server_tools
+from .tools import MAX_TOOLS, MAX_TOOLS_BYTES, server_tools
 
 if TYPE_CHECKING:
     from ..config.mcp import McpServerSpec
@@ -40,7 +40,13 @@ class McpTools(ToolSource):
         self._said: dict[str, tuple[str, int, str | None]] = {}  # server -> (state, tools, error) last told
         self._made: tuple[int, list[tuple[str | None, Tool]]] | None = None  # (generation, tools) last made
         self._skipped: set[tuple[str, str]] = set()
-        self._known: dict[str, tuple[McpToolInfo, ...]] = {}  # each server's tools when it was last ready
+        self._moved: set[tuple[str, str]] = set()
+        self._over: set[str] = set()
+        # Each server's tools when it was last ready: a restarting server's tools, and the names
+        # every server holds whatever its state.
+        self._known: dict[str, tuple[McpToolInfo, ...]] = {}
+        # The servers whose resources the session's tools lists offer (None: every server).
+        self.reachable: frozenset[str] | None = None
         if servers is not None:
             self.servers, self.owned = servers, False
         else:
@@ -64,8 +70,23 @@ class McpTools(ToolSource):
         generation = self.servers.generation
         if self._made is None or self._made[0] != generation:
             self._remember()
-            self._made = (generation, server_tools(self.servers, known=self._known, skipped=self._skip))
+            self._made = (generation, server_tools(self.servers, known=self._known, skipped=self._skip, moved=self._move,
+                                                   reaches=self.reaches))
         return list(self._made[1])
+
+    def reaches(self, server: str) -> bool:
+        """Whether the resource tools may reach this server (the session's tools lists offer it)."""
+        return self.reachable is None or server in self.reachable
+
+    def left_out(self, server: str, count: int) -> None:
+        """Tell (once per server) that `count` of its tools are over the session's budget."""
+        if server in self._over or self._closing:
+            return
+        self._over.add(server)
+        self.emit(Notice(message=f"{count} tools of the MCP server {server} are left out: a session offers at most {MAX_TOOLS} "
+                                 f"MCP tools and {MAX_TOOLS_BYTES // 1024} KiB of their names, descriptions and schemas, "
+                                 "servers in their configured order; choose the tools you need with the server's "
+                                 "`enabled_tools`", level="warning"))
 
     def tools(self) -> Sequence[Tool]:
         return [tool for _, tool in self.entries()]
@@ -89,14 +110,18 @@ class McpTools(ToolSource):
         for name, server in self.servers.servers.items():
             if server.state == "ready":
                 self._known[name] = server.tools
-            elif server.state != "restarting":
-                self._known.pop(name, None)
 
     def _skip(self, server: str, tool: str) -> None:
         if (server, tool) not in self._skipped and not self._closing:
             self._skipped.add((server, tool))
             self.emit(Notice(message=f"the tool {tool!r} of the MCP server {server} is left out: its input schema is not a valid "
                                      "JSON Schema of an object (or is larger than 64 KB)", level="warning"))
+
+    def _move(self, server: str, tool: str, wanted: str) -> None:
+        if (server, tool) not in self._moved and not self._closing:
+            self._moved.add((server, tool))
+            self.emit(Notice(message=f"the tool {tool!r} of the MCP server {server} is offered under a hashed name: {wanted} "
+                                     "belongs to an MCP server configured before it", level="warning"))
 
     def _on_state(self, server: McpServer) -> None:
         self._remember()

@@ -3,7 +3,9 @@ server, and `list_mcp_resources` / `read_mcp_resource` while a ready server offe
 
 A tool's name, description and schema come from its server, which is not trusted: the name is
 made safe for every provider, the description bounded, the schema checked before it is offered.
-A tool is read-only only when its server is trusted and says so (`readOnlyHint`)."""
+A tool is read-only only when its server is trusted and says so (`readOnlyHint`). Names are made
+over all servers at once so that one never changes owner, and a session offers at most
+`MAX_TOOLS` of them (`MAX_TOOLS_BYTES` as JSON)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ MAX_DESCRIPTION = 2048  # characters of a server's description the model sees
 MAX_SCHEMA = 64 * 1024  # characters of a tool's input schema (as JSON) offered to the model
 MAX_LISTED = 200  # resources one listing shows per server
 MAX_COMPARED = 1 << 20  # characters of a result's text read as JSON to compare with its structured content
+MAX_TOOLS = 100  # MCP tools one session offers, over all its servers
+MAX_TOOLS_BYTES = 512 * 1024  # bytes of their names, descriptions and schemas (as JSON), over all its servers
 LIST_RESOURCES = "list_mcp_resources"
 READ_RESOURCE = "read_mcp_resource"
 
@@ -36,22 +40,39 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:8]
 
 
-def tool_names(server: str, tools: Iterable[str]) -> dict[str, str]:
+def prefix(server: str) -> str:
+    """The start of the names of a server's tools: `mcp__SERVER__`."""
+    return f"{PREFIX}{_UNSAFE.sub('_', server)}__"
+
+
+def tool_names(server: str, tools: Iterable[str], *, taken: set[str] | None = None, reserved: Sequence[str] = (),
+               moved: Callable[[str, str], None] = lambda _t, _n: None) -> dict[str, str]:
     """The name the model sees for each of a server's tools (real name -> model's name):
     `mcp__SERVER__TOOL` with characters outside [A-Za-z0-9_-] made `_`; a name longer than
     `MAX_NAME`, or one that two tools would share, is cut and ends with a short hash of the real
     name, the same in every session. Names that need no change are placed first, so a tool whose
-    name was already safe keeps it."""
-    wanted = {tool: f"{PREFIX}{_UNSAFE.sub('_', server)}__{_UNSAFE.sub('_', tool)}" for tool in tools}
+    name was already safe keeps it. `taken` holds the names of the servers named before (it gets
+    these too) and `reserved` their prefixes: a name among them, or under one of them, is another
+    server's, so it gets the hash and `moved(tool, wanted)` is told. A tool whose hashed name is
+    taken as well is left out of the result."""
+    own = prefix(server)
+    wanted = {tool: own + _UNSAFE.sub("_", tool) for tool in tools}
+    others = set() if taken is None else taken
+    mine: set[str] = set()
     names: dict[str, str] = {}
-    taken: set[str] = set()
     for tool in sorted(wanted, key=lambda t: (wanted[t] != f"{PREFIX}{server}__{t}", t)):
         name = wanted[tool]
-        if len(name) > MAX_NAME or name in taken:
+        foreign = name in others or any(name.startswith(before) for before in reserved)
+        if len(name) > MAX_NAME or name in mine or foreign:
             suffix = f"_{_digest(server, tool)}"
             name = name[: MAX_NAME - len(suffix)] + suffix
+            if name in others or name in mine:
+                continue
+            if foreign:
+                moved(tool, wanted[tool])
         names[tool] = name
-        taken.add(name)
+        mine.add(name)
+    others.update(mine)
     return names
 
 
@@ -168,7 +189,9 @@ def server_tool(server: McpServer, info: McpToolInfo, name: str, servers: McpSer
         return outcome_of(content)
 
     try:
-        return Tool(name, _description(spec.name, info), schema, run, read_only=spec.trusted and info.read_only_hint is True)
+        # The server checks its own arguments: its schema's patterns and references never run here.
+        return Tool(name, _description(spec.name, info), schema, run, read_only=spec.trusted and info.read_only_hint is True,
+                    validate_arguments=False)
     except ValueError:
         return None  # an invalid JSON Schema
 
@@ -186,16 +209,25 @@ def _with_resources(servers: McpServers) -> list[McpServer]:
     return [s for s in servers.servers.values() if s.state == "ready" and s.resources]
 
 
-def resource_tools(servers: McpServers) -> list[Tool]:
-    """`list_mcp_resources` and `read_mcp_resource` over the servers' resources (both read-only)."""
+def _not_offered(server: str) -> ToolOutcome:
+    return ToolOutcome(f"Error: the MCP server {server!r} is not among this session's tools (the persona's, toolset's or child's "
+                       "tools list, or the server's `enabled_tools`, leaves it out); its resources cannot be read here.",
+                       True, "invalid_arguments")
+
+
+def resource_tools(servers: McpServers, reaches: Callable[[str], bool] = lambda _s: True) -> list[Tool]:
+    """`list_mcp_resources` and `read_mcp_resource` over the resources of the servers the session
+    offers (`reaches(server)`): read-only only when every server offering resources is trusted."""
 
     async def list_resources(call: Invocation, ctx: ToolContext) -> ToolOutcome:
         wanted: ListResources = call.input
-        found = _with_resources(servers)
+        found = [s for s in _with_resources(servers) if reaches(s.spec.name)]
         if wanted.server is not None:
             if wanted.server not in servers.servers:
                 return ToolOutcome(f"Error: there is no MCP server named {wanted.server!r}; the servers with resources: "
                                    f"{', '.join(s.spec.name for s in found) or '(none)'}.", True, "invalid_arguments")
+            if not reaches(wanted.server):
+                return _not_offered(wanted.server)
             found = [s for s in found if s.spec.name == wanted.server]
         if not found:
             return ToolOutcome("No MCP server offers resources now.")
@@ -215,6 +247,8 @@ def resource_tools(servers: McpServers) -> list[Tool]:
         server = servers.servers.get(wanted.server)
         if server is None:
             return unknown_server(wanted.server, servers)
+        if not reaches(wanted.server):
+            return _not_offered(wanted.server)
         from ..errors import OspreyError
 
         try:
@@ -223,37 +257,80 @@ def resource_tools(servers: McpServers) -> list[Tool]:
             return failure(exc)
         return outcome_of(content)
 
+    read_only = all(server.spec.trusted for server in _with_resources(servers))
     return [
         Tool.from_model(LIST_RESOURCES, "List the resources the MCP servers offer (their URIs, names and types).",
-                        ListResources, list_resources, read_only=True),
+                        ListResources, list_resources, read_only=read_only),
         Tool.from_model(READ_RESOURCE, "Read one resource of an MCP server by its URI (list them with list_mcp_resources).",
-                        ReadResource, read_resource, read_only=True),
+                        ReadResource, read_resource, read_only=read_only),
     ]
 
 
 def server_tools(servers: McpServers, *, known: Mapping[str, Sequence[McpToolInfo]] | None = None,
-                 skipped: Callable[[str, str], None] = lambda _s, _t: None) -> list[tuple[str | None, Tool]]:
+                 skipped: Callable[[str, str], None] = lambda _s, _t: None,
+                 moved: Callable[[str, str, str], None] = lambda _s, _t, _n: None,
+                 reaches: Callable[[str], bool] = lambda _s: True) -> list[tuple[str | None, Tool]]:
     """The tools of every ready server (those its `enabled_tools`/`disabled_tools` keep), each with
     its server's name, then the resource tools (with None) when a ready server offers resources.
     A restarting server's tools are those it had when it was last ready (`known`, by server), so a
     call to one meanwhile fails with the server's reason. `skipped(server, tool)` is told of a tool
-    whose schema cannot be offered."""
+    whose schema cannot be offered.
+
+    Names are made over all servers at once, in their configured order and whatever their state
+    (a server not ready holds its last known tools' names and its whole `mcp__SERVER__` prefix), so
+    a name never changes owner: a later server's tool whose name an earlier server holds gets a
+    hashed name, and `moved(server, tool, wanted)` is told."""
     made: list[tuple[str | None, Tool]] = []
+    taken: set[str] = set()
+    reserved: list[str] = []
     for server in servers.servers.values():
-        if server.state == "ready":
-            infos: Sequence[McpToolInfo] = server.tools
-        elif server.state == "restarting" and known is not None:
-            infos = known.get(server.spec.name, ())
-        else:
-            continue
+        name = server.spec.name
+        infos: Sequence[McpToolInfo] = server.tools if server.state == "ready" else (known or {}).get(name, ())
+        offer = server.state == "ready" or (server.state == "restarting" and known is not None)
         kept = [info for info in infos if server.spec.keeps(info.name)]
-        names = tool_names(server.spec.name, [info.name for info in kept])
+
+        def told(tool: str, wanted: str, server_name: str = name, offer: bool = offer) -> None:
+            if offer:
+                moved(server_name, tool, wanted)
+
+        names = tool_names(name, [info.name for info in kept], taken=taken, reserved=reserved, moved=told)
+        reserved.append(prefix(name))
+        if not offer:
+            continue
         for info in kept:
+            if info.name not in names:
+                continue
             tool = server_tool(server, info, names[info.name], servers)
             if tool is None:
-                skipped(server.spec.name, info.name)
+                skipped(name, info.name)
             else:
-                made.append((server.spec.name, tool))
+                made.append((name, tool))
     if _with_resources(servers):
-        made.extend((None, tool) for tool in resource_tools(servers))
+        made.extend((None, tool) for tool in resource_tools(servers, reaches))
     return made
+
+
+def within_budget(entries: Sequence[tuple[str | None, Tool]],
+                  left_out: Callable[[str, int], None] = lambda _s, _n: None) -> list[tuple[str | None, Tool]]:
+    """The entries that fit the budget of a session's MCP tools (at most `MAX_TOOLS` tools and
+    `MAX_TOOLS_BYTES` of names, descriptions and schemas as JSON), taken in order (servers in their
+    configured order, each one's tools in its order); the resource tools always fit.
+    `left_out(server, count)` is told how many of a server's tools were left out."""
+    kept: list[tuple[str | None, Tool]] = []
+    count = size = 0
+    over: dict[str, int] = {}
+    for server, tool in entries:
+        if server is None:
+            kept.append((server, tool))
+            continue
+        if not over:
+            spec = {"name": tool.name, "description": tool.description, "parameters": tool.parameters}
+            size += len(json.dumps(spec, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+            count += 1
+            if count <= MAX_TOOLS and size <= MAX_TOOLS_BYTES:
+                kept.append((server, tool))
+                continue
+        over[server] = over.get(server, 0) + 1
+    for server, excess in over.items():
+        left_out(server, excess)
+    return kept

@@ -829,7 +829,7 @@ class Session:
             if registry.tools.get(name) is tool:
                 registry.remove(name)
         self._mcp_added = {}
-        from ..mcp.tools import offered_by
+        from ..mcp.tools import PREFIX, offered_by, within_budget
 
         lists: list[Sequence[str]] = []
         if self.options.tools is not None:
@@ -838,12 +838,27 @@ class Session:
             lists.append(self.persona.tools)
         if self.extensions is not None and self.extensions.wanted is not None:
             lists.append(sorted(self.extensions.wanted))
-        for server, tool in source.entries():
-            if tool.name in registry.tools:
-                continue  # a built-in or custom tool of that name comes first
-            if all(offered_by(names, server, tool.name) if server is not None else tool.name in names for names in lists):
-                registry.add(tool)
-                self._mcp_added[tool.name] = tool
+        entries = source.entries()
+        names_of: dict[str, set[str]] = {}
+        for server, tool in entries:
+            if server is not None:
+                names_of.setdefault(server, set()).add(tool.name)
+        wanted = [(server, tool) for server, tool in entries if tool.name not in registry.tools  # a built-in or custom tool comes first
+                  and all(offered_by(names, server, tool.name) if server is not None else tool.name in names for names in lists)]
+        for _server, tool in within_budget(wanted, source.left_out):
+            registry.add(tool)
+            self._mcp_added[tool.name] = tool
+        # The resource tools reach only the servers the tools lists offer: all of a server's tools,
+        # or one of them, in every list; never a server whose `enabled_tools` is empty.
+        reachable: set[str] = set()
+        for name, server_state in source.servers.servers.items():
+            enabled = server_state.spec.enabled_tools
+            if enabled is not None and not enabled:
+                continue
+            mine = names_of.get(name, set())
+            if all(f"{PREFIX}{name}" in names or f"{PREFIX}{name}__*" in names or not mine.isdisjoint(names) for names in lists):
+                reachable.add(name)
+        source.reachable = frozenset(reachable)
 
     @property
     def messages(self) -> list[Message]:

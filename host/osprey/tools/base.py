@@ -121,6 +121,10 @@ class Tool:
     # The schema was made by Osprey itself (a custom tool's parameters), so it is not checked
     # again, and its validator (jsonschema, a slow import) is built at the first call.
     schema_checked: bool = False
+    # Its arguments are checked against its schema before it runs. A tool whose schema comes from a
+    # server that validates its own arguments (MCP) skips this: an untrusted schema's patterns and
+    # references would run here, on the event loop. Its arguments must still be a JSON object.
+    validate_arguments: bool = True
     _validator: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -132,7 +136,10 @@ class Tool:
                 Draft202012Validator.check_schema(self.parameters)
             except SchemaError as exc:
                 raise ValueError(f"the tool {self.name!r} has an invalid JSON Schema: {exc.message}") from None
-            self._validator = Draft202012Validator(self.parameters)
+            except Exception as exc:  # noqa: BLE001 - a schema too deep or odd to check is not a valid one
+                raise ValueError(f"the tool {self.name!r} has a JSON Schema that cannot be checked: {type(exc).__name__}") from None
+            if self.validate_arguments:
+                self._validator = Draft202012Validator(self.parameters)
 
     @classmethod
     def from_model(cls, name: str, description: str, input_model: type[BaseModel], run: RunFunction, *, read_only: bool = False, trusted: bool = False,
@@ -151,16 +158,23 @@ class Tool:
                 return self.input_model.model_validate(dict(arguments)), None
             except ValidationError as exc:
                 return None, "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors())
-        if self._validator is None:
-            from jsonschema import Draft202012Validator
-
-            self._validator = Draft202012Validator(self.parameters)
+        if not isinstance(arguments, Mapping):
+            return None, "arguments: must be a JSON object"
+        if not self.validate_arguments:
+            return arguments, None
         problems = []
-        for error in self._validator.iter_errors(dict(arguments)):
-            where = ".".join(str(p) for p in error.absolute_path) or "arguments"
-            problems.append(f"{where}: {error.message[:300]}")
-            if len(problems) >= 10:
-                break
+        try:
+            if self._validator is None:
+                from jsonschema import Draft202012Validator
+
+                self._validator = Draft202012Validator(self.parameters)
+            for error in self._validator.iter_errors(dict(arguments)):
+                where = ".".join(str(p) for p in error.absolute_path) or "arguments"
+                problems.append(f"{where}: {error.message[:300]}")
+                if len(problems) >= 10:
+                    break
+        except Exception as exc:  # noqa: BLE001 - an unresolvable or endless $ref of the schema (RecursionError included)
+            problems.append(f"the tool's schema cannot check them ({type(exc).__name__}: {str(exc)[:200]})")
         return (arguments, None) if not problems else (None, "; ".join(problems))
 
 
