@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -125,6 +127,12 @@ def test_an_untrusted_project_stdio_server_is_listed_skipped_with_the_trust_advi
 @pytest.mark.parametrize(("args", "says"), [
     (["add", "bad name", "--", "x"], "is not a server name"),
     (["add", "a__b.c", "--", "x"], "is not a server name"),
+    (["add", "a__b", "--", "x"], "no '__' and no '_' at either end"),
+    (["add", "_a", "--", "x"], "no '__' and no '_' at either end"),
+    (["add", "x", "--env", "GITHUB_TOKEN=abc", "--", "cmd"], "--env GITHUB_TOKEN: that looks like a credential"),
+    (["add", "x", "--env", "PLAIN=ghp_abcdefghijklmnop1234567890", "--", "cmd"], "passthrough"),
+    (["add", "x", "--url", "http://127.0.0.1/mcp", "--header", "X-Auth: s3cr3t"], "--env-header 'X-Auth=VARIABLE'"),
+    (["add", "x", "--url", "http://127.0.0.1/mcp", "--header", "X-Team: ghp_abcdefghijklmnop1234567890"], "a credential is never written"),
     (["add", "x"], "give the server's command after --"),
     (["add", "x", "--url", "http://127.0.0.1/mcp", "--", "cmd"], "either a command (after --) or --url, not both"),
     (["add", "x", "--url", "http://127.0.0.1/mcp", "--bearer-token-env-var", "ghp_16C7e42F292c6912E7710c838347Ae178B4a"], "never the token itself"),
@@ -179,3 +187,82 @@ def test_list_runs_a_stdio_server_inside_the_lane_with_the_sandbox_on(home: Path
     reason = servers["where"]["reason"]
     assert servers["where"]["state"] == "failed" and "exited with code 3" in reason
     assert "host=" in reason and f"host={socket.gethostname()}\n" not in reason + "\n"
+
+
+def test_remove_stays_linear_on_a_long_line(home: Path, project: Path) -> None:
+    (project / ".osprey").mkdir()
+    path = project / ".osprey" / "config.toml"
+    long_lines = f'"""\n[{" " * 20_000}\n""", """\n[{" " * 4000}x\n{" " * 20_000}\n"""'
+    path.write_text(f'[mcp_servers.x]\ncommand = "a"\n\n[moa]\n# {" " * 20_000}\n\n[mcp_servers.y]\ncommand = "b"\n'
+                    f'args = [{long_lines}]\n')
+    code = ("import sys, time; from pathlib import Path; from osprey.mcp.manage import remove_server; "
+            "t = time.perf_counter(); remove_server(Path(sys.argv[1]), 'x'); print(time.perf_counter() - t)")
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) < 1.0
+    assert "mcp_servers.x" not in path.read_text() and long_lines in path.read_text()
+    start = time.perf_counter()
+    result = run(home, "remove", "y", "--project", "-C", str(project))
+    assert result.exit_code == 0 and time.perf_counter() - start < 1.0, result.output
+
+
+def test_list_shows_command_lines_and_urls_as_written_never_what_variables_hold(home: Path, project: Path) -> None:
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {
+        "gh": {"command": "/bin/false", "args": ["--token", "${GITHUB_TOKEN}"]},
+        "web": {"type": "http", "url": "http://me:pw-SECRET789@127.0.0.1:9/mcp?key=${API_KEY}&plain=SECRET000"}}}))
+    from osprey.cli.trust import trust
+
+    assert CliRunner().invoke(trust, [str(project), "--yes"], env={"OSPREY_HOME": str(home)}).exit_code == 0
+    secrets = {"GITHUB_TOKEN": "ghp_SUPERSECRET123", "API_KEY": "sk-SECRET456"}
+    for args in (["list"], ["get", "gh", "--json"], ["get", "web"], ["list", "--json"]):
+        result = run(home, *args, "-C", str(project), **secrets)
+        assert result.exit_code == 0, result.output
+        assert "SECRET" not in result.output
+    servers = {s["name"]: s for s in json.loads(result.stdout)["servers"]}
+    assert servers["gh"]["target"] == "/bin/false --token '${GITHUB_TOKEN}'"
+    assert servers["web"]["target"] == "http://127.0.0.1:9/mcp?key=...&plain=..."
+
+
+def test_list_text_drops_terminal_control_sequences_from_servers_and_files() -> None:
+    from osprey.mcp.manage import ServerReport, ToolReport, format_reports
+
+    report = ServerReport("x", "user", "failed", "stdio", "srv \x1b]0;title\x07--flag", reason="it said \x1b[2Jboom\x9b1m\x07",
+                          tools=[ToolReport("ev\x1b]52;c;Zm9v\x07il", False, True)])
+    text = format_reports([report])
+    assert not any(c in text for c in "\x1b\x07\x9b")
+    assert "it said boom" in text and "evil" in text and "srv --flag" in text
+
+
+def test_add_writes_through_a_symlinked_config_and_refuses_a_link_to_anything_else(home: Path, tmp_path: Path) -> None:
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    (dotfiles / "osprey.toml").write_text("# my settings\nmodel = \"gpt-5\"\n")
+    (home / "config.toml").symlink_to(dotfiles / "osprey.toml")
+    result = run(home, "add", "x", "--", "srv")
+    assert result.exit_code == 0 and f"in {dotfiles / 'osprey.toml'} (the target of {home / 'config.toml'})" in result.output
+    assert (home / "config.toml").is_symlink()
+    assert (dotfiles / "osprey.toml").read_text() == '# my settings\nmodel = "gpt-5"\n\n[mcp_servers.x]\ncommand = "srv"\n'
+    assert run(home, "remove", "x").exit_code == 0 and (home / "config.toml").is_symlink()
+
+    (home / "config.toml").unlink()
+    (home / "config.toml").symlink_to(tmp_path / "missing.toml")
+    result = run(home, "add", "x", "--", "srv")
+    assert result.exit_code == 1 and "is a symlink to" in result.output and "was not changed" in result.output
+    assert (home / "config.toml").is_symlink() and not (tmp_path / "missing.toml").exists()
+    if os.getuid() == 0:  # a regular file of another user
+        (home / "config.toml").unlink()
+        other = tmp_path / "other.toml"
+        other.write_text("")
+        os.chown(other, 65534, 65534)
+        (home / "config.toml").symlink_to(other)
+        result = run(home, "add", "x", "--", "srv")
+        assert result.exit_code == 1 and "not a regular file of yours" in result.output and other.read_text() == ""
+
+
+def test_add_says_when_it_rewrites_the_file_from_its_settings(home: Path) -> None:
+    (home / "config.toml").write_text("# my servers\nmcp_servers = { a = { command = \"one\" } }\n")
+    result = run(home, "add", "b", "--", "two")
+    assert result.exit_code == 0 and "its comments and layout are not" in result.output
+    assert "# my servers" not in (home / "config.toml").read_text()
+    result = run(home, "add", "c", "--", "three")
+    assert result.exit_code == 0 and "its comments and layout are not" not in result.output

@@ -339,3 +339,86 @@ def test_osprey_trust_lists_mcp_json(project: Path, home: Path) -> None:
     mcp_json(project, {"fs": {"command": "fs-server"}})
     report = inspect_project(project, env_for(home))
     assert [(f.relpath, f.status, f.guarded) for f in report.files] == [(".mcp.json", "untrusted", [("mcpServers.fs", {"command": "fs-server"})])]
+
+
+# ---------------------------------------------------------------------------------------------
+# What the environment, a project and a server's name may change
+
+
+def test_the_workspaces_env_cannot_change_what_a_trusted_mcp_json_runs(project: Path, home: Path) -> None:
+    mcp_json(project, {"fmt": {"command": "${FMT_BIN:-npx}", "args": ["-y", "fmt-server"]},
+                       "gh": {"command": "gh-server", "args": ["--token", "${GH_TOKEN}"]}})
+    osprey_trust(project, home)
+    (project / ".env").write_text("FMT_BIN=./evil.sh\nGH_TOKEN=theirs\n")
+    run, skipped, _ = servers(project, home)
+    assert run["fmt"].command == "npx" and run["fmt"].trusted
+    assert "GH_TOKEN is not set in the environment or $OSPREY_HOME/.env" in skipped["gh"].reason
+    # The user's own .env and the real environment do count (the real one first).
+    (home / ".env").write_text("FMT_BIN=/opt/fmt\nGH_TOKEN=mine\n")
+    run, _, _ = servers(project, home)
+    assert run["fmt"].command == "/opt/fmt" and run["gh"].args == ("--token", "mine")
+    run, _, _ = servers(project, home, FMT_BIN="/usr/bin/fmt")
+    assert run["fmt"].command == "/usr/bin/fmt"
+
+
+def test_an_mcp_json_value_that_expands_to_something_unusable_is_skipped_without_showing_it(project: Path, home: Path) -> None:
+    mcp_json(project, {"web": {"type": "http", "url": "https://web.example/mcp?key=${WEB_KEY}"}})
+    osprey_trust(project, home)
+    run, skipped, warnings = servers(project, home, WEB_KEY="sk-secret value")
+    assert "web" not in run and "url: not valid once its ${VAR} are expanded" in skipped["web"].reason
+    assert "sk-secret" not in skipped["web"].reason + "".join(warnings)
+
+
+@pytest.mark.parametrize(("table", "env", "says"), [
+    ('bearer_token_env_var = "GH_TOKEN"', {"GH_TOKEN": "ghp_TOPSECRET_abc123\n"}, "Authorization (bearer_token_env_var: the variable GH_TOKEN)"),
+    ('env_http_headers = { X-Key = "KEY_VAR" }', {"KEY_VAR": "TOPSECRET\r\nX-Evil: 1"}, "X-Key (env_http_headers: the variable KEY_VAR)"),
+    ('http_headers = { X-Team = "TOPSECRET\\u0000" }', {}, "X-Team (http_headers.X-Team)"),
+])
+def test_a_header_value_with_a_control_character_skips_the_server_without_showing_it(
+        project: Path, home: Path, table: str, env: dict[str, str], says: str) -> None:
+    user(home, f'[mcp_servers.gh]\nurl = "http://127.0.0.1:9/mcp"\n{table}\n')
+    run, skipped, warnings = servers(project, home, **env)
+    assert "gh" not in run
+    assert f"the value of the header {says} holds a control character" in skipped["gh"].reason
+    assert "TOPSECRET" not in skipped["gh"].reason + "".join(warnings)
+
+
+@pytest.mark.parametrize("below", [
+    ("", {"docs": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}),  # a .mcp.json server you turned off
+    ('url = "http://127.0.0.1:9/mcp"\n', None),  # your own HTTP server, turned off
+])
+def test_a_project_may_not_turn_on_a_server_you_turned_off_without_trust(project: Path, home: Path, below: tuple[str, object]) -> None:
+    user(home, f"[mcp_servers.docs]\n{below[0]}enabled = false\n")
+    if below[1] is not None:
+        mcp_json(project, below[1])
+    proj(project, "[mcp_servers.docs]\nenabled = true\n")
+    run, skipped, warnings = servers(project, home)
+    assert "docs" not in run and skipped["docs"].reason == "disabled"
+    assert any("ignored mcp_servers.docs" in w and "turn on an MCP server you turned off" in w for w in warnings)
+    osprey_trust(project, home)
+    run, _, _ = servers(project, home)
+    assert run["docs"].url == "http://127.0.0.1:9/mcp"
+
+
+@pytest.mark.parametrize("name", ["a__b", "_a", "a_", "__"])
+def test_a_server_name_that_would_make_tool_names_ambiguous_is_refused(project: Path, home: Path, name: str) -> None:
+    from osprey.config.schema import FileConfig
+
+    with pytest.raises(ValidationError, match="no '__' and no '_' at either end"):
+        FileConfig.model_validate({"mcp_servers": {name: {"command": "a"}}})
+    assert FileConfig.model_validate({"mcp_servers": {"a_b-c": {"command": "a"}}}).mcp_servers["a_b-c"].command == "a"
+    mcp_json(project, {name: {"type": "http", "url": "http://127.0.0.1:9/mcp"}, "ok_one": {"type": "http", "url": "http://127.0.0.1:9/mcp"}})
+    run, _, warnings = servers(project, home)
+    assert list(run) == ["ok_one"]
+    assert any(f"skipped a server: {name!r} is not a server name" in w and "mcp__NAME__TOOL" in w for w in warnings)
+
+
+def test_the_variables_of_mcp_tokens_are_withheld_from_the_tool_environment(project: Path, home: Path) -> None:
+    from osprey.config import settings_tool_environment
+
+    user(home, '[mcp_servers.docs]\nurl = "http://127.0.0.1:9/mcp"\nbearer_token_env_var = "DOCS_BEARER"\n'
+               'env_http_headers = { X-Team = "TEAM_ID" }\n')
+    settings = load_settings(project, {}, env_for(home, DOCS_BEARER="plain", TEAM_ID="t"))
+    assert {"DOCS_BEARER", "TEAM_ID"} <= set(settings.secret_env_names)
+    seen = settings_tool_environment(settings, {"DOCS_BEARER": "plain", "TEAM_ID": "t", "OTHER": "o"})
+    assert seen == {"OTHER": "o"}

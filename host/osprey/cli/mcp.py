@@ -119,10 +119,11 @@ def add(name: str, command: tuple[str, ...], url: str | None, env: tuple[str, ..
         table = server_table(command=command, url=url, env=env, bearer_token_env_var=bearer_token_env_var,
                              headers=headers, env_headers=env_headers)
         path, root = _target(project, cwd)
-        replaced = add_server(path, name, table, force=force)
+        changed = add_server(path, name, table, force=force)
     except OspreyError as exc:
         _fail(str(exc))
-    click.echo(f"{'Replaced' if replaced else 'Added'} the MCP server {name!r} in {path}.")
+    click.echo(f"{'Replaced' if changed.replaced else 'Added'} the MCP server {name!r} in {_where(path, changed)}.")
+    _say_rewritten(changed)
     if root is not None and ("command" in table or len(table) > 1):
         click.echo(f"A project's server that runs a program or carries your tokens runs once you trust the file: `osprey trust {root}`.")
 
@@ -138,7 +139,19 @@ def remove(name: str, project: bool, cwd: str | None) -> None:
 
     try:
         path, _ = _target(project, cwd)
-        remove_server(path, name)
+        changed = remove_server(path, name)
     except OspreyError as exc:
         _fail(str(exc))
-    click.echo(f"Removed the MCP server {name!r} from {path}.")
+    click.echo(f"Removed the MCP server {name!r} from {_where(path, changed)}.")
+    _say_rewritten(changed)
+
+
+def _where(path: Path, changed: Any) -> str:
+    return str(path) if changed.written == path else f"{changed.written} (the target of {path})"
+
+
+def _say_rewritten(changed: Any) -> None:
+    if changed.rewritten:
+        click.echo(f"Note: {changed.written} declares its MCP servers in a way a line-by-line edit cannot keep apart "
+                   "(dotted keys or an inline table), so it was written out from its settings: its values are kept, "
+                   "its comments and layout are not.")

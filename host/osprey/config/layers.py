@@ -359,6 +359,10 @@ class _Sources:
     layers: list[Layer]  # config-shaped, lowest precedence first (flags not included)
     env: dict[str, str]  # the real environment filled in from the .env files
     warnings: list[str]
+    # The real environment filled in from $OSPREY_HOME/.env alone: what `${VAR}` in .mcp.json may
+    # read (the workspace's .env comes with the repository, as .mcp.json does, so it must not
+    # change what a trusted .mcp.json runs).
+    user_env: dict[str, str] = field(default_factory=dict)
 
 
 def _digest(raw: bytes) -> str:
@@ -427,11 +431,14 @@ def _collect(cwd: Path, environ: Mapping[str, str], *, whole_dotenv: bool = Fals
                                 relpath=_relative(path, root), digest=_digest(raw)))
     # Variables (API keys among them) come from the real environment, then the user's own .env,
     # and only then the workspace's: a cloned repo's .env cannot swap the user's key for its own.
-    for _, values in sorted(fills, key=lambda fill: fill[0]):
+    user_env = dict(real)
+    for project, values in sorted(fills, key=lambda fill: fill[0]):
         env.update({k: v for k, v in values.items() if k not in env})
+        if not project:
+            user_env.update({k: v for k, v in values.items() if k not in user_env})
     layers.extend(reversed(env_layers))  # the home .env below the workspace one
     layers.append(Layer("environment", _env_settings(real, "environment")))
-    return _Sources(home, root, layers, env, warnings)
+    return _Sources(home, root, layers, env, warnings, user_env)
 
 
 def _judge(
@@ -590,6 +597,10 @@ def load_settings(
                     fc.web_search.exa_api_key_env, fc.web_search.brave_api_key_env, "HINDSIGHT_API_KEY"}
     if fc.retrieve.embeddings_api_key_env:
         secret_names.add(fc.retrieve.embeddings_api_key_env)
+    for server in fc.mcp_servers.values():  # an MCP server's token, whatever its variable is called
+        if server.bearer_token_env_var:
+            secret_names.add(server.bearer_token_env_var)
+        secret_names.update(server.env_http_headers.values())
     return Settings(
         home=home,
         cwd=cwd,

@@ -3,13 +3,34 @@ users already write), and the resolved server a session connects to (see `osprey
 
 from __future__ import annotations
 
+import re
+import shlex
 from typing import Annotated, Literal
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr
 
-# A server's name is part of its tools' names (`mcp__NAME__TOOL`): letters, digits, `_` and `-`.
-ServerName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def server_name_problem(name: str) -> str | None:
+    """What is wrong with `name` as a server's name, or None. A server's name is part of its
+    tools' names (`mcp__NAME__TOOL`), so `__` in it, or `_` at either end, would make two servers'
+    tools read alike (server `a`, tool `b__c`; server `a__b`, tool `c`)."""
+    if _SERVER_NAME.match(name) and "__" not in name and not name.startswith("_") and not name.endswith("_"):
+        return None
+    return (f"{name[:80]!r} is not a server name: 1 to 64 letters, digits, '_' or '-', with no '__' and no '_' "
+            "at either end (it becomes part of tool names, mcp__NAME__TOOL)")
+
+
+def _server_name(name: str) -> str:
+    problem = server_name_problem(name)
+    if problem:
+        raise ValueError(problem)
+    return name
+
+
+ServerName = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_server_name)]
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,100}$")]
 HeaderName = Annotated[str, Field(pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")]
 ToolName = Annotated[str, Field(min_length=1, max_length=128)]
@@ -37,6 +58,28 @@ def url_problem(url: str) -> str | None:
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         return f"url {url[:200]!r} is not an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000/mcp"
     return None
+
+
+def shown_url(url: str) -> str:
+    """`url` fit to show: without its user part (`user:password@`) or its query's values
+    (`?key=...`), which may hold credentials."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        return url.split("?", 1)[0].rsplit("@", 1)[-1][:200]
+    if ":" in host:
+        host = f"[{host}]"
+    query = "&".join(f"{part.partition('=')[0]}=..." if "=" in part else "..." for part in parts.query.split("&")) if parts.query else ""
+    return urlunsplit((parts.scheme, host + port, parts.path, query, ""))
+
+
+def shown_target(command: str | None, args: tuple[str, ...] | list[str], url: str | None) -> str:
+    """A server's command line, or its URL (`shown_url`), fit to show."""
+    if command:
+        return shlex.join([command, *args])
+    return shown_url(url or "")
 
 
 def _http_url(url: str) -> str:
@@ -113,6 +156,13 @@ class McpServerSpec(BaseModel):
     enabled_tools: tuple[str, ...] | None = None
     disabled_tools: tuple[str, ...] = ()
     trusted: bool = True
+    # The command line or URL as its layer wrote it (before `${VAR}` expansion, a URL without its
+    # user part or query values): what `osprey mcp list` shows; empty: shown from the fields above.
+    shown: str = ""
+
+    def target(self) -> str:
+        """The command line or URL fit to show (never the values `${VAR}` expanded to)."""
+        return self.shown or shown_target(self.command, self.args, self.url)
 
     def keeps(self, tool: str) -> bool:
         """Whether the tool `tool` of this server is offered (`enabled_tools`, `disabled_tools`)."""

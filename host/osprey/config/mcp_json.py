@@ -18,10 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError
 from ..files import MAX_FILE_BYTES, read_bounded
-from .mcp import MAX_SERVERS, EnvName, HeaderName, McpSkipped, ServerName, Word
+from .mcp import MAX_SERVERS, EnvName, HeaderName, McpSkipped, ServerName, Word, server_name_problem
 
 MCP_JSON = ".mcp.json"
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # ${VAR} or ${VAR:-default}; anything else that starts with `$` is kept as it is.
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]{0,100})(?::-([^}]{0,4096}))?\}")
 SSE_REASON = ("an SSE server (type \"sse\"), and Osprey speaks streamable HTTP: if the server offers it, "
@@ -110,8 +109,9 @@ def read_mcp_json(root: Path) -> tuple[McpJson | None, list[str]]:
         if index >= MAX_SERVERS:
             found.warnings.append(f"{path}: only the first {MAX_SERVERS} of its {len(servers)} servers were read")
             break
-        if not _NAME.match(name):
-            found.warnings.append(f"{path}: skipped the server {name[:80]!r}: a server's name is 1 to 64 letters, digits, '_' or '-'")
+        name_problem = server_name_problem(name)
+        if name_problem:
+            found.warnings.append(f"{path}: skipped a server: {name_problem}")
             continue
         reason = _entry_problem(entry)
         if reason is None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr, ValidationError
 
-from .mcp import HTTP_KEYS, STDIO_KEYS, TRANSPORT_KEYS, McpServerConfig, McpServerSpec, McpSkipped, Origin, ResolvedMcp
+from .mcp import HTTP_KEYS, STDIO_KEYS, TRANSPORT_KEYS, McpServerConfig, McpServerSpec, McpSkipped, Origin, ResolvedMcp, shown_target
 from .mcp_json import McpJson, McpJsonServer, expand_table, read_mcp_json
 
 if TYPE_CHECKING:
@@ -34,6 +34,9 @@ SEND_MCP = "send your tokens or headers to an MCP server"
 EXPAND_MCP = "read your environment into an MCP server's settings (${VAR})"
 # Your saved approval rules name a server's tools (mcp__NAME__TOOL): another server under that name would inherit them.
 REPLACE_MCP = "put another server in the place of one you declared"
+ENABLE_MCP = "turn on an MCP server you turned off"
+# Control characters in a header's value would split the request (or end up in an error message).
+_CONTROL = frozenset(chr(c) for c in (*range(0x20), 0x7F))
 _DICT_KEYS = ("env", "http_headers", "env_http_headers")
 
 
@@ -72,6 +75,8 @@ def mcp_entry_loosens(entry: Any, below: McpServerConfig | None) -> str | None:
     sends = any(after.get(k) for k in HTTP_KEYS[1:])
     if sends and (turned_on or any(after.get(k) != before.get(k) for k in HTTP_KEYS)):
         return SEND_MCP
+    if turned_on:  # whatever it is (a .mcp.json server too): you turned it off
+        return ENABLE_MCP
     if below is not None and (below.command or below.url) and "url" in entry and entry["url"] != below.url:
         return REPLACE_MCP
     return None
@@ -147,7 +152,9 @@ class _Entry:
 
 def resolve_mcp(sources: _Sources, env: Mapping[str, str], warnings: list[str]) -> ResolvedMcp:
     """The servers of one run (called once the layers are judged: a project layer's guarded tables
-    not trusted are left out, as `_judge` left them out of the merged settings)."""
+    not trusted are left out, as `_judge` left them out of the merged settings). Tokens and header
+    variables are read from `env`; `${VAR}` in `.mcp.json` only from the real environment and
+    $OSPREY_HOME/.env (`sources.user_env`), never from the workspace's `.env`."""
     mcp_json, json_warnings = read_mcp_json(sources.root)
     warnings.extend(json_warnings)
     if mcp_json is None and not any(layer.data.get("mcp_servers") for layer in sources.layers if not layer.dotenv):
@@ -203,7 +210,7 @@ def resolve_mcp(sources: _Sources, env: Mapping[str, str], warnings: list[str]) 
     servers: list[McpServerSpec] = []
     skipped: list[McpSkipped] = []
     for name, entry in current.items():
-        spec_or_reason = _spec(name, entry, env, sources.root)
+        spec_or_reason = _spec(name, entry, env, sources.user_env, sources.root)
         if isinstance(spec_or_reason, McpServerSpec):
             servers.append(spec_or_reason)
             continue
@@ -238,20 +245,26 @@ def _status_lookup(sources: _Sources, warnings: list[str]) -> Callable[[str, str
     return status_of
 
 
-def _spec(name: str, entry: _Entry, env: Mapping[str, str], root: Path) -> McpServerSpec | str:
-    """The server a session connects to, or why it does not run."""
+def _spec(name: str, entry: _Entry, env: Mapping[str, str], expand_env: Mapping[str, str], root: Path) -> McpServerSpec | str:
+    """The server a session connects to, or why it does not run (a reason that never holds a
+    value read from the environment)."""
     data = entry.data
     if data.get("enabled", True) is False:
         return "disabled"
     if not data.get("command") and not data.get("url"):
         return "no layer says how to start it (command) or reach it (url); give one, or remove the table"
+    written = data
     if entry.expands:
-        data, missing = expand_table(data, env)
+        data, missing = expand_table(data, expand_env)
         if missing:
-            return f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set, and its .mcp.json entry names {'it' if len(missing) == 1 else 'them'} without a default (${{VAR:-default}})"
+            return (f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set in the environment or $OSPREY_HOME/.env, "
+                    f"and its .mcp.json entry names {'it' if len(missing) == 1 else 'them'} without a default (${{VAR:-default}})")
     try:
         server = McpServerConfig.model_validate(data)
     except ValidationError as exc:
+        if entry.expands:  # the message would quote what a variable expanded to
+            where = ", ".join(dict.fromkeys(".".join(str(p) for p in err["loc"]) or "server" for err in exc.errors()[:5]))
+            return f"{where}: not valid once its ${{VAR}} are expanded (the value is not shown); check the variables it names"
         return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'server'}: {err['msg'].removeprefix('Value error, ')}" for err in exc.errors()[:5])
     problem = server.problem()
     if problem:
@@ -261,6 +274,7 @@ def _spec(name: str, entry: _Entry, env: Mapping[str, str], root: Path) -> McpSe
         "startup_timeout_sec": server.startup_timeout_sec, "tool_timeout_sec": server.tool_timeout_sec,
         "enabled_tools": tuple(server.enabled_tools) if server.enabled_tools is not None else None,
         "disabled_tools": tuple(server.disabled_tools),
+        "shown": shown_target(written.get("command"), written.get("args") or (), written.get("url")),
     }
     if server.command:
         cwd = None
@@ -270,12 +284,25 @@ def _spec(name: str, entry: _Entry, env: Mapping[str, str], root: Path) -> McpSe
                 return f"cwd {server.cwd!r} is outside the workspace {root}; give a directory beneath it"
         return McpServerSpec(transport="stdio", command=server.command, args=tuple(server.args), env=dict(server.env), cwd=cwd, **common)
     headers = dict(server.http_headers)
+    source = {header: f"http_headers.{header}" for header in headers}
     for header, var in server.env_http_headers.items():
         if env.get(var):
             headers[header] = env[var]
+            source[header] = f"env_http_headers: the variable {var}"
     if server.bearer_token_env_var:
         token = env.get(server.bearer_token_env_var)
         if not token:
             return f"bearer_token_env_var names {server.bearer_token_env_var}, which is not set: set it in the environment or a .env file"
         headers["Authorization"] = f"Bearer {token}"
+        source["Authorization"] = f"bearer_token_env_var: the variable {server.bearer_token_env_var}"
+    for header, value in headers.items():
+        if not _CONTROL.isdisjoint(value):
+            return header_value_problem(header, source[header])
     return McpServerSpec(transport="http", url=server.url, headers={k: SecretStr(v) for k, v in headers.items()}, **common)
+
+
+def header_value_problem(header: str, source: str) -> str:
+    """Why a server whose header `header` (from `source`) holds a control character does not run;
+    the value itself is never shown (it may be a token)."""
+    return (f"the value of the header {header} ({source}) holds a control character "
+            "(a line break, perhaps at its end); remove it (the value is not shown)")

@@ -12,6 +12,7 @@ import asyncio
 import fcntl
 import os
 import re
+import stat
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -21,22 +22,26 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from .. import tomlfile
-from ..config.mcp import McpServerConfig, McpServerSpec
+from ..config.environment import carries_credential, is_secret_name
+from ..config.mcp import McpServerConfig, McpServerSpec, server_name_problem
 from ..errors import ConfigError
 from ..files import read_bounded
+from ..terminal_text import clean
 
 if TYPE_CHECKING:
     from ..config.schema import Settings
     from .connection import McpServer, McpServers
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,100}$")
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")
 # Header names whose values are credentials: given only as a variable's name (--env-header).
 # What a token looks like, as opposed to a variable's name (GITHUB_TOKEN): long, with lower case and digits.
 _TOKEN_LIKE = re.compile(r"^(?=.*[a-z])(?=.*[0-9]).{20,}$")
-_SECRET_HEADER = re.compile(r"authorization|token|secret|key|cookie|password|credential", re.IGNORECASE)
-_TABLE_HEADER = re.compile(r"^\s*\[\[?\s*(?P<key>[^\]\n]*?)\s*\]\]?\s*(?:#.*)?$")
+_SECRET_HEADER = re.compile(r"auth|token|secret|key|cookie|pass|credential|session|signature|jwt|bearer", re.IGNORECASE)
+# Linear in the line: the key runs to the first `]`, and nothing before or after it can match the
+# same characters two ways (its spaces are stripped afterwards).
+_TABLE_HEADER = re.compile(r"^\s*\[\[?(?P<key>[^\]\n]*)\]\]?\s*(?:#.*)?$")
+MAX_HEADER_LINE = 4096  # a longer line is never taken for a table's header
 _KEY_PART = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^.\s\"']+")
 SETTLE_SLACK_S = 2.0  # beyond the longest startup timeout, for the runners to report
 
@@ -61,7 +66,7 @@ class ServerReport:
     origin: str
     state: str
     transport: str | None = None
-    target: str | None = None  # the command line or the URL
+    target: str | None = None  # the command line or the URL, as written (before ${VAR} expansion)
     trusted: bool | None = None
     reason: str | None = None
     tools: list[ToolReport] = field(default_factory=list)
@@ -70,16 +75,8 @@ class ServerReport:
         return asdict(self)
 
 
-def _target(spec: McpServerSpec) -> str:
-    if spec.transport == "stdio":
-        import shlex
-
-        return shlex.join([spec.command or "", *spec.args])
-    return spec.url or ""
-
-
 def _report(spec: McpServerSpec, server: _Frozen | None) -> ServerReport:
-    report = ServerReport(spec.name, spec.origin, "not started", spec.transport, _target(spec), spec.trusted)
+    report = ServerReport(spec.name, spec.origin, "not started", spec.transport, spec.target(), spec.trusted)
     if server is not None:
         report.state = server.state
         report.reason = server.error
@@ -139,19 +136,21 @@ class _Frozen:
 
 
 def format_reports(reports: list[ServerReport]) -> str:
-    """The text `osprey mcp list` prints."""
+    """The text `osprey mcp list` prints: what comes from a server or a file (names, the command
+    line, reasons and the stderr in them, tool names) without terminal control sequences."""
     if not reports:
         return "No MCP servers are configured. Add one with `osprey mcp add NAME -- COMMAND [ARGS...]` or `osprey mcp add NAME --url URL`."
     lines = []
     for r in reports:
-        head = f"{r.name}  ({r.origin}{', ' + r.transport if r.transport else ''}{'' if r.trusted in (None, True) else ', untrusted'})  {r.state}"
+        head = f"{clean(r.name)}  ({r.origin}{', ' + r.transport if r.transport else ''}{'' if r.trusted in (None, True) else ', untrusted'})  {clean(r.state)}"
         lines.append(head)
         if r.target:
-            lines.append(f"  {r.target}")
+            lines.append("  " + clean(r.target).replace("\n", " "))
         if r.reason:
-            lines.append("  " + r.reason.replace("\n", "\n  "))
+            lines.append("  " + clean(r.reason).replace("\n", "\n  "))
         if r.tools:
-            marks = [f"{t.name}{' (read-only)' if t.read_only else ''}{'' if t.offered else ' (not offered: enabled_tools/disabled_tools)'}" for t in r.tools]
+            marks = [f"{clean(t.name).replace(chr(10), ' ')}{' (read-only)' if t.read_only else ''}{'' if t.offered else ' (not offered: enabled_tools/disabled_tools)'}"
+                     for t in r.tools]
             lines.append(f"  tools ({len(r.tools)}): " + ", ".join(marks))
         elif r.state == "ready":
             lines.append("  tools: none")
@@ -196,9 +195,15 @@ def server_table(*, command: Sequence[str] = (), url: str | None = None, env: Se
         if len(command) > 1:
             table["args"] = list(command[1:])
         pairs = _pairs(env, "=", "--env")
-        for key, _ in pairs:
+        for key, value in pairs:
             if not _ENV_NAME.match(key):
                 raise ConfigError(f"--env: {key[:80]!r} is not a variable name (letters, digits and '_', not starting with a digit)")
+            if is_secret_name(key) or carries_credential(value):
+                raise ConfigError(
+                    f"--env {key}: that looks like a credential, and a credential is never written into a file. Put it in your "
+                    f"environment or $OSPREY_HOME/.env instead, and let the server read it: add {key!r} to `passthrough` under "
+                    f"[shell_environment] (the model's commands then see it too), or declare the server in the project's .mcp.json "
+                    f"with \"env\": {{\"{key}\": \"${{{key}}}\"}} and trust the file (`osprey trust`)")
         if pairs:
             table["env"] = dict(pairs)
     else:
@@ -212,7 +217,7 @@ def server_table(*, command: Sequence[str] = (), url: str | None = None, env: Se
         for name, value in _pairs(headers, ":", "--header"):
             if not _HEADER_NAME.match(name):
                 raise ConfigError(f"--header: {name[:80]!r} is not a header name")
-            if _SECRET_HEADER.search(name):
+            if _SECRET_HEADER.search(name) or carries_credential(value):
                 raise ConfigError(f"--header {name}: a credential is never written into a file; put it in a variable and give "
                                   f"--env-header '{name}=VARIABLE' (or --bearer-token-env-var VARIABLE for a bearer token)")
             literal[name] = value
@@ -235,8 +240,10 @@ def server_table(*, command: Sequence[str] = (), url: str | None = None, env: Se
 
 
 def check_name(name: str) -> None:
-    if not _NAME.match(name):
-        raise ConfigError(f"{name[:80]!r} is not a server name: 1 to 64 letters, digits, '_' or '-' (it becomes part of tool names, mcp__NAME__TOOL)")
+    """A ConfigError when `name` cannot name a server (`server_name_problem`)."""
+    problem = server_name_problem(name)
+    if problem:
+        raise ConfigError(problem)
 
 
 @contextmanager
@@ -275,9 +282,9 @@ def _without_table(text: str, name: str) -> str:
     kept: list[str] = []
     skipping = False
     for line in text.splitlines(keepends=True):
-        header = _TABLE_HEADER.match(line)
+        header = _TABLE_HEADER.match(line) if len(line) <= MAX_HEADER_LINE else None
         if header is not None:
-            skipping = _header_path(header.group("key"))[:2] == ["mcp_servers", name]
+            skipping = _header_path(header.group("key").strip())[:2] == ["mcp_servers", name]
         if not skipping:
             kept.append(line)
     return "".join(kept)
@@ -289,7 +296,33 @@ def _table_text(name: str, table: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(path: Path, text: str, wanted: dict[str, Any]) -> None:
+@dataclass
+class Changed:
+    """What `add_server` / `remove_server` did: the file written (a symlink's target), whether a
+    server was replaced, and whether the file was written out from its data (its comments lost)."""
+
+    written: Path
+    replaced: bool = False
+    rewritten: bool = False
+
+
+def _destination(path: Path) -> Path:
+    """The file to write for `path`: itself, or the target of a symlink (a config kept in one's
+    dotfiles) when that is a regular file of this user; anything else is a ConfigError."""
+    if not path.is_symlink():
+        return path
+    target = path.resolve()
+    try:
+        info = target.stat()
+    except OSError:
+        info = None
+    if info is None or not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+        raise ConfigError(f"{path} is a symlink to {target}, which is not a regular file of yours, so it was not changed; "
+                          "edit that file by hand, or replace the link with a regular file")
+    return target
+
+
+def _write(path: Path, text: str, wanted: dict[str, Any]) -> Changed:
     from ..config.schema import FileConfig
 
     try:
@@ -305,15 +338,17 @@ def _write(path: Path, text: str, wanted: dict[str, Any]) -> None:
         # The file spells its servers in a way the cut cannot keep apart (dotted keys, an inline
         # table): its values are kept, its comments and layout are not.
         text = tomlfile.dumps_toml(wanted)
+    destination = _destination(path)
     try:
-        tomlfile.write_atomic(path, text)
+        tomlfile.write_atomic(destination, text)
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"could not write {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise ConfigError(f"could not write {destination}: {getattr(exc, 'strerror', None) or exc}") from None
+    return Changed(destination, rewritten=not same)
 
 
-def add_server(path: Path, name: str, table: Mapping[str, Any], *, force: bool = False) -> bool:
-    """Write `[mcp_servers.NAME]` into the config file at `path`; True when it replaced one (with
-    `force`). An existing server without `force` is a ConfigError."""
+def add_server(path: Path, name: str, table: Mapping[str, Any], *, force: bool = False) -> Changed:
+    """Write `[mcp_servers.NAME]` into the config file at `path` (`replaced` when it replaced one,
+    with `force`). An existing server without `force` is a ConfigError."""
     check_name(name)
     with _locked(path.parent):
         text, data = _read(path)
@@ -324,11 +359,12 @@ def add_server(path: Path, name: str, table: Mapping[str, Any], *, force: bool =
         wanted = {**data, "mcp_servers": {**(servers if isinstance(servers, Mapping) else {}), name: dict(table)}}
         kept = _without_table(text, name) if existed else text
         new = kept.rstrip("\n") + ("\n\n" if kept.strip() else "") + _table_text(name, table)
-        _write(path, new, wanted)
-    return existed
+        changed = _write(path, new, wanted)
+    changed.replaced = existed
+    return changed
 
 
-def remove_server(path: Path, name: str) -> None:
+def remove_server(path: Path, name: str) -> Changed:
     """Remove `[mcp_servers.NAME]` from the config file at `path`; a ConfigError naming the file's
     servers when it declares no such server."""
     with _locked(path.parent):
@@ -340,4 +376,4 @@ def remove_server(path: Path, name: str) -> None:
             raise ConfigError(f"{path} declares no MCP server {name[:80]!r} (its servers: {have})")
         rest = {k: v for k, v in servers.items() if k != name}
         wanted = {**data, "mcp_servers": rest} if rest else {k: v for k, v in data.items() if k != "mcp_servers"}
-        _write(path, _without_table(text, name), wanted)
+        return _write(path, _without_table(text, name), wanted)
