@@ -22,8 +22,7 @@ from .. import tomlfile
 from ..errors import ConfigError
 from ..files import read_bounded
 from .environment import INHERIT_STRICTNESS
-from .mcp_json import read_mcp_json
-from .mcp_resolve import mcp_entry_loosens, mcp_json_guarded, resolve_mcp
+from .mcp import MCP_JSON, ResolvedMcp
 from .schema import (
     API_KEY_VARS,
     APPROVAL_STRICTNESS,
@@ -346,6 +345,8 @@ def loosening(layer: Mapping[str, Any], below: FileConfig, default_policy: Appro
     # Turning one off, its timeouts and tool lists, and a plain HTTP server (run untrusted) need no trust.
     mcp_servers = _get(layer, ("mcp_servers",))
     for name in mcp_servers if isinstance(mcp_servers, Mapping) else {}:
+        from .mcp_resolve import mcp_entry_loosens
+
         reason = mcp_entry_loosens(mcp_servers[name], below.mcp_servers.get(name))
         if reason:
             found.append(Guarded(("mcp_servers", name), mcp_servers[name], reason))
@@ -535,6 +536,17 @@ def resolve_moa(fc: FileConfig, env: Mapping[str, str], warnings: list[str]) -> 
     return ResolvedMoa(default=default, presets=fc.moa.presets, endpoints=endpoints)
 
 
+def _resolve_mcp(sources: _Sources, env: Mapping[str, str], warnings: list[str]) -> ResolvedMcp:
+    """The MCP servers of the run; the modules that read `.mcp.json` and judge the servers load
+    only when a layer declares one or the workspace has an `.mcp.json`."""
+    declared = any(layer.data.get("mcp_servers") for layer in sources.layers if not layer.dotenv)
+    if not declared and not os.path.lexists(sources.root / MCP_JSON):
+        return ResolvedMcp()
+    from .mcp_resolve import resolve_mcp
+
+    return resolve_mcp(sources, env, warnings)
+
+
 def _env_path(environ: Mapping[str, str], name: str, cwd: Path) -> Path | None:
     value = environ.get(name, "")
     if not value:
@@ -626,7 +638,7 @@ def load_settings(
         lsp=_checked_lsp(fc.lsp),
         workflows=fc.workflows,
         moa=resolve_moa(fc, env, warnings),
-        mcp=resolve_mcp(sources, env, warnings),
+        mcp=_resolve_mcp(sources, env, warnings),
         hindsight_api_key=SecretStr(env["HINDSIGHT_API_KEY"]) if env.get("HINDSIGHT_API_KEY") else None,
         # Only the real environment names these files: a project's .env must not swap the prompt.
         system_prompt_file=_env_path(real_env, "OSPREY_SYSTEM_PROMPT_FILE", cwd),
@@ -678,6 +690,9 @@ def inspect_project(directory: Path | str | None = None, environ: Mapping[str, s
         for layer in sources.layers if layer.project and layer.path is not None
     ]
     # The workspace's .mcp.json: trusted by its own digest, next to the config files.
+    from .mcp_json import read_mcp_json
+    from .mcp_resolve import mcp_json_guarded
+
     mcp_json, mcp_warnings = read_mcp_json(sources.root)
     if mcp_json is not None:
         files.insert(0, ProjectFile(mcp_json.path, mcp_json.relpath, mcp_json.digest, store.status(sources.root, mcp_json.relpath, mcp_json.digest),

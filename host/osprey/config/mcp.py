@@ -36,6 +36,8 @@ HeaderName = Annotated[str, Field(pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$"
 ToolName = Annotated[str, Field(min_length=1, max_length=128)]
 Word = Annotated[str, Field(max_length=32_768)]
 
+# The project file Claude Code users keep their MCP servers in, at the workspace root.
+MCP_JSON = ".mcp.json"
 DEFAULT_STARTUP_TIMEOUT = 10.0
 DEFAULT_TOOL_TIMEOUT = 60.0
 MAX_SERVERS = 100

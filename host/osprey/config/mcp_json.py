@@ -18,9 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError
 from ..files import MAX_FILE_BYTES, read_bounded
-from .mcp import MAX_SERVERS, EnvName, HeaderName, McpSkipped, ServerName, Word, server_name_problem
+from .mcp import MAX_SERVERS, MCP_JSON, EnvName, HeaderName, McpSkipped, ServerName, Word, server_name_problem
 
-MCP_JSON = ".mcp.json"
 # ${VAR} or ${VAR:-default}; anything else that starts with `$` is kept as it is.
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]{0,100})(?::-([^}]{0,4096}))?\}")
 SSE_REASON = ("an SSE server (type \"sse\"), and Osprey speaks streamable HTTP: if the server offers it, "
