@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import json
 import os
 import signal
 import subprocess
@@ -221,6 +222,17 @@ async def test_a_server_that_keeps_crashing_fails_after_the_attempts(workspace: 
         assert recorder.changes == [("sdk", "ready"), ("sdk", "restarting"), ("sdk", "failed")]
 
 
+async def test_without_restarts_a_crash_fails_the_server_at_once(workspace: Path) -> None:
+    """`osprey mcp list` runs its servers with no restarts: a crash is a failure, said once."""
+    async with servers_in("local", workspace, [sdk_spec("local", workspace)], restart_delays=()) as (servers, _client, recorder):
+        server = servers.servers["sdk"]
+        with pytest.raises(McpError):
+            await server.call_tool("crash", {"code": 5})
+        await until(lambda: server.state == "failed")
+        assert "did not start again after 0 attempts" in (server.error or ""), server.error
+        assert recorder.changes == [("sdk", "ready"), ("sdk", "failed")]
+
+
 async def test_a_list_change_relists_and_bumps_the_generation(workspace: Path) -> None:
     async with servers_in("local", workspace, [sdk_spec("local", workspace)]) as (servers, _client, _recorder):
         server = servers.servers["sdk"]
@@ -414,3 +426,151 @@ async def test_server_everything_restarts_after_being_killed(workspace: Path, si
         await until(lambda: server.state == "ready")
         assert (await server.call_tool("echo", {"message": "back"})).text == "Echo: back"
         assert recorder.changes == [("everything", "ready"), ("everything", "restarting"), ("everything", "ready")]
+
+
+# ------------------------------------------------------------------------------ misbehaving servers
+
+RAW = CHECKOUT / "tests" / "mcp_servers" / "raw_server.py"
+RAW_HTTP = CHECKOUT / "tests" / "mcp_servers" / "raw_http_server.py"
+
+
+@pytest.fixture
+def raw_http() -> Iterator[int]:
+    process = subprocess.Popen([sys.executable, str(RAW_HTTP)], stdout=subprocess.PIPE)
+    assert process.stdout is not None
+    yield int(process.stdout.readline())
+    process.kill()
+    process.wait()
+
+
+def raw_spec(mode: str, ws: Path, **fields: Any) -> McpServerSpec:
+    return McpServerSpec(name="raw", origin="project", transport="stdio", command=sys.executable,
+                         args=(str(RAW), mode, str(ws / "lists")), trusted=False, **fields)
+
+
+def lists_made(ws: Path) -> int:
+    return int((ws / "lists").read_text() or 0)
+
+
+async def test_an_http_answer_over_16_mib_fails_clearly_and_sse_events_may_pass_1_mib(raw_http: int) -> None:
+    spec = McpServerSpec(name="web", origin="project", transport="http", url=f"http://127.0.0.1:{raw_http}/mcp", trusted=False)
+    servers = McpServers([spec], client=None, workdir="/tmp")
+    servers.start()
+    try:
+        await servers.wait_started(30)
+        server = servers.servers["web"]
+        assert server.state == "ready", server.error
+        with pytest.raises(McpError, match=r"the tool 'big' on the MCP server 'web' failed: its answer was longer than 16 MiB"):
+            await server.call_tool("big", {"mib": 20})
+        with pytest.raises(McpError, match=r"compressed \(gzip\) although Osprey asks for it uncompressed"):
+            await server.call_tool("zipped", {})
+        assert (await server.call_tool("big", {"mib": 2})).text == "y" * (2 << 20)
+        assert (await server.call_tool("sse", {"size": 3_000_000})).text == "s" * 3_000_000
+        assert server.state == "ready"
+    finally:
+        await servers.close()
+
+
+async def test_header_values_never_show_in_errors_or_logs(raw_http: int, caplog: pytest.LogCaptureFixture) -> None:
+    url = f"http://127.0.0.1:{raw_http}/mcp"
+    reflecting = McpServerSpec(name="web", origin="project", transport="http", url=url, headers={"Authorization": SecretStr("Bearer TOPSECRET_abc")})
+    # A value httpx2 refuses: the refusal quotes it.
+    broken = McpServerSpec(name="bad", origin="project", transport="http", url=url, headers={"Authorization": SecretStr("Bearer TOPSECRET_abc\n")})
+    servers = McpServers([reflecting, broken], client=None, workdir="/tmp", restart_delays=(0.2,))
+    with caplog.at_level("DEBUG", logger="osprey"):
+        servers.start()
+        try:
+            await servers.wait_started(30)
+            web, bad = servers.servers["web"], servers.servers["bad"]
+            assert web.state == "ready", web.error
+            with pytest.raises(McpError) as caught:
+                await web.call_tool("reflect", {})
+            assert "the token *** is not accepted" in str(caught.value) and "TOPSECRET" not in str(caught.value)
+            assert bad.state == "failed" and "***" in (bad.error or "") and "TOPSECRET" not in (bad.error or ""), bad.error
+            with pytest.raises(McpError) as caught:
+                await bad.call_tool("reflect", {})
+            assert "TOPSECRET" not in str(caught.value)
+        finally:
+            await servers.close()
+    assert "TOPSECRET" not in caplog.text
+
+
+async def test_a_list_change_storm_ends_the_connection_and_close_stays_prompt(workspace: Path) -> None:
+    async with HOMES["local"]([str(workspace)]) as opened:
+        # Closing while the flood goes on.
+        servers = McpServers([raw_spec("storm", workspace)], client=opened.client, workdir=str(workspace))
+        servers.start()
+        await servers.wait_started(30)
+        assert servers.servers["raw"].state == "ready", servers.servers["raw"].error
+        await asyncio.sleep(1.0)
+        started = time.monotonic()
+        await servers.close()
+        assert time.monotonic() - started < 2.5
+        assert lists_made(workspace) <= 3  # the first listing, then at most one a second
+
+        # Left to go on, the flood ends the connection as a protocol error.
+        (workspace / "lists").write_text("0")
+        servers = McpServers([raw_spec("storm", workspace)], client=opened.client, workdir=str(workspace), restart_delays=(30.0,))
+        servers.start()
+        try:
+            await servers.wait_started(30)
+            server = servers.servers["raw"]
+            await until(lambda: server.state != "ready", 20)
+            assert server.state == "restarting"
+            assert "over 1000 list-change notifications a second for 3 s, a protocol error" in (server.error or ""), server.error
+            assert lists_made(workspace) <= 6
+        finally:
+            started = time.monotonic()
+            await servers.close()
+            assert time.monotonic() - started < 2.5
+
+        # A flood from the start ends the start or the connection (not the start's timeout).
+        servers = McpServers([raw_spec("early-storm", workspace, startup_timeout_sec=60)], client=opened.client, workdir=str(workspace),
+                             restart_delays=(30.0,))
+        servers.start()
+        try:
+            server = servers.servers["raw"]
+            await until(lambda: server.state in ("failed", "restarting"), 20)
+            assert "list-change notifications a second" in (server.error or ""), server.error
+        finally:
+            await servers.close()
+
+
+async def test_list_changes_are_coalesced(workspace: Path) -> None:
+    async with servers_in("local", workspace, [raw_spec("burst", workspace)]) as (servers, _client, recorder):
+        server = servers.servers["raw"]
+        await asyncio.sleep(5.0)  # 600 notifications over 3 s, then quiet
+        assert server.state == "ready" and recorder.changes == [("raw", "ready")]
+        assert 2 <= lists_made(workspace) <= 5, lists_made(workspace)
+
+
+async def test_a_server_offers_at_most_its_budget(workspace: Path) -> None:
+    async with servers_in("local", workspace, [raw_spec("many", workspace)]) as (servers, _client, _recorder):
+        server = servers.servers["raw"]
+        assert server.state == "ready"
+        assert [t.name for t in server.tools] == [f"t{i}" for i in range(256)]
+        assert len(server.prompts) == 256 and len(server.resources) == 256
+        error = server.error or ""
+        assert "44 of its tools were left out: Osprey takes at most 256 tools and 1 MiB" in error, error
+        assert "enabled_tools or disabled_tools under [mcp_servers.raw]" in error
+        assert "44 of its prompts were left out" in error and "44 of its resources were left out" in error
+    async with servers_in("local", workspace, [raw_spec("heavy", workspace)]) as (servers, _client, _recorder):
+        server = servers.servers["raw"]
+        kept = sum(len(json.dumps(t.input_schema)) + len(t.description) for t in server.tools)
+        assert 10 <= len(server.tools) < 40 and kept <= 1 << 20
+        assert f"{40 - len(server.tools)} of its tools were left out" in (server.error or ""), server.error
+
+
+async def test_unusable_names_are_left_out_and_long_texts_cut(workspace: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO", logger="osprey.mcp.connection"):
+        async with servers_in("local", workspace, [raw_spec("names", workspace)]) as (servers, _client, _recorder):
+            server = servers.servers["raw"]
+            assert server.state == "ready"
+            assert [t.name for t in server.tools] == ["ok", "b" * 128]
+            assert len(server.tools[0].title or "") < 300
+            assert [p.name for p in server.prompts] == ["fine"] and len(server.prompts[0].arguments[0][1]) < 2100
+            assert [r.uri for r in server.resources] == ["memo://fine"] and len(server.resources[0].name) < 300
+            error = server.error or ""
+            assert "3 of its tools were left out: their names were not 1-128 printable characters" in error, error
+            assert "2 of its prompts were left out" in error and "1 of its resources were left out" in error
+    assert caplog.text.count("names were not 1-128 printable characters") == 1

@@ -4,7 +4,11 @@ alive (restarted with backoff after a crash), called, and closed.
 Each server has one runner task that owns its SDK `Client` (entered and left in that task). The
 SDK is imported once per process in a worker thread, so starting servers never holds the event
 loop. Results are converted from the SDK's types at this boundary (`McpContent`), and the SDK's,
-httpx2's and anyio's errors become `McpError`.
+httpx2's and anyio's errors become `McpError`, with the server's header values redacted.
+
+What a server may cost is bounded: a message (16 MiB), what a listing keeps (`MAX_TOOLS`,
+`MAX_TOOL_BYTES`, `MAX_PROMPTS`, `MAX_RESOURCES`; names and texts by length), and how often a list
+change relists (paced; a flood of them ends the connection).
 """
 
 from __future__ import annotations
@@ -43,6 +47,26 @@ MAX_PAGES = 20
 MAX_ITEMS = 1000
 MAX_DESCRIPTION = 8000
 MAX_SCHEMA_BYTES = 64 << 10
+# What one server may offer: tools past these are left out (and its `error` says how many).
+MAX_TOOLS = 256
+MAX_TOOL_BYTES = 1 << 20  # input schemas and descriptions, in all
+MAX_PROMPTS = 256
+MAX_RESOURCES = 256
+# Names a caller sends back (tools, prompts and their arguments) must be 1-128 printable characters.
+MAX_NAME = 128
+MAX_TITLE = 200
+MAX_URI = 2048
+MAX_RESOURCE_DESCRIPTION = 2000
+MAX_ARGUMENTS = 64
+# An SSE event may be as long as a stdio line (16 MiB).
+MAX_SSE_EVENT_BYTES = 16 << 20
+# List changes: at least RELIST_GAP_S between relists, doubled (up to RELIST_GAP_MAX_S) while they
+# keep coming; over FLOOD_RATE notifications a second for FLOOD_SECONDS seconds in a row ends the
+# connection as a protocol error.
+RELIST_GAP_S = 1.0
+RELIST_GAP_MAX_S = 30.0
+FLOOD_RATE = 1000
+FLOOD_SECONDS = 3
 PERMISSIVE_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": True}
 CLOSE_TIMEOUT_S = 5.0
 # The most a stdio server's start waits for the home its program runs in (a lane may be starting).
@@ -134,6 +158,10 @@ async def load_sdk() -> None:
 def _cut(text: str | None, limit: int = MAX_DESCRIPTION) -> str:
     text = text or ""
     return text if len(text) <= limit else text[:limit] + " […]"
+
+
+def _name_ok(name: Any) -> bool:
+    return isinstance(name, str) and 1 <= len(name) <= MAX_NAME and name.isprintable()
 
 
 def _schema(raw: Any) -> tuple[dict[str, Any], str]:
@@ -233,6 +261,23 @@ def _errors_text(exc: BaseException) -> str:
     return text if isinstance(exc, OspreyError) else f"{type(exc).__name__}: {text}"
 
 
+def _secret_forms(spec: McpServerSpec) -> tuple[str, ...]:
+    """The texts of `spec`'s header values that error messages must not show: each value, stripped,
+    as Python escapes it, and the part after its scheme (the token of `Bearer TOKEN`)."""
+    forms: set[str] = set()
+    for value in spec.headers.values():
+        raw = value.get_secret_value()
+        for form in (raw, raw.strip(), repr(raw)[1:-1], *raw.strip().split(None, 1)[1:]):
+            if form.strip():
+                forms.add(form)
+    return tuple(sorted(forms, key=len, reverse=True))
+
+
+# How the SDK words a JSON body it could not read, and how Osprey's bound on a body begins.
+_UNREADABLE = "Failed to parse JSON response: "
+_BOUND = "its answer was "
+
+
 class _Lost(Exception):
     """The connection of a ready server ended."""
 
@@ -268,6 +313,14 @@ class McpServer:
         self._attempt = 0
         self._stopping = False
         self._stable = False
+        self._secrets = _secret_forms(spec)
+        self._notes: dict[str, str] = {}  # kind -> what its last listing left out
+        self._told_names = False
+        self._flood_window = 0.0
+        self._flood_count = 0
+        self._flood_seconds = 0
+        self._flooded = False
+        self._start_scope: Any = None
         self.settled = False  # it has been ready or failed once
 
     def __repr__(self) -> str:
@@ -277,10 +330,20 @@ class McpServer:
     def _key(self) -> str:
         return f"[mcp_servers.{self.spec.name}]"
 
+    def _redact(self, text: str) -> str:
+        """`text` with every header value of the server replaced by `***`."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def _note(self) -> str | None:
+        """What a ready server's listings left out, or None."""
+        return "; ".join(self._notes[kind] for kind in sorted(self._notes)) or None
+
     def _set(self, state: State, error: str | None = None) -> None:
         changed = state != self.state
         self.state = state
-        self.error = error
+        self.error = self._redact(error) if error else error
         if state in ("ready", "failed", "stopped"):
             self.settled = True
         if state != "ready":
@@ -307,7 +370,13 @@ class McpServer:
         raise McpError(f"{name} was stopped")
 
     async def _request(self, what: str, timeout: float, key: str, send: Callable[[Any], Any]) -> Any:
-        """One request to the server, its errors mapped into McpError."""
+        """One request to the server, its errors mapped into McpError (header values redacted)."""
+        try:
+            return await self._send(what, timeout, key, send)
+        except McpError as exc:
+            raise McpError(self._redact(str(exc))) from None
+
+    async def _send(self, what: str, timeout: float, key: str, send: Callable[[Any], Any]) -> Any:
         import mcp_types
         from mcp.shared.exceptions import MCPError
         from pydantic import ValidationError
@@ -325,6 +394,8 @@ class McpServer:
             if exc.code == mcp_types.CONNECTION_CLOSED or (self.spec.transport == "http" and "Session terminated" in exc.message):
                 self._mark_lost(f"the connection closed during {what}")
                 raise McpError(f"{what} on {name} failed: {self._describe()}; it is being restarted") from None
+            if exc.code == mcp_types.PARSE_ERROR and exc.message.startswith(_UNREADABLE + _BOUND):
+                raise McpError(f"{what} on {name} failed: {_cut(exc.message.removeprefix(_UNREADABLE), 500)}") from None
             raise McpError(f"{what} on {name} failed with a protocol error {exc.code}: {_cut(exc.message, 2000)}") from None
         except TimeoutError:
             raise McpError(f"{what} on {name} did not finish within {timeout:g} s and was cancelled; "
@@ -370,10 +441,11 @@ class McpServer:
 
     def _mark_lost(self, reason: str) -> None:
         if not self._lost.is_set():
-            self._lost_reason = reason
+            self._lost_reason = self._redact(reason)
             self._lost.set()
-            if self.state == "ready" and not self._stopping:
-                # Said at once, so callers and watchers never see a dead connection as ready.
+            if self.state == "ready" and not self._stopping and self._delays:
+                # Said at once, so callers and watchers never see a dead connection as ready
+                # (with no restarts at all, the runner says `failed` itself).
                 stable = self._stable
                 self._retry_at = time.monotonic() + (self._delays[0] if stable or not self._attempt else
                                                      self._delays[min(self._attempt, len(self._delays) - 1)])
@@ -401,7 +473,7 @@ class McpServer:
         http = (self._http_client_factory or default_http_client)(headers)
         self._transport = None
         assert spec.url is not None
-        return _HttpTransport(streamable_http_client(spec.url, http_client=http), http)
+        return _HttpTransport(streamable_http_client(spec.url, http_client=http, max_sse_event_size=MAX_SSE_EVENT_BYTES), http)
 
     async def _on_message(self, message: Any) -> None:
         import mcp_types
@@ -416,40 +488,102 @@ class McpServer:
             if _is_transport_error(message):
                 self._mark_lost(_errors_text(message))
             else:
-                log.info("MCP server %s sent something unreadable: %s", self.spec.name, _cut(str(message), 500))
+                log.info("MCP server %s sent something unreadable: %s", self.spec.name, self._redact(_cut(str(message), 500)))
 
     def _want(self, kind: str) -> None:
+        """A list changed: relisted by `_serve` (paced); a flood of these ends the connection."""
+        now = time.monotonic()
+        if now - self._flood_window >= 1.0:
+            busy = self._flood_count >= FLOOD_RATE and now - self._flood_window < 2.0
+            self._flood_seconds = self._flood_seconds + 1 if busy else 0
+            self._flood_window, self._flood_count = now, 0
+        self._flood_count += 1
+        if self._flood_seconds >= FLOOD_SECONDS:
+            self._mark_lost(f"it sent over {FLOOD_RATE} list-change notifications a second for {FLOOD_SECONDS} s, a protocol error; "
+                            "the connection was ended")
+            if self._start_scope is not None:  # still starting: its listing waits behind the flood
+                self._flooded = True
+                self._start_scope.cancel()
+            return
         self._relist.add(kind)
         self._relist_event.set()
 
     async def _list(self, sdk: Any, kind: str) -> None:
-        items: list[Any] = []
+        """List one kind, converting each page as it arrives and keeping what fits the budget."""
         cursor: str | None = None
         method = {"tools": sdk.list_tools, "prompts": sdk.list_prompts, "resources": sdk.list_resources}[kind]
+        limit = {"tools": MAX_TOOLS, "prompts": MAX_PROMPTS, "resources": MAX_RESOURCES}[kind]
+        kept: list[Any] = []
+        used = 0  # tools: bytes of input schemas and descriptions kept
+        seen = over = bad = 0
         for _ in range(MAX_PAGES):
             page = await method(cursor=cursor, cache_mode="bypass")
-            items += getattr(page, kind)
-            cursor = page.next_cursor
-            if not cursor or len(items) >= MAX_ITEMS:
-                break
-        items = items[:MAX_ITEMS]
-        if kind == "tools":
-            tools = []
-            for tool in items:
-                if not self.spec.keeps(tool.name):
+            items, cursor = getattr(page, kind), page.next_cursor
+            del page
+            for item in items[: max(0, MAX_ITEMS - seen)]:
+                seen += 1
+                info = self._convert(kind, item)
+                if info is None:
+                    bad += 1
                     continue
-                schema, note = _schema(tool.input_schema)
-                hint = bool(tool.annotations is not None and tool.annotations.read_only_hint)
-                description = _cut(tool.description or tool.title or "")
-                tools.append(McpToolInfo(tool.name, f"{description}\n{note}".strip(), schema, hint and self.spec.trusted,
-                                         tool.title or (tool.annotations.title if tool.annotations else None)))
-            self.tools = tuple(tools)
+                if info is False:
+                    continue
+                size = len(json.dumps(info.input_schema)) + len(info.description) if kind == "tools" else 0
+                if over or len(kept) >= limit or used + size > MAX_TOOL_BYTES:
+                    over += 1  # the first that does not fit ends what is kept
+                    continue
+                used += size
+                kept.append(info)
+            del items
+            if not cursor or seen >= MAX_ITEMS:
+                break
+        if kind == "tools":
+            self.tools = tuple(kept)
         elif kind == "prompts":
-            self.prompts = tuple(McpPromptInfo(p.name, _cut(p.description), tuple((a.name, _cut(a.description, 2000), bool(a.required))
-                                                                                  for a in (p.arguments or ())[:64]))
-                                 for p in items)
+            self.prompts = tuple(kept)
         else:
-            self.resources = tuple(McpResourceInfo(str(r.uri), r.name, _cut(r.description), r.mime_type) for r in items)
+            self.resources = tuple(kept)
+        parts = []
+        if over:
+            budget = f"{MAX_TOOLS} tools and {MAX_TOOL_BYTES >> 20} MiB of input schemas and descriptions" if kind == "tools" else f"{limit} {kind}"
+            fix = f" (choose its tools with enabled_tools or disabled_tools under {self._key})" if kind == "tools" else ""
+            parts.append(f"{over} of its {kind} were left out: Osprey takes at most {budget} from one server{fix}")
+        if bad:
+            what = {"tools": "names were not", "prompts": "names or argument names were not", "resources": "URIs were not"}[kind]
+            rule = f"up to {MAX_URI} printable characters" if kind == "resources" else f"1-{MAX_NAME} printable characters"
+            parts.append(f"{bad} of its {kind} were left out: their {what} {rule}")
+            if not self._told_names:
+                self._told_names = True
+                log.info("MCP server %s: %s", self.spec.name, parts[-1])
+        self._notes.pop(kind, None)
+        if parts:
+            self._notes[kind] = "; ".join(parts)
+
+    def _convert(self, kind: str, item: Any) -> Any:
+        """One listed item as Osprey keeps it; None when its name or URI is unusable, False when
+        the server's settings leave it out."""
+        if kind == "tools":
+            if not _name_ok(item.name):
+                return None
+            if not self.spec.keeps(item.name):
+                return False
+            schema, note = _schema(item.input_schema)
+            hint = bool(item.annotations is not None and item.annotations.read_only_hint)
+            description = _cut(item.description or item.title or "")
+            title = item.title or (item.annotations.title if item.annotations else None)
+            return McpToolInfo(item.name, f"{description}\n{note}".strip(), schema, hint and self.spec.trusted,
+                               _cut(title, MAX_TITLE) if title else None)
+        if kind == "prompts":
+            arguments = tuple(item.arguments or ())[:MAX_ARGUMENTS]
+            if not _name_ok(item.name) or not all(_name_ok(a.name) for a in arguments):
+                return None
+            return McpPromptInfo(item.name, _cut(item.description),
+                                 tuple((a.name, _cut(a.description, 2000), bool(a.required)) for a in arguments))
+        uri = str(item.uri)
+        if not 1 <= len(uri) <= MAX_URI or not uri.isprintable():
+            return None
+        return McpResourceInfo(uri, _cut(item.name, MAX_TITLE), _cut(item.description, MAX_RESOURCE_DESCRIPTION),
+                               item.mime_type[:200] if item.mime_type else None)
 
     async def _list_offered(self, sdk: Any) -> None:
         caps = sdk.server_capabilities
@@ -472,7 +606,7 @@ class McpServer:
                     if kind in ("tools", "prompts", "resources"):
                         self._want(kind)
         except Exception as exc:  # the subscription is a convenience: its loss costs only list updates
-            log.info("MCP server %s: list-change subscription ended: %s", self.spec.name, _errors_text(exc))
+            log.info("MCP server %s: list-change subscription ended: %s", self.spec.name, self._redact(_errors_text(exc)))
 
     async def _connect(self) -> None:
         """One connection: start, list, then serve until it is lost or the server is stopped.
@@ -484,6 +618,9 @@ class McpServer:
         self._lost = asyncio.Event()
         self._lost_reason = ""
         self._relist.clear()
+        self._notes.clear()
+        self._flood_window, self._flood_count, self._flood_seconds = 0.0, 0, 0
+        self._flooded = False
         loop = asyncio.get_running_loop()
         ready = False
         started_at = time.monotonic()
@@ -498,19 +635,21 @@ class McpServer:
                 scope.deadline = anyio.current_time() + spec.startup_timeout_sec
 
             transport = self._connector(program_started)
+            self._start_scope = scope
             with scope:
                 client = mcp.Client(transport, mode=CONNECT_MODE, message_handler=self._on_message,
                                     client_info=_client_info())
                 async with client:
                     await self._list_offered(client)
                     scope.deadline = math.inf
+                    self._start_scope = None
                     listener = None
                     if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
                         listener = loop.create_task(self._listen(client))
                     self._sdk = client
                     self.pid = getattr(transport, "pid", None)
                     ready = True
-                    self._set("ready")
+                    self._set("ready", self._note())
                     started_at = time.monotonic()
                     try:
                         await self._serve(client)
@@ -520,6 +659,8 @@ class McpServer:
                             listener.cancel()
                             with contextlib.suppress(BaseException):
                                 await listener
+            if self._flooded and not ready:
+                raise McpError(self._start_failure(self._lost_reason))
             if scope.cancelled_caught and not ready and spec.transport == "stdio" and getattr(transport, "pid", None) is None:
                 raise McpError(self._start_failure(f"its program did not start within {HOME_START_LIMIT_S:g} s (the ToolService's home was not ready)"))
             if scope.cancelled_caught and not ready:
@@ -536,6 +677,7 @@ class McpServer:
         finally:
             self.pid = None
             self._sdk = None
+            self._start_scope = None
         self._stable = ready and time.monotonic() - started_at >= STABLE_AFTER_S
 
     def _start_failure(self, why: str) -> str:
@@ -545,27 +687,55 @@ class McpServer:
         text = f"the MCP server {self.spec.name!r} could not be started: {why}"
         return f"{text}\nits last stderr lines:\n{tail}" if tail else text
 
+    async def _until_lost(self, awaitable: Any) -> tuple[bool, Any]:
+        """Await `awaitable` unless the connection is lost first: (lost, its result)."""
+        work = asyncio.ensure_future(awaitable)
+        lost = asyncio.ensure_future(self._lost.wait())
+        try:
+            await asyncio.wait({work, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+            if not work.done():
+                work.cancel()
+                with contextlib.suppress(BaseException):
+                    await work
+        if self._lost.is_set():
+            return True, None
+        return False, work.result()
+
     async def _serve(self, client: Any) -> None:
+        """Relist what changed until the connection is lost: one listing at a time, at least `gap`
+        apart; the gap doubles while changes keep arriving before it ends."""
+        gap = RELIST_GAP_S
+        last = -math.inf
         while not self._lost.is_set():
-            lost = asyncio.ensure_future(self._lost.wait())
-            relist = asyncio.ensure_future(self._relist_event.wait())
-            try:
-                await asyncio.wait({lost, relist}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                lost.cancel()
-                relist.cancel()
-            if self._lost.is_set():
+            lost, _ = await self._until_lost(self._relist_event.wait())
+            if lost:
                 return
+            wait = last + gap - time.monotonic()
+            if wait > 0:
+                lost, _ = await self._until_lost(asyncio.sleep(wait))
+                if lost:
+                    return
+                gap = min(gap * 2, RELIST_GAP_MAX_S)
+            elif time.monotonic() - last > 2 * gap:
+                gap = RELIST_GAP_S
             self._relist_event.clear()
             kinds, self._relist = self._relist, set()
             try:
                 for kind in sorted(kinds):
-                    await asyncio.wait_for(self._list(client, kind), self.spec.startup_timeout_sec)
+                    lost, _ = await self._until_lost(asyncio.wait_for(self._list(client, kind), self.spec.startup_timeout_sec))
+                    if lost:
+                        return
             except Exception as exc:
-                log.info("MCP server %s: listing %s after a change failed: %s", self.spec.name, kinds, _errors_text(exc))
+                log.info("MCP server %s: listing %s after a change failed: %s", self.spec.name, sorted(kinds), self._redact(_errors_text(exc)))
                 if _is_transport_error(exc):
                     self._mark_lost(_errors_text(exc))
                 continue
+            finally:
+                last = time.monotonic()
+            if self.state == "ready":
+                self.error = self._note()
             self.generation += 1
             self._on_change(self, False)
 
@@ -593,12 +763,12 @@ class McpServer:
                 try:
                     await self._connect()
                 except McpError as exc:
-                    self._lost_reason = str(exc).removeprefix(f"the MCP server {self.spec.name!r} could not be started: ")
+                    self._lost_reason = self._redact(str(exc)).removeprefix(f"the MCP server {self.spec.name!r} could not be started: ")
                     self._stable = False
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug here must not kill the session; the server is reported failed
-            log.exception("MCP server %s runner failed", self.spec.name)
+            log.error("MCP server %s runner failed: %s", self.spec.name, self._redact(_errors_text(exc)))
             self._set("failed", f"the MCP server {self.spec.name!r} failed: {_errors_text(exc)}")
 
     def _stopped(self) -> None:
@@ -631,10 +801,15 @@ class _HttpTransport:
 
 
 def default_http_client(headers: dict[str, str]) -> httpx2.AsyncClient:
-    """An httpx2 client for one server: its headers, 10 s to connect, 5 min to read a stream."""
+    """An httpx2 client for one server: its headers, 10 s to connect, 5 min to read a stream; its
+    answers asked uncompressed and bounded at 16 MiB a body (an event stream's: an event)."""
     import httpx2
 
-    return httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, connect=10.0, read=300.0))
+    from .transport import bounded_bodies
+
+    headers = {**{k: v for k, v in headers.items() if k.lower() != "accept-encoding"}, "Accept-Encoding": "identity"}
+    return httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, connect=10.0, read=300.0),
+                              event_hooks={"response": [bounded_bodies()]})
 
 
 def _is_transport_error(exc: BaseException) -> bool:

@@ -4,16 +4,17 @@ A stdio server is a program where the tools run (the local dispatcher, or the la
 `--sandbox`), so it gets their isolation: this module frames its stdin and stdout as MCP's stdio
 transport does (one JSON-RPC message a line) and hands the SDK a pair of memory streams. It
 imports the SDK at its top: `connection.py` imports it only after loading the SDK off the event
-loop's thread.
+loop's thread. It also bounds the bodies of an HTTP server's answers as stdio lines are bounded.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
+import httpx2
 import mcp_types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
@@ -160,3 +161,51 @@ def _parse(line: bytes) -> SessionMessage | Exception:
         return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
     except ValueError as exc:
         return exc
+
+
+# ------------------------------------------------------------------------------- HTTP bodies
+
+MAX_BODY_BYTES = MAX_LINE_BYTES
+
+
+class BodyTooLarge(httpx2.StreamError):
+    """An HTTP server's answer was over `MAX_BODY_BYTES`, or compressed although it was asked not to be."""
+
+
+class _BoundedStream(httpx2.AsyncByteStream):
+    """A response body that raises `BodyTooLarge` once it passes `limit` bytes."""
+
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int, encoding: str) -> None:
+        self._inner = inner
+        self._limit = limit
+        self._encoding = encoding
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._encoding not in ("", "identity"):
+            # The body is inflated after this stream: a compressed one could be far larger than it.
+            raise BodyTooLarge(f"its answer was compressed ({self._encoding[:40]}) although Osprey asks for it uncompressed; "
+                               "an HTTP MCP server must honour Accept-Encoding: identity")
+        size = 0
+        async for chunk in self._inner:
+            size += len(chunk)
+            if size > self._limit:
+                raise BodyTooLarge(f"its answer was longer than {self._limit >> 20} MiB (the most Osprey reads of one message)")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def bounded_bodies(limit: int = MAX_BODY_BYTES) -> Callable[[httpx2.Response], Awaitable[None]]:
+    """An httpx2 response hook bounding every body but an event stream's (the SDK bounds each of
+    its events) at `limit` bytes, for whichever transport the client routes a request through."""
+
+    async def hook(response: httpx2.Response) -> None:
+        if response.headers.get("content-type", "").lower().startswith("text/event-stream"):
+            return
+        if not isinstance(response.stream, httpx2.AsyncByteStream):
+            return
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        response.stream = _BoundedStream(response.stream, limit, encoding)
+
+    return hook
