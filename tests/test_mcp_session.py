@@ -273,7 +273,8 @@ async def test_a_server_that_cannot_start_is_told_once_and_offers_nothing(h: Har
         tools = offered(server.requests[0])
     assert states(h, "broken") == ["failed"] and "no such luck" in (h.of(McpServerState)[0].error or "") + "".join(
         e.error or "" for e in h.of(McpServerState))
-    assert [n.message for n in h.of(Notice) if "broken" in n.message and n.level == "warning"][0].startswith("the MCP server broken did not start")
+    (notice,) = [n.message for n in h.of(Notice) if "broken" in n.message and n.level == "warning"]
+    assert notice.startswith("the MCP server broken did not start: ") and "the MCP server 'broken'" not in notice, notice
     assert not [name for name in tools if name.startswith("mcp__broken")] and "mcp__srv__echo" in tools
 
 

@@ -137,7 +137,13 @@ class McpTools(ToolSource):
         self._said[name] = now
         self.emit(McpServerState(server=name, state=server.state, tools=tools, error=error))
         was = before[0] if before is not None else None
-        why = f": {error}" if error else ""
+        # The runtime's error names the server; the notice already does.
+        reason = error
+        for prefix in (f"the MCP server {name!r} could not be started: ", f"the MCP server {name!r} "):
+            if reason is not None and reason.startswith(prefix):
+                reason = reason.removeprefix(prefix)
+                break
+        why = f": {reason}" if reason else ""
         if server.state == "failed" and was in (None, "starting"):
             self.emit(Notice(message=f"the MCP server {name} did not start{why}; its tools are left out", level="warning"))
         elif server.state == "failed":

@@ -93,7 +93,7 @@ class ProgramTransport:
         try:
             handle = await self._client.program(self._argv, workdir=self._workdir, env=self._env)
         except OspreyError as exc:
-            self._end(f"it could not be started: {exc}")
+            self._end(str(exc))
             raise
         self._handle = handle
         self.pid = handle.pid
