@@ -107,7 +107,7 @@ async def test_a_childs_tools_are_its_personas_and_it_cannot_spawn_unless_listed
     with ModelServer(script) as server:
         session = Session(server_settings(harness, server), emit=events.append)
         async with session:
-            await session.submit("Delegate.")
+            await session.run_tool("spawn_subagent", {"persona": "shell", "task": "Write a file."})
             await session.run_tool("wait_agent", {"ids": spawned_ids(events), "timeout": 30})
     starts = {e.persona: e for e in events if isinstance(e, SessionStart) and e.agent_id is not None}
     loop_tools = {"task_status", "question", "todo_write", "switch_persona"}
@@ -297,13 +297,14 @@ class Recording:
 async def test_a_childs_approval_reaches_the_parents_approver_labelled_and_headless_denies(harness: Harness) -> None:
     events: list[Event] = []
     approver = Recording()
-    script = [Reply.tool_calls([spawn("shell", "Write a file.")]), Reply.text("lead done"),
-              Reply.tool_call("write_file", {"path": "out.txt", "content": "x"}), Reply.text("child done")]
+    # The person starts the child (`run_tool`), so that only the child asks the model: a lead asking
+    # at the same time could take the child's scripted answers on a loaded machine.
+    script = [Reply.tool_call("write_file", {"path": "out.txt", "content": "x"}), Reply.text("child done")]
     with ModelServer(script) as server:
         options = server_settings(harness, server, approval_policy="unless-trusted")
         session = Session(options.model_copy(update={"interactive": True}), emit=events.append, approver=approver)
         async with session:
-            await session.submit("Delegate.")
+            await session.run_tool("spawn_subagent", {"persona": "shell", "task": "Write a file."})
             [agent_id] = spawned_ids(events)
             await session.run_tool("wait_agent", {"ids": [agent_id], "timeout": 30})
     [asked] = approver.asked
@@ -317,7 +318,7 @@ async def test_a_childs_approval_reaches_the_parents_approver_labelled_and_headl
     with ModelServer(script) as server:
         session = Session(server_settings(harness, server, approval_policy="unless-trusted"), emit=events.append)
         async with session:
-            await session.submit("Delegate.")
+            await session.run_tool("spawn_subagent", {"persona": "shell", "task": "Write a file."})
             await session.run_tool("wait_agent", {"ids": spawned_ids(events), "timeout": 30})
     [denied] = results(events, "write_file", lead=False)
     assert not denied.ok and not (harness.workspace / "out.txt").exists()
