@@ -14,7 +14,6 @@ from pydantic import ValidationError
 from .. import tomlfile
 from ..config.schema import MOA_MAX_REFERENCES, FileConfig, MoaPreset, MoaSettings
 from ..errors import ConfigError
-from ..files import read_bounded
 
 # A table header line: [a.b] or [[a.b]], with an optional comment.
 _HEADER = re.compile(r"^\s*\[\[?\s*(?P<key>[^\]\n]*?)\s*\]\]?\s*(?:#.*)?$")
@@ -28,18 +27,9 @@ def config_path(home: Path) -> Path:
 
 def _read(path: Path) -> tuple[str, dict[str, Any]]:
     """The file's text and its parsed data (both empty when there is no file)."""
-    import tomli
+    from ..config.editing import read_for_edit
 
-    raw = read_bounded(path, "a config file")
-    if raw is None:
-        return "", {}
-    try:
-        text = raw.decode("utf-8")
-        return text, tomlfile.loads(text)
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text, so its presets cannot be changed here; fix or remove it") from None
-    except tomli.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc}), so its presets cannot be changed here; fix it first") from None
+    return read_for_edit(path, "its presets")
 
 
 def _problems(exc: ValidationError) -> str:

@@ -25,7 +25,6 @@ from .. import tomlfile
 from ..config.environment import carries_credential, is_secret_name
 from ..config.mcp import McpServerConfig, McpServerSpec, server_name_problem
 from ..errors import ConfigError
-from ..files import read_bounded
 from ..terminal_text import clean
 
 if TYPE_CHECKING:
@@ -259,18 +258,10 @@ def _locked(directory: Path) -> Iterator[None]:
 
 
 def _read(path: Path) -> tuple[str, dict[str, Any]]:
-    import tomli
+    """The file's text and its parsed data (both empty when there is no file)."""
+    from ..config.editing import read_for_edit
 
-    raw = read_bounded(path, "a config file")
-    if raw is None:
-        return "", {}
-    try:
-        text = raw.decode("utf-8")
-        return text, tomlfile.loads(text)
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text, so its MCP servers cannot be changed here; fix it first") from None
-    except tomli.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc}), so its MCP servers cannot be changed here; fix it first") from None
+    return read_for_edit(path, "its MCP servers")
 
 
 def _header_path(key: str) -> list[str]:
