@@ -61,7 +61,11 @@ def cpu_s(pid: int) -> float:
 
 
 def rg_batch(cmds: list[list[str]], cwd: str, head: int) -> float:
-    """Wall time until every command has exited or printed `head` lines or names (then it is killed)."""
+    """Wall time until every command has exited or printed `head` lines or names (then it is killed).
+    A line of matches ends with a newline, and a name of `--files --null` with a NUL: one of the
+    two is counted (with `--null`, a line of matches holds both)."""
+    files = "--files" in cmds[0]
+    ends = b"\0" if files else b"\n"
     start = time.perf_counter()
     procs = [subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) for cmd in cmds]
     seen = {proc.stdout.fileno(): 0 for proc in procs if proc.stdout is not None}
@@ -72,7 +76,7 @@ def rg_batch(cmds: list[list[str]], cwd: str, head: int) -> float:
         while selector.get_map():
             for key, _ in selector.select():
                 chunk = os.read(key.fd, 1 << 16)
-                seen[key.fd] += chunk.count(b"\n") + chunk.count(b"\0")
+                seen[key.fd] += chunk.count(ends)
                 if not chunk or seen[key.fd] >= head:
                     selector.unregister(key.fd)
                     by_fd[key.fd].kill()
