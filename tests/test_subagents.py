@@ -107,7 +107,7 @@ async def test_a_childs_tools_are_its_personas_and_it_cannot_spawn_unless_listed
     with ModelServer(script) as server:
         session = Session(server_settings(harness, server), emit=events.append)
         async with session:
-            await session.run_tool("spawn_subagent", {"persona": "shell", "task": "Write a file."})
+            await session.submit("Delegate.")
             await session.run_tool("wait_agent", {"ids": spawned_ids(events), "timeout": 30})
     starts = {e.persona: e for e in events if isinstance(e, SessionStart) and e.agent_id is not None}
     loop_tools = {"task_status", "question", "todo_write", "switch_persona"}
