@@ -117,6 +117,9 @@ def test_a_one_turn_session_loads_no_heavy_module_it_does_not_use(env: dict[str,
     assert imported(modules, ("osprey.catalog",)) == []
     # Its local dispatcher's start was held: no process was made while the session was starting.
     assert begun(proc) == [False]
+    # The extension pins (the trust pins of custom tools and hooks) load with the first manifest or
+    # hooks file: a workspace without them never needs them.
+    assert imported(modules, ("osprey.extensions.pins",)) == []
 
 
 def test_a_session_that_reads_a_file_still_loads_none_of_them(env: dict[str, str], workspace: Path) -> None:
@@ -221,3 +224,80 @@ def spin_for(seconds: float) -> None:
     end = time.thread_time() + seconds
     while time.thread_time() < end:
         pass
+
+
+# The entry point as `osprey` and `python -m osprey` run it (the process's own command line, no
+# arguments passed), with an exit handler and a module that says when the interpreter's teardown
+# frees it.
+ENTRY_POINT = """
+import atexit, sys, types
+from osprey.cli import main
+
+class Freed:
+    def __del__(self):
+        sys.stderr.write("FREED\\n")
+
+marker = types.ModuleType("freed_marker")  # the teardown empties the modules still loaded
+marker.kept = Freed()
+sys.modules["freed_marker"] = marker
+del marker
+atexit.register(lambda: sys.stderr.write("EXIT HANDLERS RAN\\n"))
+sys.argv[0] = "osprey"
+main()
+"""
+
+
+def test_a_finished_headless_session_ends_the_process_without_the_interpreters_teardown(env: dict[str, str], workspace: Path) -> None:
+    with ModelServer([Reply.text("done")]) as server:
+        proc = subprocess.run([sys.executable, "-c", ENTRY_POINT, *agent(server, workspace, "Say done.")], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    end = json.loads(proc.stdout.splitlines()[-1])  # written and flushed before the process ended
+    assert end["type"] == "session_end" and end["final_text"] == "done"
+    assert "EXIT HANDLERS RAN" in proc.stderr  # an ordinary exit's handlers still run
+    assert "FREED" not in proc.stderr  # but nothing is torn down one object at a time
+
+
+def test_a_failed_headless_session_keeps_its_status_and_ends_at_once_too(env: dict[str, str], workspace: Path) -> None:
+    with ModelServer([Reply.error(400, "bad request")]) as server:
+        proc = subprocess.run([sys.executable, "-c", ENTRY_POINT, *agent(server, workspace, "Say done.")], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1])["type"] == "session_end"
+    assert "EXIT HANDLERS RAN" in proc.stderr and "FREED" not in proc.stderr
+
+
+def test_other_commands_and_callers_that_pass_arguments_exit_as_usual(env: dict[str, str], workspace: Path) -> None:
+    # A usage error of `osprey agent`: no session ran, so the process exits as any Python program does.
+    proc = subprocess.run([sys.executable, "-c", ENTRY_POINT, "agent", "-C", str(workspace), "--max-turns", "0", "Say done."], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and "FREED" in proc.stderr
+    # A caller that passes the arguments (RUNNER above) gets SystemExit back after a session, and goes on.
+    with ModelServer([Reply.text("done")]) as server:
+        proc, _ = loaded(env, *agent(server, workspace, "Say done."))
+    assert proc.returncode == 0 and "MODULES " in proc.stderr
+
+
+def test_leave_waits_for_a_thread_that_is_still_running() -> None:
+    code = """
+import sys, threading, time, types
+from osprey.cli import leave
+
+class Freed:
+    def __del__(self):
+        sys.stderr.write("FREED\\n")
+
+marker = types.ModuleType("freed_marker")
+marker.kept = Freed()
+sys.modules["freed_marker"] = marker
+del marker
+def late():
+    time.sleep(0.3)
+    print("thread done", flush=True)
+threading.Thread(target=late).start()
+leave(3)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 3 and proc.stdout == "thread done\n"
+    assert "FREED" in proc.stderr  # the ordinary exit was taken
+

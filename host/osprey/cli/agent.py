@@ -29,7 +29,9 @@ def agent(prompt: str | None, **options: object) -> None:
     if not prompt or not prompt.strip():
         raise click.UsageError("the prompt is empty")
     from ..headless import run_headless
-    from . import use_no_pydantic_plugins
+    from . import use_no_pydantic_plugins, work_over
 
     use_no_pydantic_plugins()
-    sys.exit(run_headless(prompt, options))
+    status = run_headless(prompt, options)
+    work_over()  # the session has closed: its journal, dispatcher and lane are done with
+    sys.exit(status)

@@ -243,7 +243,9 @@ class ResolvedRetrieve(RetrieveSettings):
 
 
 # A model's name as a preset gives it (no spaces; e.g. "gpt-4.1", "meta-llama/llama-3.3-70b").
-MoaModelName = Annotated[str, Field(pattern=r"^\S{1,200}$")]
+# (Its length is a constraint apart: a pattern of 1 to 200 non-space characters makes a large
+# automaton, built whenever the settings are first read.)
+MoaModelName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^\S+$")]
 MoaPresetName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
 # The providers a preset's model may name; one left out talks to the session's own provider.
 MoaProvider = Literal["openai", "anthropic"]

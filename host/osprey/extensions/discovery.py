@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 from .descriptions import MAX_DESCRIPTIONS_BYTES, parse_descriptions
 from .layers import ArtifactError, Layer, forget_real_paths, layers, list_dir, read_inside, real_path
-from .pins import Pin, Plan, Scope, Unpinnable, plan_hook, plan_tool, scope_of
 from .prompts import PromptParts, resolve_prompt
 from .provenance import read_provenance
 from .report import Artifact, Report, Trust, sanitize, sha256
@@ -46,6 +45,7 @@ from .toolsets import MAX_TOOLSETS_BYTES, ToolsetError, ToolsetsFile, parse_tool
 if TYPE_CHECKING:
     from ..config import Settings
     from ..trust import TrustStore
+    from .pins import Pin, Plan, Scope  # the pins load with the first tool manifest or hooks file
 
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_HOOKS_BYTES = 64 * 1024
@@ -159,6 +159,8 @@ class _Context:
     def scope(self, layer: Layer) -> Scope:
         """Where the files an artifact's commands name count with their bytes: the workspace,
         and for the user's own artifacts $OSPREY_HOME too."""
+        from .pins import scope_of
+
         if layer.kind == "project":
             return scope_of([self.root], self.root)
         return scope_of([layer.boundary, self.root], layer.root)
@@ -216,8 +218,9 @@ def _tools(found: Extensions, context: _Context, builtin: Collection[str]) -> No
         if more:
             found.warnings.append(f"{layer.root / 'tools'}: more than {MAX_TOOLS_PER_LAYER} manifests; only the first {MAX_TOOLS_PER_LAYER} by name are read")
         if paths:
-            # Loaded only when there are manifests: a session without custom tools never needs it.
+            # Loaded only when there are manifests: a session without custom tools never needs them.
             from .custom_tools import ManifestError, check_name, parse_manifest, resolve_program
+            from .pins import Pin, Unpinnable, plan_tool
         for path in paths:
             entry = Artifact(kind="tool", name=path.stem, layer=layer.kind, path=str(path), activation="session_start")
             found.artifacts.append(entry)
@@ -283,6 +286,7 @@ def _hooks(found: Extensions, context: _Context) -> None:
             continue
         # Loaded only when there is a hooks file: a session without hooks never needs it.
         from .hooks import HooksError, HookSet, hook_commands, parse_hooks
+        from .pins import Pin, Unpinnable, plan_hook
 
         entry = Artifact(kind="hooks", name="hooks.toml", layer=layer.kind, path=str(path), digest=sha256(data) if data else None)
         found.artifacts.append(entry)
