@@ -65,7 +65,13 @@ while thread.is_alive():
     now = time.monotonic()
     gap, last = max(gap, now - last), now
 outcome["main_thread_gap"] = gap
-outcome["children_left"] = [p for t in os.listdir("/proc/self/task") for p in open(f"/proc/self/task/{t}/children").read().split()]
+thread.join()
+def task_children(task):
+    try:  # a thread (the reaper of a killed ripgrep) may end between the listing and the read
+        return open(f"/proc/self/task/{task}/children").read().split()
+    except FileNotFoundError:
+        return []
+outcome["children_left"] = [p for t in os.listdir("/proc/self/task") for p in task_children(t)]
 # VmHWM, not ru_maxrss: the latter keeps the peak of whatever process forked this one.
 outcome["self_mb"] = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 1024
 outcome["child_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -368,7 +374,13 @@ def test_running_out_of_descriptors_never_drops_files(tmp_path: Path) -> None:
 
 
 def children() -> set[str]:
-    return {p for t in os.listdir("/proc/self/task") for p in Path(f"/proc/self/task/{t}/children").read_text().split()}
+    found: set[str] = set()
+    for task in os.listdir("/proc/self/task"):
+        try:  # a thread may end between the listing and the read
+            found.update(Path(f"/proc/self/task/{task}/children").read_text().split())
+        except FileNotFoundError:
+            pass
+    return found
 
 
 def cancel_after(seconds: float) -> threading.Event:

@@ -612,7 +612,7 @@ def rg_ignore_lines(top: str, root: str | None, deadline: float | None = None) -
                 stack = stack.pushed(rel, parse_gitignore(text))
             for name, links in subdirs if depth < MAX_WALK_DEPTH else ():
                 child = f"{rel}/{name}" if rel else name
-                if stack.ignored(child, True) or len(os.fsencode(top_prefix + child)) >= PATH_MAX:
+                if stack.ignored(child, True) or _too_long(top_prefix + child):
                     continue
                 if links == 2 and not _may_hold_rules(fd, name):
                     continue  # no subdirectory and no `.gitignore`: nothing to collect there
@@ -628,13 +628,15 @@ def rg_ignore_lines(top: str, root: str | None, deadline: float | None = None) -
 
 
 def _may_hold_rules(dir_fd: int, name: str) -> bool:
-    """Whether the subdirectory `name` of `dir_fd` may hold a `.gitignore`: one look-up, where
-    opening it (below the root, as its walk does) costs several. It is only a filter: a
-    directory that may is then opened that way."""
-    try:
-        os.stat(f"{name}/.gitignore", dir_fd=dir_fd, follow_symlinks=False)
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    except OSError:
-        pass
-    return True
+    """Whether the subdirectory `name` of `dir_fd` may hold a `.gitignore`: one look-up (no
+    exception raised for the usual answer), where opening it (below the root, as its walk does)
+    costs several. It is only a filter: a directory that may is then opened that way. An error
+    other than the name's absence also answers no: the walk would meet the same error there
+    and collect no rule from it."""
+    return os.access(f"{name}/.gitignore", os.F_OK, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def _too_long(path: str) -> bool:
+    """Whether `path` is PATH_MAX bytes or more (encoded only when it could be: a character is at
+    most 4 bytes)."""
+    return len(path) * 4 >= PATH_MAX and len(os.fsencode(path)) >= PATH_MAX

@@ -36,6 +36,7 @@ import math
 import os
 import re
 import resource
+import select
 import selectors
 import shutil
 import stat
@@ -52,7 +53,7 @@ from ._proto import tools_pb2 as pb
 from .errors import ToolFailure, from_os_error
 from .grepworker import MAX_MATCH_CHARS, READ_CHUNK, FileOpener, line_text  # noqa: F401 - MAX_MATCH_CHARS is this module's too
 from .ignore import _expand_braces, compile_glob, rg_ignore_lines, walk
-from .paths import NotARegularFile, Opened, Roots, cut, open_under, to_wire
+from .paths import NotARegularFile, Opened, Roots, cut, open_beneath, open_root, open_under, to_wire
 
 DEFAULT_FIND_LIMIT = 1000
 DEFAULT_MAX_MATCHES = 500
@@ -88,6 +89,8 @@ _PIPE_LEAST = 64 * 1024
 # ripgrep writes a few KB at a time, and each piece read costs the parse a fixed amount, where a
 # longer piece costs little more.
 _GATHER_S = 0.001
+# select() takes descriptors below FD_SETSIZE only.
+_SELECT_FDS = 1024
 _STDERR_KEEP = 4096
 # What ripgrep prints after a file's matches (or instead of them) when the file holds a NUL
 # byte: a file it is given is searched to the end regardless (a walked one would be stopped at it).
@@ -202,41 +205,63 @@ def _shower(roots: Roots, top: str) -> Callable[[str], str]:
 
 
 def _regular_files(root: str, top: str, rels: list[str]) -> set[str]:
-    """Those of `rels` (paths below `top`) that are regular files reached below the root through
-    no symlink. A directory holding many of them is listed once (each entry's kind comes with
-    the listing), the others are looked up one by one."""
+    """Those of `rels` (paths below `top`) that are regular files reached below the root through no symlink."""
+    return set(rels) - _not_regular(root, top, rels)
+
+
+def _not_regular(root: str, top: str, rels: list[str]) -> set[str]:
+    """Those of `rels` (paths below `top`) that are not regular files reached below the root
+    through no symlink. A directory holding many of them is listed once (each entry's kind comes
+    with the listing), the others are looked up one by one; every directory is opened from one
+    descriptor of the root."""
     by_dir: dict[str, list[str]] = {}
     for rel in rels:
         head, _, name = rel.rpartition("/")
-        by_dir.setdefault(head, []).append(name)
-    prefix = top.rstrip(os.sep) + os.sep
-    regular: set[str] = set()
-    for head, names in by_dir.items():
-        listed = len(names) >= _LIST_DIR_FROM
-        try:
-            fd = open_under(root, prefix + head if head else top, _DIR_OPEN if listed else _DIR_PATH)
-        except OSError:
-            continue
-        dir_prefix = head + "/" if head else ""
-        try:
-            if listed:
-                wanted = set(names)
-                with os.scandir(fd) as entries:
-                    for entry in entries:
-                        if entry.name in wanted and entry.is_file(follow_symlinks=False):
-                            regular.add(dir_prefix + entry.name)
-                            wanted.discard(entry.name)
-                            if not wanted:
-                                break
-            else:
-                for name in names:
-                    if stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
-                        regular.add(dir_prefix + name)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-    return regular
+        names = by_dir.get(head)
+        if names is None:
+            by_dir[head] = [name]
+        else:
+            names.append(name)
+    base = "" if top == root else top[len(root.rstrip(os.sep)) + 1 :] + "/"
+    wrong: set[str] = set()
+    try:
+        root_fd = open_root(root)
+    except OSError:
+        return set(rels)
+    try:
+        for head, names in by_dir.items():
+            listed = len(names) >= _LIST_DIR_FROM
+            dir_prefix = head + "/" if head else ""
+            try:
+                fd = open_beneath(root_fd, base + head, _DIR_OPEN if listed else _DIR_PATH)
+            except OSError:
+                wrong.update(dir_prefix + name for name in names)
+                continue
+            try:
+                if listed:
+                    # Only the wanted names are held, whatever the directory's size.
+                    wanted = set(names)
+                    with os.scandir(fd) as entries:
+                        for entry in entries:
+                            if entry.name in wanted and entry.is_file(follow_symlinks=False):
+                                wanted.discard(entry.name)
+                                if not wanted:
+                                    break
+                    wrong.update(dir_prefix + name for name in wanted)
+                else:
+                    for name in names:
+                        try:
+                            if not stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                                wrong.add(dir_prefix + name)
+                        except OSError:
+                            wrong.add(dir_prefix + name)
+            except OSError:
+                wrong.update(dir_prefix + name for name in names)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(root_fd)
+    return wrong
 
 
 def _count_limit(limit: int) -> int:
@@ -314,21 +339,27 @@ class _FilesOutput:
         if len(self._partial) > 2 * PATH_MAX_BYTES:
             self.unparsable = True
             return True
-        room = self.keep - len(self.kept)
-        if regex is None and len(names) < room:
-            # Every name is kept: they are checked and decoded together.
-            if any(not name.startswith(b"./") for name in names):
+        if regex is None:
+            # The first names are kept, the rest counted up to the limit: they are checked (each
+            # starts with `./`) and decoded together. No name can reach the limit while kept.
+            if len(names) > self.count_limit - self.total:
+                names = names[: self.count_limit - self.total]  # past the limit none is looked at
+            joined = b"\x00".join(names)
+            if names and not (joined.startswith(b"./") and joined.count(b"\x00./") == len(names) - 1):
                 self.unparsable = True
                 return True
-            self.kept += os.fsdecode(b"\x00".join(names)).replace("\x00./", "\x00")[2:].split("\x00") if names else []
+            room = self.keep - len(self.kept)
+            if room > 0 and names:
+                kept = joined if room >= len(names) else b"\x00".join(names[:room])
+                self.kept += os.fsdecode(kept).replace("\x00./", "\x00")[2:].split("\x00")
             self.total += len(names)
-            return False
+            return self.total >= self.count_limit
         for name in names:
             if not name.startswith(b"./"):
                 self.unparsable = True
                 return True
             rel = os.fsdecode(name[2:])
-            if regex is not None and not regex.fullmatch(rel):
+            if not regex.fullmatch(rel):
                 continue
             self.total += 1
             if len(self.kept) < self.keep:
@@ -371,9 +402,9 @@ def _ripgrep_files(
         return None
     # ripgrep walked by path: a directory swapped for a symlink meanwhile could have led it
     # elsewhere. Each path returned is checked here to be a regular file below the root.
-    regular = _regular_files(root, top, out.kept)
+    wrong = _not_regular(root, top, out.kept)
     shown = _shower(roots, top)
-    return [shown(rel) for rel in out.kept if rel in regular], out.total - (len(out.kept) - len(regular))
+    return [shown(rel) for rel in out.kept if rel not in wrong], out.total - len(wrong)
 
 
 def find_files(
@@ -1088,8 +1119,9 @@ def _stream(
     arrives, until it exits or `feed` returns True (it is then killed: return code None, and it
     is reaped by _Reaper instead of waited for here). Meanwhile `idle` is called between reads
     until it returns False. While `gather` returns True, the output is left to gather in the
-    pipe for _GATHER_S after a read that emptied it, so that it is fed in fewer, larger pieces;
-    `needed` (bytes of output still wanted, or None if not known) then bounds the pipe's size.
+    pipe for _GATHER_S (less once it has exited) after a read that emptied it, so that it is fed
+    in fewer, larger pieces; `needed` (bytes of output still wanted, or None if not known) then
+    bounds the pipe's size.
 
     Returns the return code and the start of its stderr, or None when it cannot be started;
     raises _Expired at the deadline and _Cancelled once `cancelled` is set (it is killed)."""
@@ -1102,6 +1134,7 @@ def _stream(
     assert proc.stdout and proc.stderr
     if memory_bytes is not None and not _cap_memory(proc.pid, memory_bytes):
         proc.kill()  # its output is then read to the end, and the return code says it was killed
+    pidfd = _pidfd(proc.pid) if gather is not None else -1
     stderr = bytearray()
     pending = memoryview(stdin)
     chunk = _PIPE_CHUNK
@@ -1149,12 +1182,14 @@ def _stream(
                     elif gather is not None and len(data) < chunk and gather():
                         if needed is not None:
                             chunk = _shrink_pipe(proc.stdout.fileno(), chunk, needed())
-                        time.sleep(_GATHER_S)
+                        _gather(pidfd)
                 if busy:
                     assert idle is not None
                     busy = idle()
-        return _wait_exit(proc, deadline, cancelled), bytes(stderr)
+        return _wait_exit(proc, deadline, cancelled, pidfd), bytes(stderr)
     finally:
+        if pidfd >= 0:
+            os.close(pidfd)
         if proc.returncode is None:
             proc.kill()
             if enough:
@@ -1191,22 +1226,39 @@ def _shrink_pipe(fd: int, size: int, needed: int | None) -> int:
         return size  # it holds more than that just now
 
 
-def _wait_exit(proc: subprocess.Popen[bytes], deadline: float, cancelled: threading.Event | None) -> int:
-    """The exit status of `proc`, whose output has ended: woken by its exit (a pidfd) where the
-    system has one, rather than by polling at growing intervals."""
+def _pidfd(pid: int) -> int:
+    """A descriptor that becomes readable when the process `pid` exits; -1 where there is none."""
     try:
-        pidfd = os.pidfd_open(proc.pid)
+        return os.pidfd_open(pid)
     except (AttributeError, OSError):
-        pidfd = -1
+        return -1
+
+
+def _gather(pidfd: int) -> None:
+    """Leave output to gather in the pipe for _GATHER_S, no longer once the process has exited
+    (all its output is then in the pipe): one wait either way, since each wake-up costs a turn
+    of the scheduler on a loaded machine."""
+    if pidfd < 0 or pidfd >= _SELECT_FDS:
+        time.sleep(_GATHER_S)
+    else:
+        select.select((pidfd,), (), (), _GATHER_S)
+
+
+def _wait_exit(proc: subprocess.Popen[bytes], deadline: float, cancelled: threading.Event | None, known: int = -1) -> int:
+    """The exit status of `proc`, whose output has ended: woken by its exit (a pidfd: `known`, if
+    the caller has one open, else one opened here) where the system has one, rather than by
+    polling at growing intervals."""
+    pidfd = known if known >= 0 else _pidfd(proc.pid)
+    poller = select.poll()
+    if pidfd >= 0:
+        poller.register(pidfd, select.POLLIN)
     try:
         while True:
             _check_time(deadline, cancelled)
             timeout = min(max(deadline - time.monotonic(), 0), CANCEL_POLL_S)
             if pidfd >= 0:
-                with selectors.DefaultSelector() as selector:
-                    selector.register(pidfd, selectors.EVENT_READ)
-                    if not selector.select(timeout):
-                        continue
+                if not poller.poll(timeout * 1000):
+                    continue
                 returncode = proc.poll()
                 if returncode is not None:
                     return returncode
@@ -1216,7 +1268,7 @@ def _wait_exit(proc: subprocess.Popen[bytes], deadline: float, cancelled: thread
             except subprocess.TimeoutExpired:
                 pass
     finally:
-        if pidfd >= 0:
+        if pidfd >= 0 and pidfd != known:
             os.close(pidfd)
 
 
