@@ -18,7 +18,9 @@ handed in, events written as JSON Lines to /dev/null) whose model asks for 16 re
 one turn (15 files of 200 lines and one of 2,000), alternating with the same 16 calls sent as
 one ReadFile call each (the client's batching off) and with the session asking only for the
 slowest of them (the 2,000-line file). The figure is the tool phase: from the first call event
-to the last result event; the floor is the same for the slowest call alone.
+to the last result event; the floor is the same for the slowest call alone. Beside it, the CPU
+time of that phase in the broker's process (all its threads) and in the local dispatcher's, which a
+loaded machine disturbs far less than the wall time.
 
     .venv/bin/python bench/parallel_calls.py [--lane] [--rounds 5] [--files 2000] [--only curves|turn]
 """
@@ -161,8 +163,9 @@ async def curves(client: Any, echo: Callable[[int], Awaitable[Any]], rounds: int
         figure(f"parallel_calls.{tool}.16_at_once", value, "x", floor=grpc16)
 
 
-async def one_turn(settings: Any, server: Any, home: Any, paths: list[str], serial_no: int, sink: Any) -> tuple[float, float]:
-    """(tool phase, whole turn) of a session whose model asks for read_file of `paths` in one turn."""
+async def one_turn(settings: Any, server: Any, home: Any, paths: list[str], serial_no: int, sink: Any) -> tuple[float, float, float, float]:
+    """(tool phase, whole turn, the broker's CPU time in the tool phase, the service's CPU time in
+    the turn) of a session whose model asks for read_file of `paths` in one turn."""
     from osprey.events import Event, ToolCallEvent, ToolResultEvent
     from osprey.render import JsonlWriter
     from osprey.session.core import Session, SessionOptions
@@ -176,23 +179,29 @@ async def one_turn(settings: Any, server: Any, home: Any, paths: list[str], seri
     def emit(event: Event) -> None:
         writer(event)
         if isinstance(event, ToolCallEvent):
-            marks.setdefault("first_call", time.perf_counter())
+            if "first_call" not in marks:
+                marks["first_call_cpu"] = time.process_time()
+                marks["first_call"] = time.perf_counter()
         elif isinstance(event, ToolResultEvent):
             marks["last_result"] = time.perf_counter()
+            marks["last_result_cpu"] = time.process_time()
             if not event.ok:
                 failed.append(event.output)
 
     session = Session(SessionOptions(settings=settings, session_id=f"parallel-{os.getpid()}-{serial_no}"), emit=emit, home=home)
     await session.start()
+    pid = sidecar_pid(home)
     try:
+        service_cpu = cpu_seconds(pid)
         start = time.perf_counter()
         end = await session.submit("Read these files.")
         whole = time.perf_counter() - start
+        service_cpu = cpu_seconds(pid) - service_cpu
     finally:
         await session.close()
     if end.outcome != "Completed" or failed:
         raise SystemExit(f"the session ended {end.outcome}: {end.error or failed[0]}")
-    return marks["last_result"] - marks["first_call"], whole
+    return marks["last_result"] - marks["first_call"], whole, marks["last_result_cpu"] - marks["first_call_cpu"], service_cpu
 
 
 async def turn(settings: Any, server: Any, home: Any, rounds: int) -> None:
@@ -203,6 +212,8 @@ async def turn(settings: Any, server: Any, home: Any, rounds: int) -> None:
     subjects = {"16 calls": (all_paths, True), "16 calls, one RPC each": (all_paths, False), "slowest alone": (slowest, True)}
     phase: dict[str, list[float]] = {name: [] for name in subjects}
     whole: dict[str, list[float]] = {name: [] for name in subjects}
+    broker_cpu: dict[str, list[float]] = {name: [] for name in subjects}
+    service_cpu: dict[str, list[float]] = {name: [] for name in subjects}
     serial_no = 0
     client = home.client
     with open(os.devnull, "w") as sink:
@@ -216,9 +227,11 @@ async def turn(settings: Any, server: Any, home: Any, rounds: int) -> None:
                 for name in names:
                     serial_no += 1
                     paths, client.batch_calls = subjects[name]
-                    a, b = await one_turn(settings, server, home, paths, serial_no, sink)
+                    a, b, c, d = await one_turn(settings, server, home, paths, serial_no, sink)
                     phase[name].append(a)
                     whole[name].append(b)
+                    broker_cpu[name].append(c)
+                    service_cpu[name].append(d)
         finally:
             client.batch_calls = True
     floor = median(phase["slowest alone"])
@@ -230,6 +243,9 @@ async def turn(settings: Any, server: Any, home: Any, rounds: int) -> None:
               f"{value / floor:.2f}x (paired ratios {ratios[0]:.2f}-{ratios[len(ratios) // 2]:.2f}-{ratios[-1]:.2f}; goal <= 1.5x)")
         print(f"    whole turn (both model requests included): {median(whole[name]) * 1e3:.1f} ms; "
               f"the slowest alone: {median(whole['slowest alone']) * 1e3:.1f} ms")
+        print(f"    CPU time of the tool phase in the broker: {median(broker_cpu[name]) * 1e3:.2f} ms (the slowest alone: "
+              f"{median(broker_cpu['slowest alone']) * 1e3:.2f} ms); in the service, the whole turn: {median(service_cpu[name]) * 1e3:.2f} ms "
+              f"(the slowest alone: {median(service_cpu['slowest alone']) * 1e3:.2f} ms)")
     figure("parallel_calls.turn_16_read_file", median(phase["16 calls"]) * 1e3, "ms", floor=floor * 1e3)
     figure("parallel_calls.turn_16_read_file_one_rpc_each", median(phase["16 calls, one RPC each"]) * 1e3, "ms", floor=floor * 1e3)
 

@@ -1,6 +1,6 @@
-"""The stall detectors work out a call's identity (its tool and canonical arguments, hashed) once
-before it runs and use it again after, unless its arguments changed in between (an interceptor
-after the detectors replaced them, or changed them in place): then it is worked out again."""
+"""The stall detectors work out a failed call's identity (its tool and canonical arguments, hashed)
+once, after it ran, from its arguments as they are then (an interceptor after the detectors may
+have replaced them, or changed them in place)."""
 
 from __future__ import annotations
 

@@ -31,8 +31,15 @@ READ_CHUNK_BYTES = 256 * 1024
 COUNT_AHEAD_BYTES = 2 * 1024 * 1024
 # A line longer than this (in bytes) cannot fit MAX_LINE_CHARS characters: only its head is kept.
 LINE_HEAD_BYTES = 4 * MAX_LINE_CHARS + 4
+# A file smaller than this is read whole in one go and its lines taken from memory: the same
+# steps as from the file, without a buffered reader's system calls.
+SMALL_READ_BYTES = 64 * 1024
 DEFAULT_TREE_DEPTH = 3
 DEFAULT_TREE_ENTRIES = 500
+
+
+# What read_file takes lines from: the open file, or a small file's bytes.
+Source = io.BufferedReader | io.BytesIO
 
 
 def _looks_binary(head: bytes | bytearray) -> bool:
@@ -81,7 +88,7 @@ def _read_text(parent: Parent, shown: str, refusal: str) -> tuple[bytearray, int
     return data, stat.S_IMODE(st.st_mode)
 
 
-def _skip_lines(fh: io.BufferedReader[io.FileIO], count: int) -> int:
+def _skip_lines(fh: Source, count: int) -> int:
     """Move past `count` lines without decoding them; the number of lines skipped (fewer at the end)."""
     skipped = 0
     while skipped < count:
@@ -102,7 +109,7 @@ def _skip_lines(fh: io.BufferedReader[io.FileIO], count: int) -> int:
     return skipped
 
 
-def _ends_with_newline(fh: io.BufferedReader[io.FileIO]) -> bool:
+def _ends_with_newline(fh: Source) -> bool:
     at = fh.tell()
     fh.seek(at - 1)
     last = fh.read(1)
@@ -110,7 +117,7 @@ def _ends_with_newline(fh: io.BufferedReader[io.FileIO]) -> bool:
     return last == b"\n"
 
 
-def _read_line(fh: io.BufferedReader[io.FileIO]) -> tuple[str, int] | None:
+def _read_line(fh: Source) -> tuple[str, int] | None:
     """The next line (its \\n and trailing \\r dropped, cut to MAX_LINE_CHARS) and how many
     characters were cut; None at the end. A long line's rest is only counted, never kept."""
     raw = fh.readline(LINE_HEAD_BYTES)
@@ -166,7 +173,17 @@ def _nth_newline(chunk: bytes, n: int) -> int:
     return len(chunk) - len(chunk.split(b"\n", n)[n]) - 1
 
 
-def _read_window(fh: io.BufferedReader[io.FileIO], start: int, count: int) -> tuple[list[str], int, int]:
+_BLOCK = MAX_LINE_CHARS // 2
+
+
+def _may_hold_long_line(text: str) -> bool:
+    """Whether a line of `text` may be longer than MAX_LINE_CHARS: some whole block of _BLOCK
+    characters (at a multiple of _BLOCK) holds no newline. A longer line holds such a block, so
+    when every block holds a newline no line is too long (a look per block, no pass per line)."""
+    return any(text.find("\n", at, at + _BLOCK) < 0 for at in range(0, len(text) - _BLOCK + 1, _BLOCK))
+
+
+def _read_window(fh: Source, start: int, count: int) -> tuple[list[str], int, int]:
     """Up to `count` numbered lines from here: (pieces that joined are the lines, each after a
     newline; how many lines; how many were cut). The lines of a chunk are decoded, split and
     numbered at once; a line with no newline in a whole chunk goes through `_read_line`."""
@@ -200,7 +217,7 @@ def _read_window(fh: io.BufferedReader[io.FileIO], start: int, count: int) -> tu
         lines = text.split("\n")
         if "\r" in text:
             lines = [line.rstrip("\r") for line in lines]
-        if len(text) > MAX_LINE_CHARS and max(map(len, lines)) > MAX_LINE_CHARS:
+        if len(text) > MAX_LINE_CHARS and _may_hold_long_line(text) and max(map(len, lines)) > MAX_LINE_CHARS:
             for i, line in enumerate(lines):
                 if len(line) > MAX_LINE_CHARS:
                     lines[i] = line[:MAX_LINE_CHARS] + f" [... line cut, {len(line) - MAX_LINE_CHARS} more characters]"
@@ -213,7 +230,7 @@ def _read_window(fh: io.BufferedReader[io.FileIO], start: int, count: int) -> tu
     return pieces, got, cut_lines
 
 
-def _count_ahead(fh: io.BufferedReader[io.FileIO]) -> tuple[int, bool]:
+def _count_ahead(fh: Source) -> tuple[int, bool]:
     """Lines from here on, counted within COUNT_AHEAD_BYTES without decoding: (lines, whether
     that reached the end). Short of the end the count is a lower bound."""
     lines = 0
@@ -226,7 +243,7 @@ def _count_ahead(fh: io.BufferedReader[io.FileIO]) -> tuple[int, bool]:
         lines += chunk.count(b"\n")
         last = chunk[-1:]
         budget -= len(chunk)
-    if fh.peek(1):
+    if fh.peek(1) if isinstance(fh, io.BufferedReader) else fh.read(1):
         return lines + 1, False  # a line at least starts after what was counted
     return lines + (last != b"\n"), True
 
@@ -245,16 +262,22 @@ def read_file(roots: Roots, path: str, offset: int = 0, limit: int = 0) -> pb.Re
 
     def read(parent: Parent) -> tuple[str, pb.ReadFileResponse]:
         fd, st = _open_file(parent, shown)
-        # A buffer no larger than the file: a small file does not pay for a whole chunk's buffer.
-        with io.BufferedReader(io.FileIO(fd, "rb", closefd=True), min(max(st.st_size + 1, 4096), READ_CHUNK_BYTES)) as fh:
-            if _looks_binary(os.pread(fd, BINARY_SNIFF_BYTES, 0)):
-                raise ToolFailure(
-                    E.BINARY_FILE,
-                    f"{shown} is a binary file ({st.st_size} bytes); read_file only reads text. Use bash (for example `file` or `xxd | head`) to inspect it.",
-                )
-            before = _skip_lines(fh, start - 1)
-            pieces, lines, cut_lines = _read_window(fh, start, count)
-            after, complete = _count_ahead(fh)
+        try:
+            small = _read_small(fd) if st.st_size < SMALL_READ_BYTES else None
+            # A buffer no larger than the file: a small file does not pay for a whole chunk's buffer.
+            source: Source = io.BytesIO(small) if small is not None else \
+                io.BufferedReader(io.FileIO(fd, "rb", closefd=False), min(max(st.st_size + 1, 4096), READ_CHUNK_BYTES))
+            with source as fh:
+                if _looks_binary(small[:BINARY_SNIFF_BYTES] if small is not None else os.pread(fd, BINARY_SNIFF_BYTES, 0)):
+                    raise ToolFailure(
+                        E.BINARY_FILE,
+                        f"{shown} is a binary file ({st.st_size} bytes); read_file only reads text. Use bash (for example `file` or `xxd | head`) to inspect it.",
+                    )
+                before = _skip_lines(fh, start - 1)
+                pieces, lines, cut_lines = _read_window(fh, start, count)
+                after, complete = _count_ahead(fh)
+        finally:
+            os.close(fd)
         if pieces:
             pieces[0] = pieces[0][1:]  # the first line's newline: nothing comes before it
         total = before + lines + after
@@ -277,6 +300,21 @@ def read_file(roots: Roots, path: str, offset: int = 0, limit: int = 0) -> pb.Re
         raise from_os_error(exc, shown) from None
     response.resolved_path = to_wire(real)
     return response
+
+
+def _read_small(fd: int) -> bytes | None:
+    """The whole of a file that was smaller than SMALL_READ_BYTES when opened; None (and the file
+    back at its start) when it has grown past that meanwhile."""
+    parts: list[bytes] = []
+    size = 0
+    while size <= SMALL_READ_BYTES:
+        part = os.read(fd, SMALL_READ_BYTES + 1 - size)
+        if not part:
+            return b"".join(parts) if len(parts) != 1 else parts[0]
+        parts.append(part)
+        size += len(part)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return None
 
 
 Chunks = Iterable[bytes | bytearray | memoryview]

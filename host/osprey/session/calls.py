@@ -127,10 +127,10 @@ class CallPath:
             interceptor.begin_batch(turn)
         finished: dict[int, CallResult] = {}  # by position: a model may repeat a call id
 
-        async def one(position: int) -> None:
+        async def one(position: int, chain: list[Interceptor] | None = None) -> None:
             progress = Progress()
             try:
-                finished[position] = await self._one(turn, calls[position], progress=progress)
+                finished[position] = await self._one(turn, calls[position], progress=progress, chain=chain)
             except asyncio.CancelledError:
                 finished[position] = progress.stopped(self.registry.max_result_chars)
                 raise
@@ -145,9 +145,10 @@ class CallPath:
                 if len(group) == 1:
                     await one(group[0])
                 else:
+                    chain = self.chain()  # (once for the calls that run together)
                     async with asyncio.TaskGroup() as tasks:
                         for position in group:
-                            tasks.create_task(one(position))
+                            tasks.create_task(one(position, chain))
                 for position in group:
                     into.append(self._report(turn, calls[position], finished[position]))
                     reported += 1
@@ -191,12 +192,14 @@ class CallPath:
         ))
         return ToolResultMessage(tool_call_id=call.id, name=call.name, content=result.text, is_error=not result.ok, images=result.images)
 
-    async def _one(self, turn: int, call: ToolCall, *, progress: Progress, approved: bool = False, tools: ToolRegistry | None = None) -> CallResult:
-        result = await self._decide_and_run(turn, call, approved, tools or self.registry, progress)
+    async def _one(self, turn: int, call: ToolCall, *, progress: Progress, approved: bool = False, tools: ToolRegistry | None = None,
+                   chain: list[Interceptor] | None = None) -> CallResult:
+        result = await self._decide_and_run(turn, call, approved, tools or self.registry, progress, chain)
         result.duration_ms = int((time.monotonic() - progress.started) * 1000)
         return result
 
-    async def _decide_and_run(self, turn: int, call: ToolCall, approved: bool, registry: ToolRegistry, progress: Progress) -> CallResult:
+    async def _decide_and_run(self, turn: int, call: ToolCall, approved: bool, registry: ToolRegistry, progress: Progress,
+                              chain: list[Interceptor] | None) -> CallResult:
         if call.arguments_error:
             if call.name:
                 text = f"Error: the call to {call.name} could not be run: {call.arguments_error}. Send the arguments as a JSON object."
@@ -205,7 +208,10 @@ class CallPath:
             return CallResult(False, "invalid_arguments", text)
         tool = registry.get(call.name)
         pending = PendingCall(id=call.id, name=call.name, arguments=dict(call.arguments), tool=tool, turn=turn, cwd=self.context.cwd, workspace=self.workspace or self.context.cwd)
-        chain = self.chain(approved=approved) if tool is not None else []  # (once: it is sorted)
+        if tool is None:
+            chain = []
+        elif chain is None:
+            chain = self.chain(approved=approved)  # (once: it is sorted)
         if tool is not None:
             try:
                 verdict = await self._before(pending, chain)

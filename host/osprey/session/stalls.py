@@ -28,8 +28,9 @@ family, or the workspace) is not given again (no event, no text) for `suppress_t
 the doom-loop denial itself still happens, since it is what keeps the call from running.
 
 A new task (`prompt_submitted`, or `reset()`) forgets everything and withdraws open objections.
-State stays small: arguments are kept as hashes, the observation window is bounded, failure
-counts keep the most recent `MAX_TRACKED` subjects, suppression entries expire.
+State stays small: arguments are kept as hashes (the last call's, when few, short and scalar, as
+they are: `call_key`), the observation window is bounded, failure counts keep the most recent
+`MAX_TRACKED` subjects, suppression entries expire.
 """
 
 from __future__ import annotations
@@ -62,8 +63,10 @@ MAX_SCAN_LINES = 2_000
 MAX_LINE_CHARS = 500
 MAX_SIGNATURE_CHARS = 160
 MAX_COMMAND_CHARS = 16 * 1024  # of a bash command line, parsed to find its program
-# Argument values a copy keeps from later changes (so equal typed copies mean equal identities).
-_SCALARS = (str, int, float, bool, type(None))
+# Argument values whose typed tuple is equal exactly where their canonical JSON is (a float is not:
+# -0.0 == 0.0, nan != nan), and the most characters of text kept in such a tuple.
+_KEYED = (str, int, bool, type(None))
+MAX_KEYED_CHARS = 1024
 
 
 class StallSettings(BaseModel):
@@ -398,13 +401,29 @@ def _argv_writes(argv: list[str]) -> bool:
 
 def arguments_hash(name: str, arguments: Mapping[str, Any]) -> str:
     """A call's identity: its tool and the canonical JSON of its arguments, hashed."""
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(f"{name}\x00{canonical}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return hashlib.sha256(f"{name}\x00{_canonical(arguments)}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-def _typed(arguments: Mapping[str, Any]) -> tuple[tuple[str, type, Any], ...]:
-    """Scalar arguments with their types: equal only where their JSON is (1, 1.0 and True are not)."""
-    return tuple((key, type(value), value) for key, value in arguments.items())
+def _canonical(arguments: Mapping[str, Any]) -> str:
+    return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def call_key(name: str, arguments: Mapping[str, Any]) -> str | tuple[Any, ...]:
+    """What tells repeated calls apart, equal exactly where `arguments_hash` is: for a few short
+    string, integer, boolean or null arguments, the tool and the arguments with their types, sorted
+    by name (no JSON, no hash); for any other, the hash."""
+    size = 0
+    for key, value in arguments.items():
+        if type(key) is not str:  # (not from JSON) the arguments as their JSON reads back, which keys the same
+            return call_key(name, json.loads(_canonical(arguments)))
+        kind = type(value)
+        if kind not in _KEYED:
+            return arguments_hash(name, arguments)
+        if kind is str:
+            size += len(value)
+    if size > MAX_KEYED_CHARS or len(arguments) > 16:
+        return arguments_hash(name, arguments)
+    return (name, *sorted((key, type(value), value) for key, value in arguments.items()))
 
 
 def doom_loop_text(name: str, repeats: int) -> str:
@@ -465,7 +484,7 @@ class StallDetectors(Interceptor):
         self.resolve = resolve
         self.settings = settings or StallSettings()
         self._turn = 0
-        self._last_call: str | None = None
+        self._last_call: str | tuple[Any, ...] | None = None  # the last call's `call_key`
         self._streak = 0
         self._failures: OrderedDict[str, int] = OrderedDict()
         self._window: deque[str | None] = deque(maxlen=self.settings.no_progress_window)
@@ -475,9 +494,6 @@ class StallDetectors(Interceptor):
         self._batch_changed = False
         self._given: dict[tuple[str, str], int] = {}  # (detector, subject) -> turn an advisory was given
         self._pending: list[_Pending] = []
-        # Identities worked out before calls ran, for after them: call object's id -> (its tool,
-        # a copy of its arguments then, identity); the batch's end clears it.
-        self._identities: dict[int, tuple[str, tuple[tuple[str, type, Any], ...], str]] = {}
 
     # -------------------------------------------------------------- state
 
@@ -495,7 +511,6 @@ class StallDetectors(Interceptor):
         self._batch_changed = False
         self._given.clear()
         self._pending.clear()
-        self._identities.clear()
         for detector in open_detectors:
             self.resolve(detector)
 
@@ -531,7 +546,6 @@ class StallDetectors(Interceptor):
 
     def end_batch(self, turn: int) -> None:
         s = self.settings
-        self._identities.clear()
         if self._batch_changed:
             self._stasis_turns = 0
             self._pending = [p for p in self._pending if p.detector != "artifact_stasis"]
@@ -552,19 +566,17 @@ class StallDetectors(Interceptor):
 
     async def before_call(self, call: PendingCall) -> Verdict | None:
         self._turn = max(self._turn, call.turn)
-        identity = arguments_hash(call.name, call.arguments)
-        if len(self._identities) < MAX_TRACKED and all(type(value) in _SCALARS for value in call.arguments.values()):
-            self._identities[id(call)] = (call.name, _typed(call.arguments), identity)
         if call.name in self.settings.polling_tools:
             self._streak, self._last_call = 0, None
             return None
-        self._streak = self._streak + 1 if identity == self._last_call else 1
-        self._last_call = identity
+        key = call_key(call.name, call.arguments)
+        self._streak = self._streak + 1 if key == self._last_call else 1
+        self._last_call = key
         if self._streak < self.settings.doom_loop_repeats:
             return None
         text = doom_loop_text(call.name, self._streak)
         parts = [text]
-        if self._may_advise("doom_loop", identity, call.turn):
+        if self._may_advise("doom_loop", arguments_hash(call.name, call.arguments), call.turn):
             self._advise("doom_loop", text, call.turn, call.id)
         parts += self._deliver_pending(call.turn, call.id)
         return Verdict.deny(self.name, "\n\n".join(parts), category="doom_loop")
@@ -573,19 +585,19 @@ class StallDetectors(Interceptor):
         s = self.settings
         turn = max(self._turn, call.turn)
         notices: list[str] = []
-        identity = self._identity_after(call)
         if changes_artifacts(call.name, call.arguments, outcome, s):
             self._batch_changed = True
-        # identical failure
+        # identical failure (the identity is worked out only when a count is kept or may be reset)
         if outcome.is_error:
+            identity = arguments_hash(call.name, call.arguments)
             failures = self._failures.pop(identity, 0) + 1
             self._failures[identity] = failures
             while len(self._failures) > MAX_TRACKED:
                 self._failures.popitem(last=False)
             if failures >= s.identical_failure_threshold and self._may_advise("identical_failure", identity, turn):
                 notices.append(self._advise("identical_failure", identical_failure_text(call.name, failures), turn, call.id))
-        else:
-            self._failures.pop(identity, None)
+        elif self._failures:
+            self._failures.pop(arguments_hash(call.name, call.arguments), None)
         # process failure families
         if is_process_call(call.name, outcome.category, s):
             family = failure_family(call.name, call.arguments, outcome, s)
@@ -607,14 +619,6 @@ class StallDetectors(Interceptor):
         if not notices:
             return None
         return replace(outcome, text="\n\n".join([*notices, outcome.text]))
-
-    def _identity_after(self, call: PendingCall) -> str:
-        """The call's identity, as `before_call` worked it out if the call is still as it was then
-        (a later interceptor may have changed its arguments)."""
-        known = self._identities.pop(id(call), None)
-        if known is not None and known[0] == call.name and known[1] == _typed(call.arguments):
-            return known[2]
-        return arguments_hash(call.name, call.arguments)
 
     def _withdraw_families(self, command: str) -> None:
         """A process call of `command` succeeded: its families' objections are withdrawn (the

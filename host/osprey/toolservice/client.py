@@ -552,7 +552,8 @@ class ToolClient:
     async def _batchable(self, method: str, request: Any) -> Any:
         """The `method` call for `request`, sent together with the others of its kind made in this
         event-loop iteration when there are any (see `_Batcher`)."""
-        await self._started()
+        if self._starting is not None:
+            await self._started()
         used = self._connection
         batcher = self._batchers[method]
         if self.batch_calls and used is not None and used is not batcher.unsupported:
