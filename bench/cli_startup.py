@@ -13,9 +13,11 @@ machine it varies much less than the wall time.
 
 `--before DIR` adds the same one-turn session run from another copy of Osprey's `host` directory
 (a checkout before a change, say), interleaved with the rest, and prints the paired ratio of the
-two.
+two, in wall and in CPU time. `--after DIR` runs this checkout's one-turn session from a copy as
+well (a snapshot of a change, while the checkout itself goes on changing), so that both sides of
+the pair load the same way.
 
-    .venv/bin/python bench/cli_startup.py [--rounds 3] [--runs 5] [--before /tmp/before/host]
+    .venv/bin/python bench/cli_startup.py [--rounds 3] [--runs 5] [--before /tmp/before/host] [--after /tmp/after/host]
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=5, help="runs of each command per round")
     parser.add_argument("--before", type=Path, help="another copy's host directory: its one-turn session runs interleaved too")
+    parser.add_argument("--after", type=Path, help="a copy's host directory to run the one-turn session from, instead of this checkout")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="osprey-startup-bench-") as tmp:
         workspace, home = Path(tmp) / "ws", Path(tmp) / "home"
@@ -108,17 +111,23 @@ def main() -> None:
                 "osprey agent (one turn)": session,
             }
             envs = {name: env for name in commands}
+            for option, copy in (("--before", args.before), ("--after", args.after)):
+                if copy is not None:
+                    if not (copy / "osprey" / "__init__.py").is_file():
+                        raise SystemExit(f"{option} {copy}: not a host directory holding the osprey package")
+                    compileall.compile_dir(copy, quiet=1)  # as `ensure_bytecode` does for this checkout
+            if args.after is not None:
+                envs[SESSION] = dict(env, PYTHONPATH=str(args.after.resolve()))
             if args.before is not None:
-                if not (args.before / "osprey" / "__init__.py").is_file():
-                    raise SystemExit(f"--before {args.before}: not a host directory holding the osprey package")
-                compileall.compile_dir(args.before, quiet=1)  # as `ensure_bytecode` does for this checkout
                 commands[BEFORE] = session
                 envs[BEFORE] = dict(env, PYTHONPATH=str(args.before.resolve()))
-            server.add(Reply.text("done"))
-            timed(session, env)  # warm the page cache and the journal
+            for name in [SESSION, *([BEFORE] if args.before is not None else [])]:
+                server.add(Reply.text("done"))
+                timed(session, envs[name])  # warm the page cache and the journal
             summary: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
             loads = []
             rounds_of: dict[str, list[list[float]]] = {SESSION: [], BEFORE: []}
+            cpu_rounds_of: dict[str, list[list[float]]] = {SESSION: [], BEFORE: []}
             for round_number in range(1, args.rounds + 1):
                 times: dict[str, list[float]] = {name: [] for name in commands}
                 for _ in range(args.runs):
@@ -129,6 +138,8 @@ def main() -> None:
                 if args.before is not None:
                     rounds_of[SESSION].append(times[SESSION])
                     rounds_of[BEFORE].append(times[BEFORE])
+                    cpu_rounds_of[SESSION].append(CPU[SESSION][-args.runs:])
+                    cpu_rounds_of[BEFORE].append(CPU[BEFORE][-args.runs:])
                 load = os.getloadavg()[0]
                 loads.append(load)
                 floor = median(times["import floor"])
@@ -146,6 +157,9 @@ def main() -> None:
             if args.before is not None:
                 paired = [median([a / b for a, b in zip(after, before, strict=True)]) for after, before in zip(rounds_of[SESSION], rounds_of[BEFORE], strict=True)]
                 print(f"\nthe one-turn session over the --before copy's, paired run by run: {min(paired):.2f}-{max(paired):.2f}x (each round's median)")
+                paired_cpu = [median([a / b for a, b in zip(after, before, strict=True)])
+                              for after, before in zip(cpu_rounds_of[SESSION], cpu_rounds_of[BEFORE], strict=True)]
+                print(f"  in CPU time: {min(paired_cpu):.2f}-{max(paired_cpu):.2f}x (each round's median)")
             print(f"\nover {args.rounds} rounds (load average {min(loads):.2f}-{max(loads):.2f}): median ms, and ratio to the import floor")
             for name, rows in summary.items():
                 ms, ratios = [m * 1e3 for m, _ in rows], [r for _, r in rows]
@@ -156,7 +170,7 @@ def main() -> None:
             for name in commands:
                 print(f"  {name}: {median(CPU[name]) * 1e3:.0f} ms, {median(CPU[name]) / floor_cpu:.2f}x the import floor's")
             server.add(Reply.text("done"))
-            import_profile(session, env)
+            import_profile(session, envs[SESSION])
 
 
 if __name__ == "__main__":

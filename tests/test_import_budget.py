@@ -122,6 +122,48 @@ def test_a_one_turn_session_loads_no_heavy_module_it_does_not_use(env: dict[str,
     assert imported(modules, ("osprey.extensions.pins",)) == []
 
 
+# Loaded only when there is something to do with them: the input models of the control, memory,
+# process, session search and skill tools with the first call of one (their schemas are stored),
+# the sidecar's path rules with the first background process, the parsers of a toolsets.toml and
+# a tool-descriptions.toml with such a file.
+ONLY_WITH_THEIR_WORK = ("osprey_sidecar.paths", "osprey.extensions.toolsets", "osprey.extensions.descriptions", "osprey.tools.inputs")
+
+
+def test_a_one_turn_session_loads_no_process_rules_and_no_parser_of_a_file_it_lacks(env: dict[str, str], workspace: Path) -> None:
+    with ModelServer([Reply.text("done")]) as server:
+        proc, modules = loaded(env, *agent(server, workspace, "Say done."))
+    assert proc.returncode == 0, proc.stderr
+    assert "process" in json.loads(proc.stdout.splitlines()[0])["tools"]  # the tool is offered all the same
+    assert "osprey.tools.process" in modules and imported(modules, ONLY_WITH_THEIR_WORK) == []
+    # With the files, the parsers load and do their work.
+    layer = workspace / ".osprey"
+    layer.mkdir()
+    (layer / "toolsets.toml").write_text('[toolsets.reading]\ntools = ["read_file"]\n')
+    (layer / "tool-descriptions.toml").write_text('read_file = "Read one file."\n')
+    with ModelServer([Reply.text("done")]) as server:
+        proc, modules = loaded(env, *agent(server, workspace, "Say done."), "--toolset", "reading")
+        [request] = server.requests
+    assert proc.returncode == 0, proc.stderr
+    assert [(t["function"]["name"], t["function"]["description"]) for t in request.body["tools"]] == [("read_file", "Read one file.")]
+    assert {"osprey.extensions.toolsets", "osprey.extensions.descriptions"} <= modules
+
+
+def test_a_stored_tools_input_model_loads_and_checks_at_its_first_call(env: dict[str, str], workspace: Path) -> None:
+    two_at_once = {"todos": [{"content": "a", "status": "in_progress"}, {"content": "b", "status": "in_progress"}]}
+    with ModelServer([Reply.tool_call("todo_write", two_at_once), Reply.tool_call("todo_write", {"todos": [{"content": " a ", "status": "in_progress"}]}),
+                      Reply.text("done")]) as server:
+        proc, modules = loaded(env, *agent(server, workspace, "Plan."))
+        server.assert_clean()
+        first = server.requests[0].body["tools"]
+    assert proc.returncode == 0, proc.stderr
+    results = [json.loads(line) for line in proc.stdout.splitlines() if '"tool_result"' in line]
+    assert [r["ok"] for r in results] == [False, True]
+    assert "at most one may be" in results[0]["output"] and "In progress: a" in results[1]["output"]
+    assert "osprey.tools.inputs" in modules
+    [todo] = [t["function"] for t in first if t["function"]["name"] == "todo_write"]
+    assert todo["parameters"]["properties"]["todos"]["maxItems"] == 100
+
+
 def test_a_session_that_reads_a_file_still_loads_none_of_them(env: dict[str, str], workspace: Path) -> None:
     with ModelServer([Reply.tool_call("read_file", {"path": "notes.txt"}), Reply.text("read it")]) as server:
         proc, modules = loaded(env, *agent(server, workspace, "Read notes.txt."))

@@ -97,7 +97,7 @@ def test_a_one_turn_session_builds_the_models_it_uses_and_no_other(one_turn: dic
     built = one_turn["MODELS"]
     assert isinstance(built, dict)
     # What the run used has its validator (the run validated or dumped it)...
-    used = ("osprey.config.schema.Settings", "osprey.config.schema.FileConfig", "osprey.events.SessionStart",
+    used = ("osprey.config.schema.Settings", "osprey.config.schema.TopLevelConfig", "osprey.events.SessionStart",
             "osprey.events.AssistantText", "osprey.events.TaskEnd", "osprey.events.SessionEnd", "osprey.messages.AssistantMessage",
             "osprey.messages.ModelTurn", "osprey.messages.ToolSpec", "osprey.session.core.SessionOptions")
     assert {name: built.get(name) for name in used} == dict.fromkeys(used, True)
@@ -108,7 +108,9 @@ def test_a_one_turn_session_builds_the_models_it_uses_and_no_other(one_turn: dic
               "osprey.events.Question", "osprey.events.TodoList", "osprey.events.ToolCallEvent", "osprey.events.ToolResultEvent",
               "osprey.messages.ToolResultMessage", "osprey.policy.approvals.ApprovalRequest", "osprey.policy.approvals.ApprovalAnswer",
               "osprey.policy.store.SavedRule", "osprey.extensions.hooks.HookVerdict", "osprey.extensions.hooks.HookEntry",
-              "osprey.config.schema.ResolvedWebSearch", "osprey.sessions.resume.ResumePoint", "osprey.trust.ProjectTrust")
+              "osprey.config.schema.ResolvedWebSearch", "osprey.sessions.resume.ResumePoint", "osprey.trust.ProjectTrust",
+              # flags and variables are checked key by key (`checked_config`): the whole file schema is not built
+              "osprey.config.schema.FileConfig")
     # (The hooks machinery is not even loaded without a hooks file.)
     assert {name: built.get(name, False) for name in unused} == dict.fromkeys(unused, False)
 

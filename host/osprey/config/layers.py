@@ -44,6 +44,7 @@ from .schema import (
     ResolvedWebSearch,
     Settings,
     WebSearchSettings,
+    checked_config,
     size_bytes,
 )
 
@@ -100,7 +101,7 @@ def _parse_toml(path: Path, raw: bytes) -> dict[str, Any]:
     except tomli.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     try:
-        FileConfig.model_validate(data)
+        checked_config(data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, str(path))) from None
     return data
@@ -121,7 +122,7 @@ def _env_settings(values: Mapping[str, str], where: str) -> dict[str, Any]:
     """The settings `OSPREY_*` variables give, checked, with errors naming the variable."""
     out = {key: values[var] for var, key in ENV_KEYS.items() if values.get(var)}
     try:
-        FileConfig.model_validate(out)
+        checked_config(out)
     except ValidationError as exc:
         msg = _describe(exc, where)
         for var, key in ENV_KEYS.items():
@@ -452,7 +453,7 @@ def _judge(
     for layer in sources.layers:
         data = layer.data
         if layer.project:
-            layer.guarded = loosening(data, FileConfig.model_validate(merged), default_policy)
+            layer.guarded = loosening(data, checked_config(merged), default_policy)
             if layer.guarded:
                 layer.status = status_of(layer)
             if layer.guarded and layer.status != "trusted" and enforce:
@@ -579,7 +580,7 @@ def load_settings(
     env, home = sources.env, sources.home
     merged = _merge(merged, {k: v for k, v in (flags or {}).items() if v is not None})
     try:
-        fc = FileConfig.model_validate(merged)
+        fc = checked_config(merged)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, "command line")) from None
 

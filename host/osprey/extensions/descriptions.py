@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from .. import tomlfile
 from ..errors import ConfigError
+from .layers import MAX_DESCRIPTIONS_BYTES as MAX_DESCRIPTIONS_BYTES
 
-MAX_DESCRIPTIONS_BYTES = 128 * 1024
 MAX_DESCRIPTION_CHARS = 8_000
 
 

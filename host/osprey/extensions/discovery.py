@@ -35,17 +35,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from .descriptions import MAX_DESCRIPTIONS_BYTES, parse_descriptions
-from .layers import ArtifactError, Layer, forget_real_paths, layers, list_dir, read_inside, real_path
+from .layers import MAX_DESCRIPTIONS_BYTES, MAX_TOOLSETS_BYTES, ArtifactError, Layer, forget_real_paths, layers, list_dir, read_inside, real_path
 from .prompts import PromptParts, resolve_prompt
 from .provenance import read_provenance
 from .report import Artifact, Report, Trust, sanitize, sha256
-from .toolsets import MAX_TOOLSETS_BYTES, ToolsetError, ToolsetsFile, parse_toolsets
 
 if TYPE_CHECKING:
     from ..config import Settings
     from ..trust import TrustStore
     from .pins import Pin, Plan, Scope  # the pins load with the first tool manifest or hooks file
+    from .toolsets import ToolsetsFile  # with the first toolsets.toml
 
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_HOOKS_BYTES = 64 * 1024
@@ -352,6 +351,8 @@ def _descriptions(found: Extensions, env_file: Path | None) -> None:
             data = read_inside(env_file, Path(os.path.realpath(env_file)).parent, MAX_DESCRIPTIONS_BYTES)
             if data is None:
                 raise ArtifactError("no such file")
+            from .descriptions import parse_descriptions
+
             found.descriptions = parse_descriptions(data)
             entry.digest = sha256(data)
             _mark_rest(found, "tool-descriptions.toml", "OSPREY_TOOL_DESCRIPTIONS_FILE applies")
@@ -372,6 +373,8 @@ def _descriptions(found: Extensions, env_file: Path | None) -> None:
             continue
         entry = Artifact(kind="tool_descriptions", name=path.name, layer=layer.kind, path=str(path), digest=sha256(data))
         found.artifacts.append(entry)
+        from .descriptions import parse_descriptions
+
         try:
             found.descriptions = parse_descriptions(data)
         except ConfigError as exc:
@@ -399,8 +402,10 @@ def _toolsets(found: Extensions) -> None:
                 continue
             entry = Artifact(kind="toolsets", name=path.name, layer=layer.kind, path=str(path), digest=sha256(data))
             found.artifacts.append(entry)
+            from .toolsets import parse_toolsets
+
             found.toolsets = parse_toolsets(data)
-        except (ArtifactError, ToolsetError) as exc:
+        except (ArtifactError, ConfigError) as exc:  # ConfigError: the parser's ToolsetError
             found.toolsets_problem = sanitize(f"{path}: {exc}")
             if not found.artifacts or found.artifacts[-1].path != str(path):
                 found.artifacts.append(Artifact(kind="toolsets", name=path.name, layer=layer.kind, path=str(path)))

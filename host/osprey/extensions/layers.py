@@ -24,6 +24,9 @@ from ..files import FileRefused, read_file
 LayerKind = Literal["project", "user", "bundled"]
 BUNDLED = Path(__file__).resolve().parent / "bundled"
 PROJECT_DIR = ".osprey"
+# The largest tool-descriptions.toml and toolsets.toml read (their parsers load only when one exists).
+MAX_DESCRIPTIONS_BYTES = 128 * 1024
+MAX_TOOLSETS_BYTES = 64 * 1024
 
 
 class ArtifactError(Exception):

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..tools.base import ToolSource
 from .discovery import Extensions, discover
-from .toolsets import select
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -71,7 +70,11 @@ class SessionExtensions(ToolSource):
     def load(self) -> Extensions:
         """Discover (again); the toolset asked for must exist (a ToolsetError when it does not)."""
         found = discover(self.settings, {tool.name for tool in self.builtin})
-        self.wanted = select(found.toolsets, self.toolset, problem=found.toolsets_problem) if self.toolset is not None else None
+        self.wanted = None
+        if self.toolset is not None:
+            from .toolsets import select
+
+            self.wanted = select(found.toolsets, self.toolset, problem=found.toolsets_problem)
         for warning in found.warnings:
             self.warn(warning)
         self.found = found

@@ -22,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from .. import tomlfile
 from ..errors import ConfigError
+from .layers import MAX_TOOLSETS_BYTES as MAX_TOOLSETS_BYTES
 
-MAX_TOOLSETS_BYTES = 64 * 1024
 Name = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
 # A tool: its name, or all of an MCP server's tools (`mcp__SERVER`, `mcp__SERVER__*`).
 ToolName = Annotated[str, StringConstraints(min_length=1, max_length=72, pattern=r"^(?:[A-Za-z0-9_.-]+|mcp__[A-Za-z0-9_-]+__\*)$")]

@@ -4,6 +4,7 @@ schema-only tools (manifests, MCP servers, personas) are validated with jsonsche
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -118,6 +119,9 @@ class Tool:
     # read-only, so its calls run one at a time, in the model's order.
     own_state: bool = False
     input_model: type[BaseModel] | None = None
+    # A built-in tool's input model by its dotted name (`module.Class`), imported and built at the
+    # tool's first call (`Tool.stored`); until then it is `input_model` None.
+    input_model_name: str | None = None
     # The schema was made by Osprey itself (a custom tool's parameters), so it is not checked
     # again, and its validator (jsonschema, a slow import) is built at the first call.
     schema_checked: bool = False
@@ -128,7 +132,7 @@ class Tool:
     _validator: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.input_model is None and not self.schema_checked:
+        if self.input_model is None and self.input_model_name is None and not self.schema_checked:
             from jsonschema import Draft202012Validator
             from jsonschema.exceptions import SchemaError
 
@@ -148,11 +152,26 @@ class Tool:
         return cls(name, description, model_schema(input_model), run, read_only=read_only, trusted=trusted,
                    own_state=own_state, input_model=input_model)
 
+    @classmethod
+    def stored(cls, name: str, description: str, input_model: str, run: RunFunction, *, read_only: bool = False, trusted: bool = False,
+               own_state: bool = False) -> Tool:
+        """`from_model` for a built-in tool whose input model (`module.Class`) has its schema stored
+        (`schema_store.py`): the model's module is imported only when the tool is first called."""
+        from .stored_schemas import SCHEMAS
+
+        text = SCHEMAS.get(input_model)
+        if text is None:  # not stored (yet): as `from_model`
+            return cls.from_model(name, description, _model_named(input_model), run, read_only=read_only, trusted=trusted, own_state=own_state)
+        return cls(name, description, json.loads(text), run, read_only=read_only, trusted=trusted, own_state=own_state,
+                   input_model_name=input_model)
+
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
 
     def validate(self, arguments: Mapping[str, Any]) -> tuple[Any, str | None]:
         """The validated input (a model instance, or the arguments themselves), or a problem."""
+        if self.input_model is None and self.input_model_name is not None:
+            self.input_model = _model_named(self.input_model_name)
         if self.input_model is not None:
             try:
                 return self.input_model.model_validate(dict(arguments)), None
@@ -176,6 +195,12 @@ class Tool:
         except Exception as exc:  # noqa: BLE001 - an unresolvable or endless $ref of the schema (RecursionError included)
             problems.append(f"the tool's schema cannot check them ({type(exc).__name__}: {str(exc)[:200]})")
         return (arguments, None) if not problems else (None, "; ".join(problems))
+
+
+def _model_named(name: str) -> type[BaseModel]:
+    module, _, attribute = name.rpartition(".")
+    model: type[BaseModel] = getattr(importlib.import_module(module), attribute)
+    return model
 
 
 # The cleaned JSON schema of each input model, as JSON text: taken from the stored schemas of the

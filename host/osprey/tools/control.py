@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Literal
-
-from pydantic import Field, field_validator, model_validator
+from typing import TYPE_CHECKING
 
 from ..events import Event, Question, TaskStatus, TodoList
-from .base import Invocation, Tool, ToolContext, ToolInput, ToolOutcome
+from .base import Invocation, Tool, ToolContext, ToolOutcome
+
+if TYPE_CHECKING:
+    from .inputs import QuestionInput, TaskStatusInput, TodoItem, TodoWriteInput
 
 MAX_TODO_ITEMS = 100
 MAX_TODO_CHARS = 500
@@ -33,55 +34,6 @@ NOT_ANSWERED = (
 )
 
 Ask = Callable[[str], Awaitable["str | None"]]
-
-
-class TodoItem(ToolInput):
-    content: str = Field(min_length=1, max_length=MAX_TODO_CHARS, description="What this step is, in one line.")
-    status: Literal["pending", "in_progress", "completed"] = Field(description="pending, in_progress (at most one item) or completed.")
-
-    @field_validator("content")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("content is blank")
-        return value.strip()
-
-
-class TodoWriteInput(ToolInput):
-    todos: list[TodoItem] = Field(max_length=MAX_TODO_ITEMS, description=(
-        f"The whole task list, in order (it replaces the previous one), at most {MAX_TODO_ITEMS} items."))
-
-    @model_validator(mode="after")
-    def _one_in_progress(self) -> TodoWriteInput:
-        working = sum(item.status == "in_progress" for item in self.todos)
-        if working > 1:
-            raise ValueError(f"{working} items are in_progress; at most one may be (mark the others pending or completed)")
-        return self
-
-
-class TaskStatusInput(ToolInput):
-    status: Literal["done", "blocked"] = Field(description="done: the task is finished and verified; blocked: you cannot go on without help.")
-    summary: str = Field(min_length=1, max_length=MAX_SUMMARY_CHARS, description=(
-        "For done: what you did and how you verified it. For blocked: what stops you and what you need."))
-
-    @field_validator("summary")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("summary is blank")
-        return value.strip()
-
-
-class QuestionInput(ToolInput):
-    question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS, description=(
-        "One clear question for the person, with the options you see if there are any."))
-
-    @field_validator("question")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("question is blank")
-        return value.strip()
 
 
 def _counts(items: list[TodoItem]) -> str:
@@ -138,22 +90,22 @@ def control_tools(
         return ToolOutcome(f"The person answered: {answer}" if answer else "The person answered with an empty reply.")
 
     return [
-        Tool.from_model(
+        Tool.stored(
             "todo_write",
             "Write your task list for this task (the whole list each time; it replaces the previous one). Use it for work of "
             "three or more steps: keep exactly one item in_progress while you work on it and mark items completed as you finish.",
-            TodoWriteInput, todo_write, read_only=True, trusted=True,
+            "osprey.tools.inputs.TodoWriteInput", todo_write, read_only=True, trusted=True,
         ),
-        Tool.from_model(
+        Tool.stored(
             "task_status",
             "Declare the task done (finished and verified) or blocked (you cannot go on without help), with a summary. "
             "A declaration does not clear failing verification: fix and re-run failing checks first.",
-            TaskStatusInput, task_status, read_only=True, trusted=True,
+            "osprey.tools.inputs.TaskStatusInput", task_status, read_only=True, trusted=True,
         ),
-        Tool.from_model(
+        Tool.stored(
             "question",
             "Ask the person one question when you cannot decide yourself (a real ambiguity, a choice only they can make). "
             "In a headless run no one can answer: you must decide.",
-            QuestionInput, question, read_only=True, trusted=True,
+            "osprey.tools.inputs.QuestionInput", question, read_only=True, trusted=True,
         ),
     ]

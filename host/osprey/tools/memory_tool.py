@@ -5,13 +5,14 @@ snapshot the system prompt shows for the whole session, and closes the provider 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
-
-from pydantic import Field
+from typing import TYPE_CHECKING
 
 from ..config import Settings
-from ..memory.base import BLOCKED, MemoryOperation, MemoryStore, MemoryStoreError
-from .base import Invocation, Tool, ToolContext, ToolInput, ToolOutcome, ToolSource
+from ..memory.base import BLOCKED, MemoryStore, MemoryStoreError
+from .base import Invocation, Tool, ToolContext, ToolOutcome, ToolSource
+
+if TYPE_CHECKING:
+    from .inputs import MemoryInput
 
 MAX_WRITE_FAILURES = 3  # then the model is told to stop retrying memory writes in this session
 MAX_OPERATIONS = 50  # in one batch
@@ -23,16 +24,6 @@ DESCRIPTION = (
     "recall (query: every word must appear; reads the latest state), batch (operations, applied in order to one "
     "target, all or none). The system prompt shows memory as it was when the session started."
 )
-
-
-class MemoryInput(ToolInput):
-    action: Literal["add", "replace", "remove", "recall", "batch"] = Field(description="What to do.")
-    content: str = Field("", max_length=10_000, description="add, replace: the entry's new text.")
-    old_text: str = Field("", max_length=10_000, description="replace, remove: a substring found in exactly one entry.")
-    target: Literal["memory", "user"] = Field("memory", description="memory: the project and its context; user: facts about the user.")
-    query: str = Field("", max_length=2_000, description="recall: words that must all appear (case-insensitive).")
-    operations: list[MemoryOperation] = Field(default_factory=list, max_length=MAX_OPERATIONS,
-                                              description="batch: add, replace and remove operations, in order.")
 
 
 def _required(a: MemoryInput) -> str | None:
@@ -68,7 +59,7 @@ class MemoryTools(ToolSource):
     def tools(self) -> Sequence[Tool]:
         if self.store is None:
             return ()
-        return (Tool.from_model("memory", DESCRIPTION, MemoryInput, self._run, own_state=True),)
+        return (Tool.stored("memory", DESCRIPTION, "osprey.tools.inputs.MemoryInput", self._run, own_state=True),)
 
     def prompt_block(self) -> str:
         """The system prompt's memory section ("" when there is none)."""

@@ -8,16 +8,16 @@ import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
-
-from pydantic import Field
-
-from osprey_sidecar.errors import ToolFailure
-from osprey_sidecar.paths import Roots
+from typing import TYPE_CHECKING
 
 from ..config import tool_environment
 from ..errors import ToolError
-from .base import Invocation, Tool, ToolContext, ToolInput
+from .base import Invocation, Tool, ToolContext
+
+if TYPE_CHECKING:
+    from osprey_sidecar.paths import Roots
+
+    from .inputs import ProcessInput
 
 BUFFER_BYTES = 1024 * 1024
 MAX_PROCESSES = 16
@@ -49,12 +49,26 @@ class ProcessManager:
 
     def __init__(self, roots: list[str], env: Mapping[str, str] | None = None) -> None:
         """`env` is what the commands see (default: `tool_environment()` when each starts)."""
-        self.roots = Roots(roots)
+        if not roots:
+            raise ValueError("at least one allowed root is required")
+        # Resolved now; the path rules (the sidecar's) load with the first process a session starts.
+        self._real_roots = [os.path.realpath(r) for r in roots]
+        self._roots: Roots | None = None
         self.env = dict(env) if env is not None else None
         self.procs: dict[str, ManagedProcess] = {}
         self._next = 1
 
+    @property
+    def roots(self) -> Roots:
+        if self._roots is None:
+            from osprey_sidecar.paths import Roots
+
+            self._roots = Roots(self._real_roots)
+        return self._roots
+
     async def start(self, command: str, workdir: str = "") -> ManagedProcess:
+        from osprey_sidecar.errors import ToolFailure
+
         if not command.strip():
             raise ToolError("invalid_argument", "command is empty")
         if sum(1 for p in self.procs.values() if p.proc.returncode is None) >= MAX_PROCESSES:
@@ -135,14 +149,6 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-class ProcessInput(ToolInput):
-    action: Literal["start", "list", "output", "stop"] = Field(description="start a command, list processes, read a process's output, or stop one.")
-    command: str = Field("", description="With start: the bash command to run in the background.")
-    workdir: str = Field("", description="With start: directory to run in (default: the working directory).")
-    id: str = Field("", description="With output and stop: the process id that start returned.")
-    since_last_read: bool = Field(True, description="With output: only output not returned before (false: all that is kept).")
-
-
 async def _process(call: Invocation, ctx: ToolContext) -> str:
     a: ProcessInput = call.input
     manager: ProcessManager = ctx.processes
@@ -167,9 +173,9 @@ async def _process(call: Invocation, ctx: ToolContext) -> str:
 
 
 def process_tool() -> Tool:
-    return Tool.from_model(
+    return Tool.stored(
         "process",
         "Manage background processes on the host (servers, watchers, long builds): start, list, output, stop.",
-        ProcessInput,
+        "osprey.tools.inputs.ProcessInput",
         _process,
     )

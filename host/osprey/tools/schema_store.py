@@ -13,8 +13,7 @@ from pydantic import BaseModel
 
 # The modules that define the built-in tools' input models.
 MODULES = (
-    "osprey.tools.builtin", "osprey.tools.control", "osprey.tools.memory_tool", "osprey.tools.process",
-    "osprey.tools.skill_tool", "osprey.web.fetch_tool", "osprey.web.search", "osprey.extensions.manage_tool",
+    "osprey.tools.builtin", "osprey.tools.inputs", "osprey.web.fetch_tool", "osprey.web.search", "osprey.extensions.manage_tool",
     "osprey.session.personas", "osprey.tools.session_search", "osprey.lsp.tool", "osprey.retrieve.tool",
     "osprey.agents.subagents",
     "osprey.agents.workflows.tools", "osprey.mcp.tools",

@@ -6,10 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from pydantic import Field
-
 from ..skills import SkillError, SkillRegistry
-from .base import Invocation, Tool, ToolContext, ToolInput, ToolOutcome
+from .base import Invocation, Tool, ToolContext, ToolOutcome
 
 TOOL_NAME = "load_skill"
 DESCRIPTION = (
@@ -17,12 +15,6 @@ DESCRIPTION = (
     "they are in. Give the name exactly as the skills section of the system prompt lists it. Load a skill when "
     "the task matches its description, before doing the task, then follow it."
 )
-
-
-class LoadSkillInput(ToolInput):
-    name: str = Field(min_length=1, max_length=200, description="The skill's name, as listed in the system prompt (namespace:name for a namespaced skill).")
-    file: str = Field("", max_length=4096, description="One of the skill's other files, by the path load_skill listed (relative to the "
-                                                       "skill's directory); empty: the skill's instructions.")
 
 
 def load_skill_tool(registry: SkillRegistry | Callable[[], SkillRegistry]) -> Tool:
@@ -42,4 +34,4 @@ def load_skill_tool(registry: SkillRegistry | Callable[[], SkillRegistry]) -> To
         return ToolOutcome(text)
 
     # It reads only the SKILL.md files discovery accepted: trusted like the other read-only built-ins.
-    return Tool.from_model(TOOL_NAME, DESCRIPTION, LoadSkillInput, run, read_only=True, trusted=True)
+    return Tool.stored(TOOL_NAME, DESCRIPTION, "osprey.tools.inputs.LoadSkillInput", run, read_only=True, trusted=True)
