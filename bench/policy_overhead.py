@@ -76,7 +76,7 @@ async def main() -> None:
 
             async def chain() -> None:
                 call = PendingCall(id="c", name="bash", arguments={"command": SHORT}, tool=bash, turn=1, cwd=str(workspace), workspace=str(workspace))
-                verdict = await path._before(call)
+                verdict = await path._before(call, path.chain())
                 assert verdict.action == "allow", verdict
 
             async def through_service() -> None:
