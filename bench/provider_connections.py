@@ -72,7 +72,8 @@ async def run(dialect: str, mixed: bool, home: Path) -> dict[str, tuple[int, lis
     path = "/chat/completions" if dialect == "openai" else "/messages"
     headers = {"Authorization": "Bearer sk-bench", "x-api-key": "sk-ant-bench", "anthropic-version": "2023-06-01",
                "Accept": "text/event-stream", "Accept-Encoding": "identity"}
-    body = provider.body(REQUEST)
+    # The session's provider may be wrapped (`ImagesAsked`); the request body is the inner provider's.
+    body = getattr(provider, "inner", provider).body(REQUEST)
     times: dict[str, list[float]] = {name: [] for name in servers}
     async with httpx.AsyncClient() as floor, httpx.AsyncClient() as fresh:
         subjects: dict[str, Callable[[], Awaitable[Any]]] = {
