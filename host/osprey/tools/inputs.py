@@ -4,7 +4,7 @@ are stored (`schema_store.py`), and this module is imported at the first call of
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -15,16 +15,22 @@ from .memory_tool import MAX_OPERATIONS
 from .session_search import MAX_HITS
 
 
+def _not_blank(field: str) -> Any:
+    """A validator of the text field `field`: refused when blank, kept stripped."""
+
+    def check(cls: type[ToolInput], value: str) -> str:
+        if not value.strip():
+            raise ValueError(f"{field} is blank")
+        return value.strip()
+
+    return field_validator(field)(classmethod(check))
+
+
 class TodoItem(ToolInput):
     content: str = Field(min_length=1, max_length=MAX_TODO_CHARS, description="What this step is, in one line.")
     status: Literal["pending", "in_progress", "completed"] = Field(description="pending, in_progress (at most one item) or completed.")
 
-    @field_validator("content")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("content is blank")
-        return value.strip()
+    _stripped = _not_blank("content")
 
 
 class TodoWriteInput(ToolInput):
@@ -44,24 +50,14 @@ class TaskStatusInput(ToolInput):
     summary: str = Field(min_length=1, max_length=MAX_SUMMARY_CHARS, description=(
         "For done: what you did and how you verified it. For blocked: what stops you and what you need."))
 
-    @field_validator("summary")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("summary is blank")
-        return value.strip()
+    _stripped = _not_blank("summary")
 
 
 class QuestionInput(ToolInput):
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS, description=(
         "One clear question for the person, with the options you see if there are any."))
 
-    @field_validator("question")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("question is blank")
-        return value.strip()
+    _stripped = _not_blank("question")
 
 
 class MemoryInput(ToolInput):
