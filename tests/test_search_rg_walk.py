@@ -290,9 +290,9 @@ def test_found_paths_are_checked_a_directory_at_a_time(tmp_path: Path, files: in
     (tmp_path / "s").symlink_to(tmp_path / "d", target_is_directory=True)
     write(tmp_path, "top.txt", "")
     asked = [f"d/{name}" for name in names] + ["d/l.txt", "d/p.txt", "d/missing.txt", "s/f00.txt", "top.txt", "gone/x.txt"]
-    regular = search._regular_files(str(tmp_path), str(tmp_path), asked)
+    regular = set(asked) - search._not_regular(str(tmp_path), str(tmp_path), asked)
     assert regular == {f"d/{name}" for name in names} | {"top.txt"}
-    assert search._regular_files(str(tmp_path), str(tmp_path / "d"), ["f01.txt", "l.txt"]) == {"f01.txt"}
+    assert search._not_regular(str(tmp_path), str(tmp_path / "d"), ["f01.txt", "l.txt"]) == {"l.txt"}
 
 
 def test_paths_are_shown_as_the_roots_show_them(tmp_path: Path) -> None:

@@ -204,11 +204,6 @@ def _shower(roots: Roots, top: str) -> Callable[[str], str]:
     return shown
 
 
-def _regular_files(root: str, top: str, rels: list[str]) -> set[str]:
-    """Those of `rels` (paths below `top`) that are regular files reached below the root through no symlink."""
-    return set(rels) - _not_regular(root, top, rels)
-
-
 def _not_regular(root: str, top: str, rels: list[str]) -> set[str]:
     """Those of `rels` (paths below `top`) that are not regular files reached below the root
     through no symlink. A directory holding many of them is listed once (each entry's kind comes
