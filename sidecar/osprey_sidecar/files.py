@@ -243,7 +243,7 @@ def _count_ahead(fh: Source) -> tuple[int, bool]:
         lines += chunk.count(b"\n")
         last = chunk[-1:]
         budget -= len(chunk)
-    if fh.peek(1) if isinstance(fh, io.BufferedReader) else fh.read(1):
+    if fh.read(1):  # (the window is read: what comes after is only counted)
         return lines + 1, False  # a line at least starts after what was counted
     return lines + (last != b"\n"), True
 
