@@ -28,14 +28,16 @@ SCRIPTS = (
     "toolservice_overhead.py", "file_scaling.py", "bash_latency.py", "parallel_calls.py", "policy_overhead.py", "grep_vs_rg.py",
     "grep_concurrency.py", "grep_memory.py", "provider_connections.py", "loop_overhead.py", "cli_startup.py", "tool_service_overlap.py",
     "extension_discovery.py", "lane_ready.py", "tui_latency.py", "tui_first_screen.py", "skills_startup.py", "subagents.py",
+    "session_search.py", "mcp_overhead.py",
 )
 # Run only when named with --only: it removes and rebuilds the lane image, which lanes started
 # meanwhile (a test run, another benchmark) would miss.
 ALONE = ("image_build.py",)
 
 
-def run(script: str, figures: dict[str, list[dict]]) -> float:
-    """Run one script, passing its output through and collecting its figures; its duration."""
+def run(script: str, figures: dict[str, list[dict]]) -> tuple[float, int]:
+    """Run one script, passing its output through and collecting its figures; its duration and
+    exit status."""
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, str(HERE / script)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -46,9 +48,7 @@ def run(script: str, figures: dict[str, list[dict]]) -> float:
         else:
             sys.stdout.write(line)
             sys.stdout.flush()
-    if proc.wait() != 0:
-        raise SystemExit(f"{script} failed with exit status {proc.returncode}")
-    return time.perf_counter() - start
+    return time.perf_counter() - start, proc.wait()
 
 
 def shown(value: float, unit: str) -> str:
@@ -74,11 +74,16 @@ def main() -> None:
             raise SystemExit(f"unknown benchmark(s): {', '.join(sorted(unknown))}; the benchmarks are: {', '.join(scripts)}")
         scripts = [s for s in scripts if s in wanted]
     figures: dict[str, list[dict]] = defaultdict(list)
+    failed: list[str] = []
     for round_number in range(1, args.rounds + 1):
         for script in scripts:
             print(f"== {script} (round {round_number} of {args.rounds}, load average {os.getloadavg()[0]:.2f})", flush=True)
-            seconds = run(script, figures)
+            seconds, status = run(script, figures)
             print(f"== {script} took {seconds:.0f} s", flush=True)
+            if status != 0:
+                # The other scripts still run: one broken benchmark should not cost the round.
+                print(f"== {script} failed with exit status {status}", flush=True)
+                failed.append(f"{script} (round {round_number}, exit status {status})")
     print(f"\nheadline figures over {args.rounds} rounds (min–max, median; floor where there is one; load average min–max)")
     for key, records in figures.items():
         values = [r["value"] for r in records]
@@ -88,6 +93,8 @@ def main() -> None:
         floor = f"; floor {shown(min(floors), unit)}–{shown(max(floors), unit)}" if floors else ""
         print(f"  {key}: {shown(min(values), unit)}–{shown(max(values), unit)} (median {shown(median(values), unit)}, "
               f"{len(values)} runs{floor}; load {min(loads):.1f}–{max(loads):.1f})")
+    if failed:
+        raise SystemExit("failed: " + ", ".join(failed))
 
 
 if __name__ == "__main__":
