@@ -1,0 +1,658 @@
+"""The workspace carried to a lane on another machine, and the lane's changes carried back.
+
+A lane on a remote engine cannot bind-mount the workspace. `pack` writes the workspace as a tar,
+which the backend unpacks into a volume the lane mounts, and returns a `Manifest` of what it sent
+(kept on this machine: the lane can write the volume, never the record). When the session ends,
+on `/sync`, or with `osprey sandbox recover`, the backend reads the lane's workspace back as a tar
+and `bring_back` applies what the lane changed, checked against the manifest:
+
+- a file the lane changed, added or removed is changed, added or removed here when this side still
+  has what was sent (for an addition: nothing at that path);
+- when this side changed it too, differently, it is a conflict: your file is never overwritten;
+  the lane's version is written beside it as `NAME.osprey-lane`, and a file the lane removed but
+  you changed is kept; `SyncReport.conflicts` lists both kinds;
+- protected paths (`.git`, `.gitmodules`, `.osprey` and the others the backend names) are never
+  written back, nor a new path that the workspace's `.gitignore` files exclude (a lane's build
+  output stays in the lane).
+
+What is sent: the workspace's files, directories and symlinks, less what its `.gitignore` files
+exclude (`.git`, `.gitmodules` and `.osprey` are always sent; the backend mounts them read-only);
+a symlink only when its target is relative and stays inside the workspace; no device, socket or
+FIFO, and no name that is not UTF-8. At most `SyncLimits.max_files` entries and `max_bytes` of
+file content go either way: more is a `WorkspaceTooLarge` that says which limit and what to do.
+Everything that comes back is untrusted: names are checked (relative, no `..`, not protected),
+directories here are opened one component at a time without following symlinks, and files are
+written to a staging directory first and renamed into place.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import posixpath
+import secrets
+import shutil
+import stat
+import tarfile
+import time
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import SandboxError
+
+ALWAYS_SENT = (".git", ".gitmodules", ".osprey")
+CONFLICT_SUFFIX = ".osprey-lane"
+STAGING_PREFIX = ".osprey-sync-"
+MAX_GITIGNORE_BYTES = 1024 * 1024
+MAX_GITIGNORE_LINES = 10_000
+MAX_PATTERN_CHARS = 1024
+MAX_PATTERN_WILDCARDS = 16  # a pattern with more is skipped: its regex could backtrack for long
+MAX_NAME_BYTES = 4096
+_CHUNK = 1024 * 1024
+# A file whose size and modification second are as sent, and which was last modified this long
+# before the manifest was made, is taken as unchanged without being read again.
+_SETTLED_S = 2
+
+
+class WorkspaceTooLarge(SandboxError):
+    """The workspace (or what a lane made of it) is over a sync limit."""
+
+
+class SyncLimits(BaseModel):
+    """How much of a workspace goes to a lane or comes back, at most."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_files: int = Field(100_000, ge=1, le=10_000_000, description="entries: files, directories and symlinks")
+    max_bytes: int = Field(2 * 1024**3, ge=1, le=1024**4, description="the files' content, in bytes")
+
+
+class Manifest(BaseModel):
+    """What was sent to a lane: each path with what it was.
+
+    An entry is `d` (a directory), `l TARGET` (a symlink) or `f MODE SIZE MTIME SHA256` (a file:
+    MODE `x` when executable, else `-`; MTIME in whole seconds)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1] = 1
+    made_at: float = Field(description="when it was made (seconds since the epoch, this machine's clock)")
+    entries: dict[str, str] = Field(default_factory=dict)
+    skipped: list[str] = Field(default_factory=list, description="paths not sent, each with why")
+
+
+class Conflict(BaseModel):
+    """A path both sides changed: what happened to it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    reason: str
+    beside: str | None = Field(None, description="where the lane's version was written, when it was")
+
+
+class SyncReport(BaseModel):
+    """What `bring_back` did."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    written: list[str] = Field(default_factory=list, description="files and symlinks added or changed here")
+    deleted: list[str] = Field(default_factory=list)
+    conflicts: list[Conflict] = Field(default_factory=list)
+    refused: list[str] = Field(default_factory=list, description="paths not applied, each with why")
+    left_in_lane: int = Field(0, description="new paths the .gitignore files exclude, not brought back")
+    complete: bool = Field(True, description="false when the lane's tar ended early or went over a limit: nothing was deleted")
+    problem: str = ""
+    manifest: Manifest = Field(description="the baseline for the next sync: the lane's workspace as it was read")
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.written or self.deleted or self.conflicts)
+
+
+# --- .gitignore -------------------------------------------------------------------------------
+
+class _Ignores:
+    """The `.gitignore` files met on a walk, deepest last; a path's fate is decided by the deepest
+    file with a pattern that matches it (a negation keeps it)."""
+
+    def __init__(self) -> None:
+        self._specs: list[tuple[str, object]] = []  # (directory prefix "a/b/" or "", GitIgnoreSpec)
+
+    def load(self, directory: Path, prefix: str) -> bool:
+        """Read `directory/.gitignore` (bounded); True when it added rules."""
+        from ..files import FileRefused, read_file
+
+        try:
+            data = read_file(directory / ".gitignore", MAX_GITIGNORE_BYTES, cut=True)
+        except (FileRefused, OSError):
+            return False
+        if not data:
+            return False
+        spec = _spec(data)
+        if spec is None:
+            return False
+        self._specs.append((prefix, spec))
+        return True
+
+    def pop(self) -> None:
+        self._specs.pop()
+
+    def ignored(self, path: str, is_dir: bool) -> bool:
+        for prefix, spec in reversed(self._specs):
+            if prefix and not path.startswith(prefix):
+                continue
+            result = spec.check_file(path[len(prefix):] + ("/" if is_dir else ""))  # type: ignore[attr-defined]
+            if result.include is not None:
+                return bool(result.include)
+        return False
+
+
+def _spec(data: bytes) -> object | None:
+    from pathspec import GitIgnoreSpec
+
+    lines = []
+    for line in data.decode("utf-8", "replace").splitlines()[:MAX_GITIGNORE_LINES]:
+        if not line.strip() or line.startswith("#"):
+            continue
+        if len(line) > MAX_PATTERN_CHARS or sum(line.count(c) for c in "*?[") > MAX_PATTERN_WILDCARDS:
+            continue
+        try:
+            GitIgnoreSpec.from_lines([line])
+        except Exception:  # noqa: BLE001 - pathspec raises several types for a bad pattern; git skips such a line too
+            continue
+        lines.append(line)
+    return GitIgnoreSpec.from_lines(lines) if lines else None
+
+
+class _IgnoreLookup:
+    """Whether the workspace's `.gitignore` files exclude a path, for paths in any order; each
+    directory's file is read once."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._specs: dict[str, object | None] = {}
+
+    def _spec_of(self, directory: str) -> object | None:
+        if directory not in self._specs:
+            ignores = _Ignores()
+            loaded = ignores.load(self._root / directory if directory else self._root, "")
+            self._specs[directory] = ignores._specs[0][1] if loaded else None
+        return self._specs[directory]
+
+    def ignored(self, path: str, is_dir: bool) -> bool:
+        parts = path.split("/")
+        if parts[0] in ALWAYS_SENT:
+            return False
+        for depth in range(len(parts)):
+            decided = None
+            for base_depth in range(depth, -1, -1):  # the deepest file with a matching pattern decides
+                spec = self._spec_of("/".join(parts[:base_depth]))
+                if spec is None:
+                    continue
+                rest = "/".join(parts[base_depth:depth + 1])
+                result = spec.check_file(rest + ("/" if depth < len(parts) - 1 or is_dir else ""))  # type: ignore[attr-defined]
+                if result.include is not None:
+                    decided = bool(result.include)
+                    break
+            if decided:
+                return True  # an excluded directory excludes everything in it, as in git
+        return False
+
+
+# --- sending ----------------------------------------------------------------------------------
+
+@dataclass
+class _Budget:
+    limits: SyncLimits
+    what: str
+    files: int = 0
+    bytes: int = 0
+
+    def count(self, size: int = 0) -> None:
+        self.files += 1
+        self.bytes += size
+        if self.files > self.limits.max_files:
+            raise WorkspaceTooLarge(
+                f"{self.what} has more than {self.limits.max_files:,} files, directories and symlinks; exclude what the lane "
+                "does not need in .gitignore (build output, dependencies), or raise [sandbox] sync_max_files")
+        if self.bytes > self.limits.max_bytes:
+            raise WorkspaceTooLarge(
+                f"{self.what} holds more than {self.limits.max_bytes:,} bytes of files; exclude what the lane does not need "
+                "in .gitignore (build output, dependencies, large data), or raise [sandbox] sync_max_bytes")
+
+
+class _Exactly:
+    """A file's next `size` bytes for tarfile, hashed as they pass: padded with NULs when the file
+    shrank meanwhile, cut when it grew, so the tar stays well-formed and the hash is what was sent."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._fd = fd
+        self._left = size
+        self.digest = hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        n = self._left if n < 0 else min(n, self._left)
+        data = os.read(self._fd, n) if n else b""
+        if len(data) < n:
+            data += b"\0" * (n - len(data))
+        self._left -= len(data)
+        self.digest.update(data)
+        return data
+
+
+def _file_entry(executable: bool, size: int, mtime: float, sha256: str) -> str:
+    return f"f {'x' if executable else '-'} {size} {int(mtime)} {sha256}"
+
+
+def _symlink_inside(path: str, target: str) -> bool:
+    if not target or target.startswith("/") or "\0" in target:
+        return False
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+    return joined != ".." and not joined.startswith("../")
+
+
+def pack(workspace: str | Path, out: IO[bytes], *, limits: SyncLimits | None = None,
+         owner: tuple[int, int] | None = None) -> Manifest:
+    """Write the workspace as a tar to `out` (entries relative to it, owned by `owner` when given);
+    what was sent. Raises `WorkspaceTooLarge` past a limit (`out` then holds part of a tar)."""
+    root = Path(workspace)
+    budget = _Budget(limits or SyncLimits(), "the workspace")
+    manifest = Manifest(made_at=time.time())
+    ignores = _Ignores()
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        ignores.load(root, "")
+        _pack_dir(tar, root, "", ignores, budget, manifest, owner)
+    return manifest
+
+
+def _pack_dir(tar: tarfile.TarFile, directory: Path, prefix: str, ignores: _Ignores, budget: _Budget,
+              manifest: Manifest, owner: tuple[int, int] | None) -> None:
+    try:
+        with os.scandir(directory) as listing:
+            entries = sorted(listing, key=lambda e: e.name)
+    except OSError as exc:
+        manifest.skipped.append(f"{prefix or '.'}: cannot be listed ({exc.strerror})")
+        return
+    for entry in entries:
+        name = entry.name
+        path = prefix + name
+        if not prefix and name.startswith(STAGING_PREFIX):
+            continue
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            manifest.skipped.append(f"{path.encode('utf-8', 'replace').decode()}: the name is not UTF-8")
+            continue
+        always = not prefix and name in ALWAYS_SENT or path.split("/", 1)[0] in ALWAYS_SENT
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue  # gone meanwhile
+        is_dir = stat.S_ISDIR(st.st_mode)
+        if not always and ignores.ignored(path, is_dir):
+            continue
+        info = tarfile.TarInfo(path)
+        info.mtime = int(st.st_mtime)
+        info.mode = stat.S_IMODE(st.st_mode) & 0o777
+        if owner is not None:
+            info.uid, info.gid = owner
+        if is_dir:
+            budget.count()
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+            manifest.entries[path] = "d"
+            loaded = not always and ignores.load(directory / name, path + "/")
+            _pack_dir(tar, directory / name, path + "/", ignores, budget, manifest, owner)
+            if loaded:
+                ignores.pop()
+        elif stat.S_ISLNK(st.st_mode):
+            try:
+                target = os.readlink(directory / name)
+            except OSError:
+                continue
+            if not _symlink_inside(path, target):
+                manifest.skipped.append(f"{path}: a symlink that leads outside the workspace")
+                continue
+            budget.count()
+            info.type = tarfile.SYMTYPE
+            info.linkname = target
+            tar.addfile(info)
+            manifest.entries[path] = f"l {target}"
+        elif stat.S_ISREG(st.st_mode):
+            try:
+                fd = os.open(directory / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError as exc:
+                manifest.skipped.append(f"{path}: cannot be read ({exc.strerror})")
+                continue
+            try:
+                size = os.fstat(fd).st_size
+                budget.count(size)
+                info.size = size
+                body = _Exactly(fd, size)
+                tar.addfile(info, body)  # type: ignore[arg-type, unused-ignore]  # typeshed wants a file; tarfile only calls read()
+            finally:
+                os.close(fd)
+            manifest.entries[path] = _file_entry(bool(info.mode & 0o111), size, st.st_mtime, body.digest.hexdigest())
+        else:
+            manifest.skipped.append(f"{path}: not a file, directory or symlink")
+
+
+# --- bringing back ----------------------------------------------------------------------------
+
+def _checked_name(name: str, prefix: str) -> str | None:
+    """The workspace-relative path of a tar member, or None for the root itself; ValueError when
+    the name is not one a lane's workspace can hold."""
+    if len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES or "\0" in name:
+        raise ValueError("the name is too long or holds a NUL")
+    name = name.rstrip("/")
+    if prefix:
+        if name == prefix.rstrip("/"):
+            return None
+        if not name.startswith(prefix):
+            raise ValueError("it lies outside the workspace")
+        name = name[len(prefix):]
+    if name in ("", "."):
+        return None
+    if name.startswith("./"):
+        name = name[2:]
+    parts = name.split("/")
+    if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ValueError("it is not a plain relative path")
+    return name
+
+
+def _is_protected(path: str, protected: Collection[str]) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in protected)
+
+
+@dataclass
+class _Here:
+    """This side of the workspace, reached beneath its root without following symlinks."""
+
+    root_fd: int
+    staging_fd: int
+    _dirs: dict[str, int] = field(default_factory=dict)
+
+    def forget(self, path: str) -> None:
+        """Close the descriptor kept for the directory `path`, before it is removed."""
+        fd = self._dirs.pop(path, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        for fd in self._dirs.values():
+            os.close(fd)
+        self._dirs.clear()
+
+    def directory(self, path: str, *, create: bool) -> int | None:
+        """A descriptor of the directory `path` ("" for the root); None when it does not exist (or
+        `create` is false); OSError(ENOTDIR/ELOOP) when a component is not a directory here."""
+        if not path:
+            return self.root_fd
+        if path in self._dirs:
+            return self._dirs[path]
+        parent_path, _, name = path.rpartition("/")
+        parent = self.directory(parent_path, create=create)
+        if parent is None:
+            return None
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        except FileNotFoundError:
+            if not create:
+                return None
+            os.mkdir(name, 0o755, dir_fd=parent)
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        self._dirs[path] = fd
+        return fd
+
+    def entry(self, path: str) -> str | None:
+        """What is at `path` here, in the manifest's form (None: nothing)."""
+        parent_path, _, name = path.rpartition("/")
+        try:
+            parent = self.directory(parent_path, create=False)
+        except OSError:
+            return None
+        if parent is None:
+            return None
+        try:
+            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISDIR(st.st_mode):
+            return "d"
+        if stat.S_ISLNK(st.st_mode):
+            return f"l {os.readlink(name, dir_fd=parent)}"
+        if not stat.S_ISREG(st.st_mode):
+            return "?"
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        try:
+            digest = hashlib.sha256()
+            while chunk := os.read(fd, _CHUNK):
+                digest.update(chunk)
+        finally:
+            os.close(fd)
+        return _file_entry(bool(st.st_mode & 0o111), st.st_size, st.st_mtime, digest.hexdigest())
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    """Whether two entries hold the same thing (a file's modification time aside)."""
+    if a is None or b is None:
+        return a is b
+    if a.startswith("f ") and b.startswith("f "):
+        fa, fb = a.split(" "), b.split(" ")
+        return fa[1] == fb[1] and fa[2] == fb[2] and fa[4] == fb[4]
+    return a == b
+
+
+def _settled(sent: str | None, member: tarfile.TarInfo, made_at: float) -> bool:
+    """Whether a lane's file is as sent by its size, mode and modification second alone."""
+    if sent is None or not sent.startswith("f "):
+        return False
+    _, mode, size, mtime, _ = sent.split(" ")
+    return (int(size) == member.size and int(mtime) == int(member.mtime) and int(mtime) < made_at - _SETTLED_S
+            and mode == ("x" if member.mode & 0o111 else "-"))
+
+
+def bring_back(workspace: str | Path, sent: Manifest, lane_tar: IO[bytes], *, prefix: str = "",
+               protected: Collection[str] = ALWAYS_SENT, limits: SyncLimits | None = None) -> SyncReport:
+    """Apply to the workspace what the lane changed, read from `lane_tar` (the lane's workspace,
+    its members under `prefix`), checked against `sent`; what was done. Deletions happen only when
+    the whole tar was read within the limits."""
+    budget = _Budget(limits or SyncLimits(), "the lane's workspace")
+    report = SyncReport(manifest=Manifest(made_at=time.time()))
+    seen: set[str] = set()
+    ignores = _IgnoreLookup(Path(workspace))
+    root_fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    staging = STAGING_PREFIX + secrets.token_hex(6)
+    os.mkdir(staging, 0o700, dir_fd=root_fd)
+    staging_fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
+    here = _Here(root_fd, staging_fd)
+    try:
+        with _reading(lane_tar) as tar:
+            try:
+                for member in tar:
+                    try:
+                        path = _checked_name(member.name, prefix)
+                    except ValueError as why:
+                        report.refused.append(f"{member.name[:200]!r}: {why}")
+                        continue
+                    if path is None or _is_protected(path, protected) or path.split("/", 1)[0].startswith(STAGING_PREFIX):
+                        continue
+                    budget.count(member.size if member.isreg() else 0)
+                    seen.add(path)
+                    _one(here, sent, tar, member, path, report, ignores)
+            except (tarfile.TarError, EOFError, OSError, WorkspaceTooLarge) as exc:
+                report.complete = False
+                report.problem = f"the lane's workspace could not be read whole ({exc}); nothing was deleted"
+        if report.complete:
+            _deletions(here, sent, seen, protected, report)
+        for path, entry in sent.entries.items():
+            if _is_protected(path, protected):
+                report.manifest.entries[path] = entry
+    finally:
+        here.close()
+        os.close(staging_fd)
+        shutil.rmtree(os.path.join(workspace, staging), ignore_errors=True)
+        os.close(root_fd)
+    return report
+
+
+@contextmanager
+def _reading(stream: IO[bytes]) -> Iterator[tarfile.TarFile]:
+    with tarfile.open(fileobj=stream, mode="r|*") as tar:
+        yield tar
+
+
+def _one(here: _Here, sent: Manifest, tar: tarfile.TarFile, member: tarfile.TarInfo, path: str, report: SyncReport,
+         ignores: _IgnoreLookup) -> None:
+    before = sent.entries.get(path)
+    if not (member.isdir() or member.issym() or member.isreg()):
+        report.refused.append(f"{path}: not a file, directory or symlink")
+        return
+    if before is None and ignores.ignored(path, member.isdir()):
+        report.left_in_lane += 1
+        return
+    if member.isdir():
+        report.manifest.entries[path] = "d"
+        if before is None:
+            try:
+                here.directory(path, create=True)
+            except OSError as exc:
+                report.refused.append(f"{path}: the directory cannot be made here ({exc.strerror})")
+        return
+    staged = None
+    if member.issym():
+        if not _symlink_inside(path, member.linkname):
+            report.refused.append(f"{path}: a symlink that leads outside the workspace")
+            return
+        lane = f"l {member.linkname}"
+    elif _settled(before, member, sent.made_at):
+        report.manifest.entries[path] = before  # type: ignore[assignment]
+        return
+    else:
+        staged, lane = _stage(here, tar, member)
+    try:
+        report.manifest.entries[path] = lane
+        if _same(lane, before):
+            return
+        try:
+            current = here.entry(path)
+        except OSError as exc:
+            report.refused.append(f"{path}: cannot be read here ({exc.strerror})")
+            return
+        if _same(current, lane):
+            return
+        if _same(current, before):
+            if _put(here, path, lane, staged, member, report, path):
+                report.written.append(path)
+        else:
+            beside = path + CONFLICT_SUFFIX
+            if _put(here, beside, lane, staged, member, report, path):
+                reason = "added in the lane and here" if before is None else "changed in the lane and here"
+                report.conflicts.append(Conflict(path=path, reason=reason, beside=beside))
+    finally:
+        if staged is not None:
+            with suppress(FileNotFoundError):
+                os.unlink(staged, dir_fd=here.staging_fd)
+
+
+def _stage(here: _Here, tar: tarfile.TarFile, member: tarfile.TarInfo) -> tuple[str, str]:
+    """Copy a lane's file into the staging directory, hashing it; its staged name and entry."""
+    staging_fd = here.staging_fd
+    name = secrets.token_hex(8)
+    digest = hashlib.sha256()
+    source = tar.extractfile(member)
+    assert source is not None
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=staging_fd)
+    try:
+        while chunk := source.read(_CHUNK):
+            digest.update(chunk)
+            _write_all(fd, chunk)
+    finally:
+        os.close(fd)
+    return name, _file_entry(bool(member.mode & 0o111), member.size, member.mtime, digest.hexdigest())
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _put(here: _Here, path: str, lane: str, staged: str | None, member: tarfile.TarInfo, report: SyncReport,
+         original: str) -> bool:
+    """Put the lane's version at `path` here (replacing what is there); False (and the path
+    refused) when a directory on the way, or at the path, is in the way."""
+    parent_path, _, name = path.rpartition("/")
+    try:
+        parent = here.directory(parent_path, create=True)
+        assert parent is not None
+        try:
+            if stat.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+                report.refused.append(f"{original}: a directory is in the way here")
+                return False
+        except FileNotFoundError:
+            pass
+        if staged is None:  # a symlink
+            temporary = f".{name}.{secrets.token_hex(4)}{CONFLICT_SUFFIX}"[-255:]
+            os.symlink(lane[2:], temporary, dir_fd=parent)
+            os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+            return True
+        staging_fd = here.staging_fd
+        os.chmod(staged, stat.S_IMODE(member.mode) & 0o777, dir_fd=staging_fd)
+        try:
+            os.replace(staged, name, src_dir_fd=staging_fd, dst_dir_fd=parent)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            _copy_across(staging_fd, staged, parent, name, stat.S_IMODE(member.mode) & 0o777)
+        os.utime(name, (member.mtime, member.mtime), dir_fd=parent, follow_symlinks=False)
+        return True
+    except OSError as exc:
+        report.refused.append(f"{original}: cannot be written here ({exc.strerror})")
+        return False
+
+
+def _copy_across(src_dir: int, src: str, dst_dir: int, dst: str, mode: int) -> None:
+    """A staged file put into a directory on another file system (a mount inside the workspace)."""
+    temporary = f".{dst}.{secrets.token_hex(4)}"[-255:]
+    with open(os.open(src, os.O_RDONLY | os.O_CLOEXEC, dir_fd=src_dir), "rb") as source, \
+            open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dst_dir), "wb") as target:
+        shutil.copyfileobj(source, target, _CHUNK)
+    os.replace(temporary, dst, src_dir_fd=dst_dir, dst_dir_fd=dst_dir)
+
+
+def _deletions(here: _Here, sent: Manifest, seen: set[str], protected: Collection[str], report: SyncReport) -> None:
+    """Remove here what the lane removed, where this side still has what was sent."""
+    gone = [p for p in sent.entries if p not in seen and not _is_protected(p, protected)]
+    for path in sorted(gone, key=lambda p: (-p.count("/"), p)):  # deepest first: files before their directories
+        before = sent.entries[path]
+        parent_path, _, name = path.rpartition("/")
+        try:
+            current = here.entry(path)
+            if current is None:
+                continue
+            parent = here.directory(parent_path, create=False)
+            if parent is None:
+                continue
+            if before == "d":
+                if current == "d":
+                    here.forget(path)
+                    os.rmdir(name, dir_fd=parent)
+                    report.deleted.append(path)
+                continue
+            if not _same(current, before):
+                report.conflicts.append(Conflict(path=path, reason="removed in the lane, changed here (kept)"))
+                continue
+            os.unlink(name, dir_fd=parent)
+            report.deleted.append(path)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                report.refused.append(f"{path}: cannot be removed here ({exc.strerror})")
