@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from homes import HOMES
+from remote_engine import remote_engine  # noqa: F401 - the second engine, one for the whole run
 
 from osprey.testing.model_server import ModelServer
 from osprey.toolservice.client import ToolClient

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 
@@ -12,6 +13,23 @@ def boot_id() -> str:
             return fh.read().strip()
     except OSError:
         return "unknown"
+
+
+@functools.cache
+def host_id() -> str:
+    """This machine's id (its machine-id, else its host name): lanes on an engine that brokers on
+    several machines share carry it, so that a broker judges only its own machine's lanes."""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            with open(path, encoding="ascii") as fh:
+                value = fh.read(64).strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if value:
+            return value
+    import socket
+
+    return "host:" + socket.gethostname()[:64]
 
 
 def pid_alive(pid: int) -> bool:

@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token-file", help="file holding the token every call must present")
     parser.add_argument("--create-token", action="store_true", help="with --token-file: write a random token there first if the file does not exist")
     parser.add_argument("--seal", action="append", default=[], metavar="DIR", help="after start-up, make DIR read-only to its owner (chmod 0555); for a lane's /dev and socket dir")
+    parser.add_argument("--forget-secrets", action="store_true", help="once read, remove the token file and the TLS key file (a lane on another machine gets them in a volume its commands could read)")
     parser.add_argument("--reap-strays", action="store_true", help="after each command, kill every process it left running outside its process group (only in a lane: a container of its own)")
     parser.add_argument("--parent-pid", type=int, metavar="PID", help="exit (stopping every running command) when process PID, the broker that started this one, ends")
     parser.add_argument("--version", action="version", version=__version__)
@@ -58,6 +59,14 @@ def main(argv: list[str] | None = None) -> int:
             token = fh.read().strip()
         if not token:
             parser.error(f"token file {args.token_file} is empty")
+    if args.forget_secrets:
+        for path in (args.token_file, args.tls_key):
+            if path:
+                try:
+                    os.unlink(path)
+                except OSError as exc:
+                    print(f"osprey_sidecar: cannot remove {path} after reading it: {exc.strerror}", file=sys.stderr, flush=True)
+                    return 1
     executor = futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="osprey-tool")
     if tls is not None and token is not None:
         try:

@@ -1,5 +1,6 @@
-"""`osprey sandbox build|status|prune`: lane images and lanes on the local Docker engine. The work
-happens in toolservice/ (images.py; lanes.py, whose `LocalDockerBackend` reaps)."""
+"""`osprey sandbox build|status|prune|recover`: lane images and lanes. The work happens in
+toolservice/ (images.py; engines.py, which names the engine; lanes.py and remote_lanes.py, whose
+backends reap; `remote_lanes.recover_lanes`)."""
 
 from __future__ import annotations
 
@@ -54,23 +55,31 @@ def build(force: bool, base_image: str | None, quiet: bool, compose_env: bool) -
 
 @sandbox.command()
 def status() -> None:
-    """List lanes (live and orphaned) and whether the current lane image is built."""
+    """Name the engine lanes run on, list its lanes (live and orphaned), and say whether the
+    current lane image is built."""
+    import os
+
     from ..errors import OspreyError
-    from ..toolservice.images import docker_client, image_tag
+    from ..toolservice.engines import open_engine
+    from ..toolservice.images import image_tag
     from ..toolservice.lanes import list_lanes
 
     try:
         settings = _settings()
-        client = docker_client()
+        client, engine = open_engine(settings.sandbox.engine, os.environ)
         lanes = list_lanes(client)
-        try:
-            tag, base = image_tag(client, settings.sandbox.base_image) if _have_base(client, settings) else ("(base image not built yet)", "")
-            client.images.get(tag)
-            image = f"{tag} (built)"
-        except Exception:  # noqa: BLE001 - only for display
-            image = f"{tag} (not built; `osprey sandbox build` or the first --sandbox run builds it)"
+        if not engine.local:
+            image = "copied from this machine's engine when a lane first needs it"
+        else:
+            try:
+                tag, base = image_tag(client, settings.sandbox.base_image) if _have_base(client, settings) else ("(base image not built yet)", "")
+                client.images.get(tag)
+                image = f"{tag} (built)"
+            except Exception:  # noqa: BLE001 - only for display
+                image = f"{tag} (not built; `osprey sandbox build` or the first --sandbox run builds it)"
     except OspreyError as exc:
         _fail(exc)
+    click.echo(f"engine: {engine.described}")
     click.echo(f"lane image: {image}")
     if not lanes:
         click.echo("no lanes")
@@ -90,19 +99,42 @@ def _have_base(client, settings) -> bool:
 @sandbox.command()
 @click.option("--images", is_flag=True, help="Also remove lane images other than the current one.")
 def prune(images: bool) -> None:
-    """Remove lanes whose owner process is gone (each start does this too)."""
+    """Remove lanes whose owner process is gone (each start does this too); on another machine's
+    engine, only this machine's lanes (their workspace volumes stay for `osprey sandbox recover`)."""
     import asyncio
+    import os
 
     from ..errors import OspreyError
-    from ..toolservice.images import docker_client, prune_images
+    from ..toolservice.engines import open_engine
+    from ..toolservice.images import prune_images
     from ..toolservice.lanes import LocalDockerBackend
+    from ..toolservice.remote_lanes import RemoteDockerBackend
 
     try:
-        client = docker_client()
-        removed = asyncio.run(LocalDockerBackend(client).reap())
-        dropped = prune_images(client, _settings().sandbox.base_image) if images else []
+        settings = _settings()
+        client, engine = open_engine(settings.sandbox.engine, os.environ)
+        backend = LocalDockerBackend(client) if engine.local else RemoteDockerBackend(engine.target, client=client, engine=engine)
+        removed = asyncio.run(backend.reap())
+        dropped = prune_images(client, settings.sandbox.base_image) if images else []
     except OspreyError as exc:
         _fail(exc)
     click.echo(f"removed {len(removed)} orphaned lane{'s' if len(removed) != 1 else ''}" + (": " + ", ".join(removed) if removed else ""))
     if images:
         click.echo(f"removed {len(dropped)} old lane image{'s' if len(dropped) != 1 else ''}" + (": " + ", ".join(dropped) if dropped else ""))
+
+
+@sandbox.command()
+def recover() -> None:
+    """Bring back what lanes on another machine changed, where their session ended without doing it
+    (a broker that crashed or was killed leaves the lane's workspace volume on the engine)."""
+    from ..errors import OspreyError
+    from ..toolservice.remote_lanes import recover_lanes
+
+    try:
+        lines = recover_lanes(_settings().home)
+    except OspreyError as exc:
+        _fail(exc)
+    if not lines:
+        click.echo("no lane left anything to bring back")
+    for line in lines:
+        click.echo(line)

@@ -134,6 +134,10 @@ class SandboxSettings(_Strict):
     socket: str | None = Field(None, description="attach to a lane already serving on this socket")
     token_file: str | None = Field(None, description="with socket: the file holding that lane's token")
     protect_git: bool = Field(True, description="mount the workspace's .git and .osprey read-only in lanes; false lets a lane write them")
+    engine: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$",
+                               description="the Docker context whose engine runs lanes; unset: DOCKER_CONTEXT, DOCKER_HOST, else the local socket")
+    sync_max_files: int = Field(100_000, ge=1, le=10_000_000, description="a lane on another machine: files, directories and symlinks copied there or back, at most")
+    sync_max_bytes: str = Field("2g", pattern=r"^[0-9]+[bkmg]?$", description="a lane on another machine: bytes of files copied there or back, at most")
 
 
 class AgentSettings(_Strict):

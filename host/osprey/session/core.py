@@ -1100,6 +1100,19 @@ class Session:
             self.emit(AssistantText(turn=loop.turns, text=answer))
             loop.messages.append(AssistantMessage(text=answer))
 
+    async def sync_workspace(self) -> str:
+        """Bring back to this machine what a lane on another machine changed in its copy of the
+        workspace so far (`/sync`); what happened, as a person reads it."""
+        from ..toolservice.homes import LaneSupervisor
+
+        home = self.home
+        report = await home.sync() if isinstance(home, LaneSupervisor) else None
+        if report is None:
+            return "the tools work on the workspace itself (not on a copy on another machine): there is nothing to bring back"
+        from ..toolservice.remote_lanes import describe
+
+        return describe(report)
+
     async def run_tool(self, name: str, arguments: dict[str, Any]) -> CallResult:
         """Run one tool call the person asked for from a front end (`/diff` runs `bash`). A
         built-in tool is found even when the model is not offered it (a toolset). The hardline

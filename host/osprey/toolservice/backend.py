@@ -18,11 +18,15 @@ import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import SandboxSettings
 from .client import Connection
+
+if TYPE_CHECKING:
+    from .workspace_sync import SyncReport
 
 Progress = Callable[[str], None]
 
@@ -93,6 +97,11 @@ class LaneBackend(abc.ABC):
     @abc.abstractmethod
     async def reap(self) -> list[str]:
         """Remove this backend's lanes whose owner (a broker) is gone; the names of those removed."""
+
+    async def sync(self, lane: Lane) -> SyncReport | None:
+        """Bring back to this machine what the lane changed in its workspace so far, for a backend
+        whose lanes work on a copy of it; None where the lane works on the workspace itself."""
+        return None
 
     @abc.abstractmethod
     def protected_changes(self, request: LaneRequest, before: Mapping[str, str | None]) -> list[str]:

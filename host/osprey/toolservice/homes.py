@@ -47,6 +47,7 @@ from .targets import ServiceTarget, TlsTarget, UnixTarget
 if TYPE_CHECKING:
     from ..config import SandboxSettings
     from .backend import Lane, LaneBackend  # lanes only: a session with the local dispatcher never loads them
+    from .workspace_sync import SyncReport
 
 READY_DEADLINE_S = 10.0
 # Where the local dispatcher's directory cannot be watched, its socket is checked after 1 ms, then
@@ -493,9 +494,19 @@ class LaneSupervisor(ToolServiceHome):
         return self._backend
 
     async def start(self) -> None:
+        if self._backend is None:
+            self._backend = await docker_backend(self.options, self.progress)
         self.lane = await self.backend.provision(self.request, progress=self.progress)
         self.protected_at_start = self.lane.protected  # a replacement lane must not hide a change
         self._client.use(self.lane.connection)
+
+    async def sync(self) -> SyncReport | None:
+        """Bring back what the lane changed in its copy of the workspace so far (a lane on another
+        machine); None where the lane works on the workspace itself."""
+        async with self._lock:
+            if self.lane is None or self._backend is None:
+                return None
+            return await self._backend.sync(self.lane)
 
     async def recover(self) -> str | None:
         """If the lane has stopped, start a new one and describe what happened; else None."""
@@ -536,6 +547,32 @@ class LaneSupervisor(ToolServiceHome):
             await self.backend.destroy(lane)
             for path in self.backend.protected_changes(self.request, self.protected_at_start):
                 self.progress(f"warning: the sandbox lane created or replaced {path}; git (or Osprey) run there would use what the lane wrote: look at it before you do, or remove it")
+
+
+async def docker_backend(options: SandboxSettings, progress: Callable[[str], None] = lambda _: None) -> LaneBackend:
+    """The backend of lanes on the engine the settings and environment name (`engines`): this
+    machine's engine by its socket at once; an engine over TCP or SSH is asked whether it is this
+    machine's (then its lanes bind-mount the workspace) or another's (they get a copy of it)."""
+    from .engines import resolve_engine
+
+    target = resolve_engine(options.engine, os.environ)
+    if target.scheme == "unix" and options.engine is None:
+        return local_docker_backend()
+    from .engines import connect, identify
+
+    client = await asyncio.to_thread(connect, target)
+    engine = await asyncio.to_thread(identify, client, target)
+    if engine.local:
+        from .lanes import LocalDockerBackend
+
+        progress(f"lanes run on {engine.described}")
+        return LocalDockerBackend(client)
+    from ..config import size_bytes
+    from .remote_lanes import RemoteDockerBackend
+    from .workspace_sync import SyncLimits
+
+    limits = SyncLimits(max_files=options.sync_max_files, max_bytes=size_bytes(options.sync_max_bytes))
+    return RemoteDockerBackend(target, client=client, engine=engine, limits=limits, progress=progress)
 
 
 def local_docker_backend() -> LaneBackend:

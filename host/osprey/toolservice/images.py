@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -421,3 +421,44 @@ def ensure_broker_image(client: Any, lane_tag: str, *, force: bool = False, prog
         progress(f"building the broker image {tag} ...")
         _stream_build(client, progress, path=str(context), tag=tag, target="broker", buildargs={"BASE_IMAGE": base}, labels={"osprey.broker-image": "1"})
     return tag
+
+
+COPY_CHUNK = 1024 * 1024
+COPY_PROGRESS_EVERY = 32 * 1024 * 1024
+
+
+def copy_image(source: Any, target: Any, tag: str, *, progress: Progress = _quiet) -> bool:
+    """Copy the image `tag` from the `source` engine to `target` (the engine's save streamed into
+    the other's load, nothing on disk) unless `target` has it already; True when it copied. The
+    tag names the image's content, so an image of that tag is the same image."""
+    import docker
+
+    if _image_exists(target, tag):
+        return False
+    try:
+        size = int(source.api.inspect_image(tag).get("Size") or 0)
+    except docker.errors.ImageNotFound:
+        raise SandboxError(f"the lane image {tag} is not on this machine's engine, so it cannot be copied; run `osprey sandbox build`") from None
+    total = f" of about {size / 1e6:,.0f} MB" if size else ""
+    progress(f"copying the lane image {tag} to the engine{total} (once: later lanes reuse it) ...")
+    sent = [0]
+
+    def chunks() -> Iterator[bytes]:
+        shown = 0
+        for chunk in source.api.get_image(tag, chunk_size=COPY_CHUNK):
+            sent[0] += len(chunk)
+            if sent[0] - shown >= COPY_PROGRESS_EVERY:
+                shown = sent[0]
+                progress(f"copying the lane image: {sent[0] / 1e6:,.0f} MB{total}")
+            yield chunk
+
+    try:
+        for status in target.api.load_image(chunks()):
+            if isinstance(status, dict) and status.get("error"):
+                raise SandboxError(f"copying the lane image to the engine failed: {str(status['error'])[:300]}")
+    except docker.errors.DockerException as exc:
+        raise SandboxError(f"copying the lane image to the engine failed: {_short(exc)}") from None
+    if not _image_exists(target, tag):
+        raise SandboxError(f"the engine did not keep the lane image {tag} it was sent")
+    progress(f"copied the lane image ({sent[0] / 1e6:,.0f} MB)")
+    return True

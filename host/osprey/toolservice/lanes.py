@@ -40,7 +40,7 @@ from typing import Any
 from ..config import SandboxSettings, size_bytes
 from ..errors import SandboxError
 from ..files import read_no_follow
-from ..owners import boot_id, pid_alive, pid_namespace
+from ..owners import boot_id, host_id, pid_alive, pid_namespace
 from .backend import Lane, LaneBackend, LaneRequest, LaneState, Progress, quiet
 from .client import Connection, accepts_connections
 from .images import _short, docker_client, engine_key, ensure_image, known_lane_image, recipe_fingerprint
@@ -290,6 +290,8 @@ def create_config(image: str, run_options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _owner_alive(labels: dict[str, str]) -> bool:
+    if labels.get("osprey.owner_host", host_id()) != host_id():
+        return True  # a broker on another machine shares this engine: its lanes are not ours to judge
     if labels.get("osprey.boot_id") != boot_id():
         return False
     if labels.get("osprey.pid_ns", pid_namespace()) != pid_namespace():
@@ -613,6 +615,7 @@ def lane_run_options(image: str, workspace: str, session_id: str, options: Sandb
         "labels": {
             LABEL: "1",
             "osprey.owner_pid": str(os.getpid()),
+            "osprey.owner_host": host_id(),
             "osprey.boot_id": boot_id(),
             "osprey.pid_ns": pid_namespace(),
             "osprey.session": session_id,

@@ -17,8 +17,10 @@ and `bring_back` applies what the lane changed, checked against the manifest:
 
 What is sent: the workspace's files, directories and symlinks, less what its `.gitignore` files
 exclude (`.git`, `.gitmodules` and `.osprey` are always sent; the backend mounts them read-only);
-a symlink only when its target is relative and stays inside the workspace; no device, socket or
-FIFO, and no name that is not UTF-8. At most `SyncLimits.max_files` entries and `max_bytes` of
+symlinks as they are (one that leads outside the workspace leads nowhere of this machine's there,
+and the lane's ToolService refuses to follow it as it does here); no device, socket or FIFO, and
+no name that is not UTF-8. What comes back from the lane is checked: a symlink that leads outside
+the workspace is not made here. At most `SyncLimits.max_files` entries and `max_bytes` of
 file content go either way: more is a `WorkspaceTooLarge` that says which limit and what to do.
 Everything that comes back is untrusted: names are checked (relative, no `..`, not protected),
 directories here are opened one component at a time without following symlinks, and files are
@@ -107,13 +109,15 @@ class SyncReport(BaseModel):
     conflicts: list[Conflict] = Field(default_factory=list)
     refused: list[str] = Field(default_factory=list, description="paths not applied, each with why")
     left_in_lane: int = Field(0, description="new paths the .gitignore files exclude, not brought back")
+    sent: list[str] = Field(default_factory=list, description="with a two-way sync: what changed here and was sent to the lane")
+    removed_in_lane: list[str] = Field(default_factory=list, description="with a two-way sync: what was removed here and so in the lane")
     complete: bool = Field(True, description="false when the lane's tar ended early or went over a limit: nothing was deleted")
     problem: str = ""
     manifest: Manifest = Field(description="the baseline for the next sync: the lane's workspace as it was read")
 
     @property
     def changed(self) -> bool:
-        return bool(self.written or self.deleted or self.conflicts)
+        return bool(self.written or self.deleted or self.conflicts or self.sent or self.removed_in_lane)
 
 
 # --- .gitignore -------------------------------------------------------------------------------
@@ -258,27 +262,21 @@ def _symlink_inside(path: str, target: str) -> bool:
     return joined != ".." and not joined.startswith("../")
 
 
-def pack(workspace: str | Path, out: IO[bytes], *, limits: SyncLimits | None = None,
-         owner: tuple[int, int] | None = None) -> Manifest:
-    """Write the workspace as a tar to `out` (entries relative to it, owned by `owner` when given);
-    what was sent. Raises `WorkspaceTooLarge` past a limit (`out` then holds part of a tar)."""
-    root = Path(workspace)
-    budget = _Budget(limits or SyncLimits(), "the workspace")
-    manifest = Manifest(made_at=time.time())
+def _walk(root: Path, skipped: list[str]) -> Iterator[tuple[str, os.stat_result]]:
+    """The workspace's entries to send, parents before children, as (relative path, lstat):
+    what its `.gitignore` files exclude left out (with everything beneath an excluded
+    directory), names that are not UTF-8 and special files noted in `skipped`."""
     ignores = _Ignores()
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-        ignores.load(root, "")
-        _pack_dir(tar, root, "", ignores, budget, manifest, owner)
-    return manifest
+    ignores.load(root, "")
+    yield from _walk_dir(root, "", ignores, skipped)
 
 
-def _pack_dir(tar: tarfile.TarFile, directory: Path, prefix: str, ignores: _Ignores, budget: _Budget,
-              manifest: Manifest, owner: tuple[int, int] | None) -> None:
+def _walk_dir(directory: Path, prefix: str, ignores: _Ignores, skipped: list[str]) -> Iterator[tuple[str, os.stat_result]]:
     try:
         with os.scandir(directory) as listing:
             entries = sorted(listing, key=lambda e: e.name)
     except OSError as exc:
-        manifest.skipped.append(f"{prefix or '.'}: cannot be listed ({exc.strerror})")
+        skipped.append(f"{prefix or '.'}: cannot be listed ({exc.strerror})")
         return
     for entry in entries:
         name = entry.name
@@ -288,9 +286,9 @@ def _pack_dir(tar: tarfile.TarFile, directory: Path, prefix: str, ignores: _Igno
         try:
             name.encode("utf-8")
         except UnicodeEncodeError:
-            manifest.skipped.append(f"{path.encode('utf-8', 'replace').decode()}: the name is not UTF-8")
+            skipped.append(f"{path.encode('utf-8', 'replace').decode()}: the name is not UTF-8")
             continue
-        always = not prefix and name in ALWAYS_SENT or path.split("/", 1)[0] in ALWAYS_SENT
+        always = path.split("/", 1)[0] in ALWAYS_SENT
         try:
             st = entry.stat(follow_symlinks=False)
         except OSError:
@@ -298,50 +296,128 @@ def _pack_dir(tar: tarfile.TarFile, directory: Path, prefix: str, ignores: _Igno
         is_dir = stat.S_ISDIR(st.st_mode)
         if not always and ignores.ignored(path, is_dir):
             continue
-        info = tarfile.TarInfo(path)
-        info.mtime = int(st.st_mtime)
-        info.mode = stat.S_IMODE(st.st_mode) & 0o777
-        if owner is not None:
-            info.uid, info.gid = owner
+        if not (is_dir or stat.S_ISLNK(st.st_mode) or stat.S_ISREG(st.st_mode)):
+            skipped.append(f"{path}: not a file, directory or symlink")
+            continue
+        yield path, st
         if is_dir:
-            budget.count()
-            info.type = tarfile.DIRTYPE
-            tar.addfile(info)
-            manifest.entries[path] = "d"
             loaded = not always and ignores.load(directory / name, path + "/")
-            _pack_dir(tar, directory / name, path + "/", ignores, budget, manifest, owner)
+            yield from _walk_dir(directory / name, path + "/", ignores, skipped)
             if loaded:
                 ignores.pop()
-        elif stat.S_ISLNK(st.st_mode):
-            try:
-                target = os.readlink(directory / name)
-            except OSError:
+
+
+def _add(tar: tarfile.TarFile, root: Path, path: str, st: os.stat_result, owner: tuple[int, int] | None, budget: _Budget,
+         skipped: list[str]) -> str | None:
+    """Add one entry to the tar; its manifest entry (None when it could not be read)."""
+    info = tarfile.TarInfo(path)
+    info.mtime = int(st.st_mtime)
+    info.mode = stat.S_IMODE(st.st_mode) & 0o777
+    if owner is not None:
+        info.uid, info.gid = owner
+    if stat.S_ISDIR(st.st_mode):
+        budget.count()
+        info.type = tarfile.DIRTYPE
+        tar.addfile(info)
+        return "d"
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(root / path)
+        except OSError:
+            return None
+        budget.count()
+        info.type = tarfile.SYMTYPE
+        info.linkname = target
+        tar.addfile(info)
+        return f"l {target}"
+    try:
+        fd = os.open(root / path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        skipped.append(f"{path}: cannot be read ({exc.strerror})")
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        budget.count(size)
+        info.size = size
+        body = _Exactly(fd, size)
+        tar.addfile(info, body)  # type: ignore[arg-type, unused-ignore]  # typeshed wants a file; tarfile only calls read()
+    finally:
+        os.close(fd)
+    return _file_entry(bool(info.mode & 0o111), size, st.st_mtime, body.digest.hexdigest())
+
+
+def pack(workspace: str | Path, out: IO[bytes], *, limits: SyncLimits | None = None,
+         owner: tuple[int, int] | None = None) -> Manifest:
+    """Write the workspace as a tar to `out` (entries relative to it, owned by `owner` when given);
+    what was sent. Raises `WorkspaceTooLarge` past a limit (`out` then holds part of a tar)."""
+    root = Path(workspace)
+    budget = _Budget(limits or SyncLimits(), "the workspace")
+    manifest = Manifest(made_at=time.time())
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        for path, st in _walk(root, manifest.skipped):
+            entry = _add(tar, root, path, st, owner, budget, manifest.skipped)
+            if entry is not None:
+                manifest.entries[path] = entry
+    return manifest
+
+
+@dataclass
+class LocalChanges:
+    """What changed here since a baseline: the tar of what to send (`sent`: their new entries) and
+    the paths gone here, to remove in the lane."""
+
+    sent: dict[str, str]
+    gone: list[str]
+
+
+def pack_changes(workspace: str | Path, baseline: Manifest, out: IO[bytes], *, protected: Collection[str] = ALWAYS_SENT,
+                 limits: SyncLimits | None = None, owner: tuple[int, int] | None = None) -> LocalChanges:
+    """Write to `out` a tar of what changed here since `baseline` (new and changed entries; a
+    file whose size and modification second are as recorded, and settled, is not read again),
+    and list what is gone here. Protected paths are left out: the lane has them read-only."""
+    root = Path(workspace)
+    budget = _Budget(limits or SyncLimits(), "the workspace's changes")
+    skipped: list[str] = []
+    changes = LocalChanges(sent={}, gone=[])
+    seen: set[str] = set()
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        for path, st in _walk(root, skipped):
+            if _is_protected(path, protected):
                 continue
-            if not _symlink_inside(path, target):
-                manifest.skipped.append(f"{path}: a symlink that leads outside the workspace")
+            seen.add(path)
+            before = baseline.entries.get(path)
+            if before is not None and _unchanged_here(before, st, root / path, baseline.made_at):
                 continue
-            budget.count()
-            info.type = tarfile.SYMTYPE
-            info.linkname = target
-            tar.addfile(info)
-            manifest.entries[path] = f"l {target}"
-        elif stat.S_ISREG(st.st_mode):
-            try:
-                fd = os.open(directory / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            except OSError as exc:
-                manifest.skipped.append(f"{path}: cannot be read ({exc.strerror})")
-                continue
-            try:
-                size = os.fstat(fd).st_size
-                budget.count(size)
-                info.size = size
-                body = _Exactly(fd, size)
-                tar.addfile(info, body)  # type: ignore[arg-type, unused-ignore]  # typeshed wants a file; tarfile only calls read()
-            finally:
-                os.close(fd)
-            manifest.entries[path] = _file_entry(bool(info.mode & 0o111), size, st.st_mtime, body.digest.hexdigest())
-        else:
-            manifest.skipped.append(f"{path}: not a file, directory or symlink")
+            entry = _add(tar, root, path, st, owner, budget, skipped)
+            if entry is not None and not _same(entry, before):
+                changes.sent[path] = entry
+    changes.gone = [p for p in baseline.entries if p not in seen and not _is_protected(p, protected)]
+    return changes
+
+
+def _unchanged_here(before: str, st: os.stat_result, path: Path, made_at: float) -> bool:
+    if before == "d":
+        return stat.S_ISDIR(st.st_mode)
+    if before.startswith("l "):
+        try:
+            return stat.S_ISLNK(st.st_mode) and f"l {os.readlink(path)}" == before
+        except OSError:
+            return False
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    _, mode, size, mtime, digest = before.split(" ")
+    if int(size) != st.st_size or mode != ("x" if st.st_mode & 0o111 else "-"):
+        return False
+    if int(mtime) == int(st.st_mtime) and int(st.st_mtime) < made_at - _SETTLED_S:
+        return True
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            h = hashlib.sha256()
+            while chunk := fh.read(_CHUNK):
+                h.update(chunk)
+    except OSError:
+        return False
+    return h.hexdigest() == digest
 
 
 # --- bringing back ----------------------------------------------------------------------------
@@ -529,10 +605,13 @@ def _one(here: _Here, sent: Manifest, tar: tarfile.TarFile, member: tarfile.TarI
         return
     staged = None
     if member.issym():
+        lane = f"l {member.linkname}"
+        if lane == before:
+            report.manifest.entries[path] = lane
+            return
         if not _symlink_inside(path, member.linkname):
             report.refused.append(f"{path}: a symlink that leads outside the workspace")
             return
-        lane = f"l {member.linkname}"
     elif _settled(before, member, sent.made_at):
         report.manifest.entries[path] = before  # type: ignore[assignment]
         return

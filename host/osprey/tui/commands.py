@@ -33,6 +33,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("session", "/session", "This session's id, title, journal, turns and usage; rename, fork from here, or delete it."),
     Command("sessions", "/sessions", "The journaled sessions by directory; Enter on one resumes it."),
     Command("diff", "/diff", "The workspace's git diff (stat and patch)."),
+    Command("sync", "/sync", "With a lane on another machine: bring back what it changed so far (conflicts are written beside your files)."),
     Command("debug", "/debug", "A dialog with version, date, system, terminal, session and model; shows or hides the raw events."),
     Command("extensions", "/extensions", "The custom tools loaded from the extension layers, the MCP servers, and what was left out."),
     Command("reload", "/reload", "Find the extensions (tools, hooks, prompts) again at the next turn boundary."),

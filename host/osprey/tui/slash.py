@@ -514,6 +514,17 @@ class SlashCommands:
         except (OspreyError, RuntimeError) as exc:
             self.note(f"/diff: {exc}", "error")
 
+    async def cmd_sync(self, argument: str) -> None:
+        """What a lane on another machine changed so far, brought back into the workspace."""
+        session = self.driver.session
+        if session is None or not session.started:
+            self.note("/sync: the session has not started yet")
+            return
+        try:
+            self.note(f"/sync: {await session.sync_workspace()}")
+        except (OspreyError, RuntimeError) as exc:
+            self.note(f"/sync: {exc}", "error")
+
     # ------------------------------------------------------------------ sessions
 
     async def cmd_session(self, argument: str) -> None:

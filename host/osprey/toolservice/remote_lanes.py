@@ -1,0 +1,652 @@
+"""Sandbox lanes on a Docker engine on another machine: `RemoteDockerBackend`.
+
+Such an engine cannot bind-mount this machine's workspace, nor a socket directory, so a lane
+there is made of:
+
+- a volume holding the workspace, filled from a tar of it (`workspace_sync.pack`) and mounted at
+  the workspace's own path; protected directories (`.git`, `.osprey`, ...) each in a volume of
+  their own, mounted read-only over it;
+- a volume holding the sidecar's TLS certificate and key, its client CA and its token, which the
+  sidecar reads at start and then removes (`--forget-secrets`);
+- the lane container, on an internal network of its own (it reaches nothing; with `network`
+  on, the default bridge too), its sidecar serving TLS on `LANE_PORT` there, locked down as a
+  local lane is (no capabilities, read-only root, limits);
+- a gateway container on that network and on the default bridge, whose `LANE_PORT` the engine
+  publishes (an engine publishes no port of an internal network): it forwards TCP to the lane
+  and holds no key, since TLS runs end to end between the broker and the sidecar.
+
+The broker reaches the sidecar at the engine's host and the published port, pins the lane's
+own CA (`lane_tls`) and presents its client certificate and the lane's token. Everything made
+carries `osprey.lane` with the owner's machine (`osprey.owner_host`), pid and boot id: a broker
+reaps only its own machine's dead lanes, and a broker on another machine sharing the engine is
+never judged. The lane image is copied from this machine's engine (streamed save and load), once:
+images are tagged by their content.
+
+When the lane goes (the session ends, or it is replaced) its workspace comes back
+(`workspace_sync.bring_back`): what the lane changed is applied where this side still has what
+was sent, and both-sides changes are written beside the file. What was sent is recorded under
+`$OSPREY_HOME/lanes/`, so that a broker that died leaves the volume and its record, and
+`osprey sandbox recover` brings the changes back later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import secrets
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..config import SandboxSettings, size_bytes
+from ..errors import SandboxError
+from ..owners import boot_id, host_id, owner_record, pid_namespace
+from .backend import Lane, LaneBackend, LaneRequest, LaneState, Progress, quiet
+from .client import Connection
+from .engines import Engine, EngineTarget, connect, identify
+from .lane_tls import make_lane_pki
+from .workspace_sync import Manifest, SyncLimits, SyncReport, bring_back, pack, pack_changes
+
+LABEL = "osprey.lane"
+REMOTE_LABEL = "osprey.remote"
+LANE_PORT = 7443
+SECRETS_IN_LANE = "/run/osprey-lane"
+LOG_LINES = 20
+READY_POLL_S = 0.05
+RECORDS_DIR = "lanes"
+RECORD_MAX_BYTES = 64 * 1024 * 1024
+_SIDECAR = "import sys; sys.path.insert(0, '/opt/osprey/lib'); from osprey_sidecar.{module} import main; sys.exit(main())"
+_GATEWAY_MEMORY = 64 * 1024 * 1024
+
+
+class LaneRecord(BaseModel):
+    """What a broker keeps of a remote lane's workspace volume, to bring its changes back."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = 1
+    lane: str
+    volumes: list[str]
+    engine_id: str
+    engine: EngineTarget
+    workspace: str
+    image: str
+    protected: list[str] = Field(default_factory=list, description="workspace-relative paths never brought back")
+    owner: str = Field(default_factory=owner_record, description="the broker that made the lane (`owners.owner_record`)")
+    manifest: Manifest
+
+
+@dataclass(kw_only=True)
+class RemoteLane(Lane):
+    """A lane on a remote engine, with what its backend made for it."""
+
+    gateway: str
+    network: str
+    volumes: list[str]
+    record_path: Path
+    record: LaneRecord
+    sync_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def records_dir(home: Path | None) -> Path:
+    return (home or Path.home() / ".osprey") / RECORDS_DIR
+
+
+def _owner_labels() -> dict[str, str]:
+    return {LABEL: "1", REMOTE_LABEL: "1", "osprey.owner_host": host_id(), "osprey.owner_pid": str(os.getpid()),
+            "osprey.boot_id": boot_id(), "osprey.pid_ns": pid_namespace()}
+
+
+def _owner_gone(labels: Mapping[str, str]) -> bool:
+    """Whether a remote lane's broker certainly died: only a broker of this machine can say."""
+    from ..owners import owner_gone
+
+    if labels.get("osprey.owner_host") != host_id():
+        return False
+    return owner_gone(f"{labels.get('osprey.owner_pid', '0')} {labels.get('osprey.boot_id', '')} {labels.get('osprey.pid_ns', '')}")
+
+
+def engine_address(target: EngineTarget) -> str:
+    """The host a published port of this engine is reached at: the engine's own host name."""
+    if target.scheme == "unix":
+        return "127.0.0.1"
+    host = urlsplit(target.host).hostname
+    return host or "127.0.0.1"
+
+
+def _tar_of(files: Mapping[str, tuple[bytes, int]], owner: tuple[int, int], dir_mode: int = 0o700) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        info = tarfile.TarInfo(".")
+        info.type, info.mode, (info.uid, info.gid) = tarfile.DIRTYPE, dir_mode, owner
+        tar.addfile(info)
+        for name, (data, mode) in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, (info.uid, info.gid), info.mtime = len(data), mode, owner, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+class _ChunkReader(io.RawIOBase):
+    """The engine's archive stream (an iterator of chunks) as a file tarfile can read."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._buffer = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target: Any) -> int:
+        while not self._buffer:
+            try:
+                self._buffer = next(self._chunks)
+            except StopIteration:
+                return 0
+        n = min(len(target), len(self._buffer))
+        target[:n] = self._buffer[:n]
+        self._buffer = self._buffer[n:]
+        return n
+
+
+class RemoteDockerBackend(LaneBackend):
+    """Lanes on a Docker engine that does not see this machine's files (`target`; `client` a
+    docker SDK client for it, made from `target` when not given). `local_client` is the engine
+    the lane image is copied from (this machine's default one when not given)."""
+
+    def __init__(self, target: EngineTarget, *, client: Any | None = None, engine: Engine | None = None, local_client: Any | None = None,
+                 limits: SyncLimits | None = None, progress: Progress = quiet) -> None:
+        self.target = target
+        self._client = client
+        self._local_client = local_client
+        self.limits = limits or SyncLimits()
+        self.engine = engine
+        self.progress = progress
+        self.last_sync: SyncReport | None = None
+
+    # --- the engine ---------------------------------------------------------------------------
+
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = connect(self.target)
+        return self._client
+
+    def _engine(self) -> Engine:
+        if self.engine is None:
+            self.engine = identify(self.client(), self.target)
+        return self.engine
+
+    def _sdk(self, what: str, call: Any) -> Any:
+        import docker
+
+        try:
+            return call()
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"{what} failed on the engine at {self.target.host}: {str(exc.explanation or exc)[:300]}") from None
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"{what}: the engine at {self.target.host} did not answer ({str(exc)[:300]})") from None
+        except OSError as exc:  # requests' connection errors
+            raise SandboxError(f"{what}: the engine at {self.target.host} could not be reached ({str(exc)[:300]})") from None
+
+    def _image(self, options: SandboxSettings, home: Path | None, progress: Progress) -> str:
+        """The lane image on the remote engine: copied from this machine's engine unless it is
+        there already (its tag names its content)."""
+        from .engines import local_client
+        from .images import copy_image, ensure_image
+
+        if self._local_client is None:
+            self._local_client = local_client()
+        local = self._local_client
+        tag = ensure_image(local, options.base_image, progress=progress, home=home)
+        copy_image(local, self.client(), tag, progress=progress)
+        return tag
+
+    # --- provisioning -------------------------------------------------------------------------
+
+    async def provision(self, request: LaneRequest, *, progress: Progress = quiet) -> RemoteLane:
+        loop = asyncio.get_running_loop()
+        made: list[tuple[str, str]] = []  # (kind, name) to remove when the start fails
+        work = loop.run_in_executor(None, self._provision, request, progress, made)
+        try:
+            lane = await asyncio.shield(work)
+        except asyncio.CancelledError:
+            try:
+                await work
+            except Exception:  # noqa: BLE001 - it failed on its own; what it made is removed below
+                pass
+            await asyncio.to_thread(self._remove_made, made, request.home)
+            raise
+        except BaseException:
+            await asyncio.to_thread(self._remove_made, made, request.home)
+            raise
+        try:
+            await self._wait_ready(lane, request.options.ready_timeout)
+        except BaseException:
+            await lane.connection.close()
+            await asyncio.to_thread(self._remove_made, made, request.home)
+            raise
+        return lane
+
+    def _provision(self, request: LaneRequest, progress: Progress, made: list[tuple[str, str]]) -> RemoteLane:
+        from .lanes import protected_paths, workspace_owner
+
+        client = self.client()
+        engine = self._engine()
+        progress(f"lanes run on {engine.described}; the workspace is copied there and back")
+        self._reap()
+        workspace = os.path.realpath(request.workspace)
+        options = request.options
+        image = self._image(options, request.home, progress)
+        session = request.session_id
+        lane_name, gateway_name, network = f"osprey-lane-{session}", f"osprey-gw-{session}", f"osprey-lane-{session}"
+        labels = {**_owner_labels(), "osprey.session": session, "osprey.workspace": workspace, "osprey.image": image}
+        owner = workspace_owner(workspace)
+
+        protected_dirs, protected = [], []
+        for path in protected_paths(workspace, options, request.home):
+            relative = os.path.relpath(path, workspace)
+            protected.append(relative)
+            if os.path.isdir(path) and not os.path.islink(path):
+                protected_dirs.append(relative)
+        volumes = [f"osprey-ws-{session}", f"osprey-sec-{session}"] + [f"osprey-ro{i}-{session}" for i in range(len(protected_dirs))]
+        for volume in volumes:
+            self._sdk("making a lane volume", lambda v=volume: client.volumes.create(v, labels={**labels, "osprey.volume": "1"}))
+            made.append(("volume", volume))
+
+        progress(f"sending the workspace {workspace} to the engine ...")
+        with tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024) as packed:
+            manifest = pack(workspace, packed, limits=self.limits, owner=owner)
+            record = LaneRecord(lane=lane_name, volumes=volumes, engine_id=engine.id, engine=self.target, workspace=workspace,
+                                image=image, protected=protected, manifest=manifest)
+            record_path = self._write_record(records_dir(request.home) / f"{volumes[0]}.json", record)
+            made.append(("record", str(record_path)))
+            # A container that never starts, with every volume mounted writable, takes the tar in.
+            loader_mounts = [{"Type": "volume", "Source": volumes[0], "Target": workspace}] + [
+                {"Type": "volume", "Source": v, "Target": f"{workspace}/{p}"} for v, p in zip(volumes[2:], protected_dirs, strict=True)]
+            loader = self._sdk("preparing the lane's workspace", lambda: client.api.create_container(
+                image, command=["true"], entrypoint=[], labels=labels, network_disabled=True,
+                host_config=client.api.create_host_config(mounts=loader_mounts, network_mode="none")))["Id"]
+            try:
+                packed.seek(0)
+                self._sdk("copying the workspace to the engine", lambda: client.api.put_archive(loader, workspace, packed))
+            finally:
+                self._sdk("removing the workspace loader", lambda: client.api.remove_container(loader, force=True))
+        progress(f"sent {len(manifest.entries):,} files and directories")
+
+        pki = make_lane_pki(lane_name)
+        token = secrets.token_hex(32)
+        lane_secrets = _tar_of({"server.pem": (pki.server_cert_pem, 0o400), "server.key": (pki.server_key_pem, 0o400),
+                                "client-ca.pem": (pki.ca_pem, 0o400), "token": (token.encode() + b"\n", 0o400)}, owner)
+        self._sdk("making the lane's network", lambda: client.api.create_network(network, driver="bridge", internal=True, labels=labels))
+        made.append(("network", network))
+
+        lane_id = self._create_lane(request, image, lane_name, network, labels, volumes, protected_dirs, workspace, owner)
+        made.append(("container", lane_id))
+        self._sdk("giving the lane its certificate", lambda: client.api.put_archive(lane_id, SECRETS_IN_LANE, lane_secrets))
+        if options.network:
+            self._sdk("connecting the lane to the network", lambda: client.api.connect_container_to_network(lane_id, "bridge"))
+        self._sdk("starting the lane", lambda: client.api.start(lane_id))
+
+        gateway_id = self._create_gateway(image, gateway_name, lane_name, network, labels)
+        made.append(("container", gateway_id))
+        self._sdk("starting the lane's gateway", lambda: client.api.start(gateway_id))
+        ports = self._sdk("finding the lane's port", lambda: client.api.inspect_container(gateway_id))["NetworkSettings"]["Ports"]
+        bound = (ports or {}).get(f"{LANE_PORT}/tcp") or []
+        if not bound:
+            raise SandboxError(f"the engine at {self.target.host} published no port for the lane's gateway")
+        port = int(bound[0]["HostPort"])
+        connection = Connection(pki.target(engine_address(self.target), port), token=token)
+        return RemoteLane(id=lane_id, name=lane_name, workspace=workspace, image=image, connection=connection, gateway=gateway_id,
+                          network=network, volumes=volumes, record_path=record_path, record=record)
+
+    def _create_lane(self, request: LaneRequest, image: str, name: str, network: str, labels: dict[str, str], volumes: list[str],
+                     protected_dirs: list[str], workspace: str, owner: tuple[int, int]) -> str:
+        client = self.client()
+        options = request.options
+        memory = size_bytes(options.memory_limit)
+        mounts = [
+            {"Type": "volume", "Source": volumes[0], "Target": workspace},
+            {"Type": "volume", "Source": volumes[1], "Target": SECRETS_IN_LANE},
+        ] + [{"Type": "volume", "Source": v, "Target": f"{workspace}/{p}", "ReadOnly": True} for v, p in zip(volumes[2:], protected_dirs, strict=True)]
+        host_config = client.api.create_host_config(
+            mounts=mounts, network_mode=network, cap_drop=["ALL"], security_opt=["no-new-privileges:true"], read_only=True,
+            tmpfs={"/tmp": f"rw,nosuid,nodev,size={options.tmp_size},mode=1777", "/dev/mqueue": "ro,nosuid,nodev,noexec,size=4k"},
+            shm_size="64m", pids_limit=options.pids_limit, mem_limit=memory, memswap_limit=memory, nano_cpus=int(options.cpus * 1e9))
+        command = ["--listen", f"0.0.0.0:{LANE_PORT}", "--tls-cert", f"{SECRETS_IN_LANE}/server.pem",
+                   "--tls-key", f"{SECRETS_IN_LANE}/server.key", "--tls-client-ca", f"{SECRETS_IN_LANE}/client-ca.pem",
+                   "--token-file", f"{SECRETS_IN_LANE}/token", "--forget-secrets", "--seal", SECRETS_IN_LANE,
+                   "--root", workspace, "--reap-strays"]
+        created = self._sdk("making the lane", lambda: client.api.create_container(
+            image, command=command, name=name, user=f"{owner[0]}:{owner[1]}", working_dir=workspace, labels=labels,
+            environment={"HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}, host_config=host_config,
+            networking_config=client.api.create_networking_config({network: client.api.create_endpoint_config(aliases=[name])})))
+        return str(created["Id"])
+
+    def _create_gateway(self, image: str, name: str, lane_name: str, network: str, labels: dict[str, str]) -> str:
+        client = self.client()
+        host_config = client.api.create_host_config(
+            network_mode="bridge", cap_drop=["ALL"], security_opt=["no-new-privileges:true"], read_only=True,
+            pids_limit=64, mem_limit=_GATEWAY_MEMORY, memswap_limit=_GATEWAY_MEMORY, nano_cpus=int(0.5e9),
+            port_bindings={f"{LANE_PORT}/tcp": None})
+        created = self._sdk("making the lane's gateway", lambda: client.api.create_container(
+            image, name=name, user="65534:65534", labels={**labels, "osprey.gateway": "1"}, ports=[LANE_PORT], host_config=host_config,
+            entrypoint=["/usr/bin/tini", "--", "python3", "-I", "-S", "-B", "-c", _SIDECAR.format(module="forward")],
+            command=["--listen", f"0.0.0.0:{LANE_PORT}", "--to", f"{lane_name}:{LANE_PORT}"]))
+        gateway_id = str(created["Id"])
+        try:
+            self._sdk("connecting the lane's gateway", lambda: client.api.connect_container_to_network(gateway_id, network))
+        except BaseException:
+            self._sdk("removing the lane's gateway", lambda: client.api.remove_container(gateway_id, force=True))
+            raise
+        return gateway_id
+
+    async def _wait_ready(self, lane: RemoteLane, deadline_s: float) -> None:
+        end = time.monotonic() + deadline_s
+        next_check = 0.0
+        while True:
+            if await lane.connection.healthy(timeout=1.0):
+                return
+            now = time.monotonic()
+            if now >= next_check:
+                next_check = now + 0.5
+                state = await self.state(lane)
+                if not state.running:
+                    logs = await self.logs(lane)
+                    raise SandboxError(f"the lane exited during start-up (exit code {state.exit_code}); its last log lines:\n{logs or '(none)'}")
+            if now > end:
+                refused = f" ({lane.connection.refused})" if lane.connection.refused else ""
+                gateway = await self.logs(Lane(id=lane.gateway, name="", workspace="", image="", connection=lane.connection))
+                raise SandboxError(f"the lane on {self.target.host} did not answer within {deadline_s:g} s{refused}; "
+                                   f"its last log lines:\n{await self.logs(lane) or '(none)'}\nits gateway's:\n{gateway or '(none)'}")
+            await asyncio.sleep(READY_POLL_S)
+
+    # --- records ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _write_record(path: Path, record: LaneRecord) -> Path:
+        directory = path.parent
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        temporary = directory / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(record.model_dump_json())
+        os.replace(temporary, path)
+        return path
+
+    # --- watching and removing ----------------------------------------------------------------
+
+    async def state(self, lane: Lane) -> LaneState:
+        import docker
+
+        try:
+            attrs = await asyncio.to_thread(self.client().api.inspect_container, lane.id)
+        except docker.errors.NotFound:
+            return LaneState(running=False, gone=True)
+        except (docker.errors.DockerException, OSError) as exc:
+            raise SandboxError(f"the engine at {self.target.host} could not say how the lane is: {str(exc)[:300]}") from None
+        state = attrs.get("State") or {}
+        exit_code = state.get("ExitCode")
+        return LaneState(running=bool(state.get("Running")), paused=bool(state.get("Paused")), oom_killed=bool(state.get("OOMKilled")),
+                         exit_code=exit_code if isinstance(exit_code, int) else None)
+
+    async def logs(self, lane: Lane, lines: int = LOG_LINES) -> str:
+        def read() -> str:
+            try:
+                return bytes(self.client().api.logs(lane.id, tail=lines)).decode("utf-8", "replace").strip()
+            except Exception:  # noqa: BLE001 - logs are only for a message
+                return ""
+
+        return await asyncio.to_thread(read)
+
+    async def sync(self, lane: Lane) -> SyncReport | None:
+        """Bring back what the lane changed so far (`/sync`); the lane goes on."""
+        if not isinstance(lane, RemoteLane):
+            return None
+        return await asyncio.to_thread(self._sync, lane)
+
+    def _sync(self, lane: RemoteLane, *, push: bool = True) -> SyncReport:
+        """Bring back what the lane changed; then (`push`, the lane running) send it what changed
+        here meanwhile, so that both sides hold the same workspace again."""
+        with lane.sync_lock:
+            report = self.read_back(lane.record)
+            if report.complete and push:
+                self._push(lane, report)
+            if report.complete:
+                lane.record = lane.record.model_copy(update={"manifest": report.manifest})
+                self._write_record(lane.record_path, lane.record)
+            self.last_sync = report
+            return report
+
+    def _push(self, lane: RemoteLane, report: SyncReport) -> None:
+        from .lanes import workspace_owner
+
+        client = self.client()
+        record = lane.record
+        owner = workspace_owner(record.workspace)
+        with tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024) as out:
+            changes = pack_changes(record.workspace, report.manifest, out, protected=record.protected, limits=self.limits, owner=owner)
+            if changes.sent:
+                out.seek(0)
+                self._sdk("sending your changes to the lane", lambda: client.api.put_archive(lane.id, record.workspace, out))
+        for start in range(0, len(changes.gone), 200):
+            batch = [f"{record.workspace}/{p}" for p in changes.gone[start:start + 200]]
+            created = self._sdk("removing in the lane what you removed", lambda b=batch: client.api.exec_create(
+                lane.id, ["rm", "-rf", "--", *b], user=f"{owner[0]}:{owner[1]}"))
+            self._sdk("removing in the lane what you removed", lambda c=created: client.api.exec_start(c["Id"]))
+        entries = report.manifest.entries
+        entries.update(changes.sent)
+        for path in changes.gone:
+            entries.pop(path, None)
+            for inner in [p for p in entries if p.startswith(path + "/")]:
+                entries.pop(inner)
+        report.sent, report.removed_in_lane = sorted(changes.sent), sorted(changes.gone)
+
+    def read_back(self, record: LaneRecord) -> SyncReport:
+        """Apply to the workspace what the lane's volume holds beyond what `record` sent."""
+        client = self.client()
+        mounts = [{"Type": "volume", "Source": record.volumes[0], "Target": record.workspace, "ReadOnly": True}]
+        reader = self._sdk("reading the lane's workspace", lambda: client.api.create_container(
+            record.image, command=["true"], entrypoint=[], labels={**_owner_labels(), "osprey.reader": "1"}, network_disabled=True,
+            host_config=client.api.create_host_config(mounts=mounts, network_mode="none")))["Id"]
+        try:
+            chunks, _ = self._sdk("reading the lane's workspace", lambda: client.api.get_archive(reader, record.workspace, chunk_size=1024 * 1024))
+            stream = io.BufferedReader(_ChunkReader(iter(chunks)), buffer_size=1024 * 1024)
+            return bring_back(record.workspace, record.manifest, stream, prefix=os.path.basename(record.workspace) + "/",
+                              protected=record.protected, limits=self.limits)
+        finally:
+            self._sdk("removing the workspace reader", lambda: client.api.remove_container(reader, force=True))
+
+    async def destroy(self, lane: Lane) -> None:
+        """Bring the lane's changes back, then remove the lane, its gateway and network, and (when
+        everything came back) its volumes and record; safe to call twice."""
+        await lane.connection.close()
+        if not isinstance(lane, RemoteLane):
+            return
+        await asyncio.to_thread(self._destroy, lane)
+
+    def _destroy(self, lane: RemoteLane) -> None:
+        import docker
+
+        client = self.client()
+        for container in (lane.id, lane.gateway):
+            try:
+                client.api.remove_container(container, force=True)
+            except docker.errors.NotFound:
+                pass
+            except (docker.errors.DockerException, OSError) as exc:
+                self.progress(f"warning: the lane container {container[:12]} could not be removed: {str(exc)[:200]}")
+        try:
+            client.api.remove_network(lane.network)
+        except (docker.errors.DockerException, OSError):
+            pass
+        if not lane.record_path.exists():
+            return  # destroyed before
+        try:
+            report = self._sync(lane, push=False)
+        except SandboxError as exc:
+            self.progress(f"the lane's changes could not be brought back ({exc}); its volume {lane.volumes[0]} is kept: "
+                          "`osprey sandbox recover` brings them back")
+            return
+        self.progress(describe(report))
+        if not report.complete:
+            self.progress(f"the lane's volume {lane.volumes[0]} is kept: `osprey sandbox recover` tries again")
+            return
+        self._remove_volumes(lane.volumes)
+        lane.record_path.unlink(missing_ok=True)
+
+    def volume_exists(self, volume: str) -> bool:
+        import docker
+
+        try:
+            self.client().api.inspect_volume(volume)
+            return True
+        except docker.errors.NotFound:
+            return False
+        except (docker.errors.DockerException, OSError) as exc:
+            raise SandboxError(f"the engine at {self.target.host} could not be asked for the volume {volume}: {str(exc)[:200]}") from None
+
+    def _remove_volumes(self, volumes: list[str]) -> None:
+        import docker
+
+        for volume in volumes:
+            try:
+                self.client().api.remove_volume(volume, force=True)
+            except docker.errors.NotFound:
+                pass
+            except (docker.errors.DockerException, OSError) as exc:
+                self.progress(f"warning: the lane volume {volume} could not be removed: {str(exc)[:200]}")
+
+    def _remove_made(self, made: list[tuple[str, str]], home: Path | None) -> None:
+        """Remove what a failed start made, newest first (volumes too: nothing ran in them)."""
+        import docker
+
+        client = self.client()
+        for kind, name in reversed(made):
+            try:
+                if kind == "container":
+                    client.api.remove_container(name, force=True)
+                elif kind == "network":
+                    client.api.remove_network(name)
+                elif kind == "volume":
+                    client.api.remove_volume(name, force=True)
+                elif kind == "record":
+                    Path(name).unlink(missing_ok=True)
+            except (docker.errors.DockerException, OSError):
+                pass
+
+    async def reap(self) -> list[str]:
+        return await asyncio.to_thread(self._reap)
+
+    def _reap(self) -> list[str]:
+        """Remove the containers and networks of this machine's lanes whose broker died; their
+        workspace volumes stay for `osprey sandbox recover`."""
+        import docker
+
+        client = self.client()
+        removed = []
+        try:
+            containers = client.api.containers(all=True, filters={"label": [LABEL, REMOTE_LABEL]})
+            networks = client.api.networks(filters={"label": [LABEL, REMOTE_LABEL]})
+        except (docker.errors.DockerException, OSError):
+            return []
+        for container in containers:
+            if not _owner_gone(container.get("Labels") or {}):
+                continue
+            try:
+                client.api.remove_container(container["Id"], force=True)
+            except (docker.errors.DockerException, OSError):
+                continue
+            removed.append((container.get("Names") or [container["Id"][:12]])[0].lstrip("/"))
+        for network in networks:
+            if _owner_gone(network.get("Labels") or {}):
+                try:
+                    client.api.remove_network(network["Id"])
+                except (docker.errors.DockerException, OSError):
+                    pass
+        return removed
+
+    def protected_changes(self, request: LaneRequest, before: Mapping[str, str | None]) -> list[str]:
+        return []  # protected paths never come back from a remote lane
+
+
+def describe(report: SyncReport) -> str:
+    """One message for a person: what came back from the lane."""
+    if not report.changed and not report.refused:
+        text = "the lane changed nothing in the workspace"
+    else:
+        parts = [f"{len(report.written)} written", f"{len(report.deleted)} deleted"]
+        text = "from the lane: " + ", ".join(parts)
+        if report.sent or report.removed_in_lane:
+            text += f"; to the lane: {len(report.sent)} sent, {len(report.removed_in_lane)} removed"
+        if report.conflicts:
+            shown = "; ".join(f"{c.path} ({c.reason}{', the lane’s version is in ' + c.beside if c.beside else ''})" for c in report.conflicts[:20])
+            more = f" and {len(report.conflicts) - 20} more" if len(report.conflicts) > 20 else ""
+            text += f"; {len(report.conflicts)} conflicts, your files kept: {shown}{more}"
+        if report.refused:
+            text += f"; {len(report.refused)} refused: " + "; ".join(report.refused[:10])
+    if report.left_in_lane:
+        text += f" ({report.left_in_lane} new paths your .gitignore excludes stayed in the lane)"
+    if not report.complete:
+        text += f"; {report.problem}"
+    return text
+
+
+def read_record(path: Path) -> LaneRecord:
+    """A lane record written by `RemoteDockerBackend` (a SandboxError when it cannot be used)."""
+    from ..files import FileRefused, read_file
+
+    try:
+        raw = read_file(path, RECORD_MAX_BYTES)
+    except (FileRefused, OSError) as exc:
+        raise SandboxError(f"the lane record {path} cannot be read ({exc})") from None
+    if raw is None:
+        raise SandboxError(f"the lane record {path} is gone")
+    try:
+        return LaneRecord.model_validate(json.loads(raw))
+    except ValueError as exc:
+        raise SandboxError(f"the lane record {path} is not one Osprey wrote ({str(exc)[:200]})") from None
+
+
+def recover_lanes(home: Path | None) -> list[str]:
+    """Bring back the changes of remote lanes whose broker died before it could (their records
+    under `$OSPREY_HOME/lanes/`), then remove what is left of them; a line for each."""
+    from ..owners import owner_gone
+
+    directory = records_dir(home)
+    paths = sorted(directory.glob("osprey-ws-*.json")) if directory.is_dir() else []
+    lines = []
+    for path in paths:
+        try:
+            record = read_record(path)
+        except SandboxError as exc:
+            lines.append(str(exc))
+            continue
+        if not owner_gone(record.owner):
+            lines.append(f"{record.lane}: its session still runs (broker {record.owner.split()[0]}); it brings the changes back when it ends")
+            continue
+        backend = RemoteDockerBackend(record.engine)
+        try:
+            backend._reap()
+            if not backend.volume_exists(record.volumes[0]):
+                path.unlink(missing_ok=True)
+                lines.append(f"{record.lane}: its volume {record.volumes[0]} is gone from the engine at {record.engine.host}; nothing to bring back")
+                continue
+            report = backend.read_back(record)
+        except SandboxError as exc:
+            lines.append(f"{record.lane} ({record.workspace}): {exc}")
+            continue
+        lines.append(f"{record.lane} ({record.workspace}): {describe(report)}")
+        if report.complete:
+            backend._remove_volumes(record.volumes)
+            path.unlink(missing_ok=True)
+    return lines

@@ -1,0 +1,302 @@
+"""Lanes on another machine's Docker engine (`RemoteDockerBackend`), against a second real engine
+the tests start on loopback with mutual TLS and a data root of its own (tests/remote_engine.py):
+the image copied once, the workspace sent and brought back, conflicts kept beside the file, a
+killed broker's volume recovered, owners on other machines left alone, the sidecar over TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import docker
+import pytest
+from remote_engine import RemoteEngine
+
+from osprey.config import SandboxSettings
+from osprey.errors import DispatcherError, SandboxError
+from osprey.toolservice import remote_lanes
+from osprey.toolservice.backend import LaneRequest
+from osprey.toolservice.client import ToolClient
+from osprey.toolservice.engines import EngineTarget, connect, identify, resolve_engine
+from osprey.toolservice.homes import LaneSupervisor, docker_backend
+from osprey.toolservice.remote_lanes import RemoteDockerBackend, RemoteLane
+from osprey.toolservice.targets import TlsTarget
+from osprey.toolservice.workspace_sync import CONFLICT_SUFFIX
+
+pytestmark = pytest.mark.slow
+
+
+def target_of(engine: RemoteEngine) -> EngineTarget:
+    return EngineTarget(host=engine.host, tls_verify=True, cert_path=str(engine.cert_dir), source="the test engine")
+
+
+@pytest.fixture
+def backend(remote_engine: RemoteEngine) -> Iterator[RemoteDockerBackend]:
+    messages: list[str] = []
+    made = RemoteDockerBackend(target_of(remote_engine), progress=messages.append)
+    made.messages = messages  # type: ignore[attr-defined]
+    yield made
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    made = tmp_path / "broker-home"
+    made.mkdir()
+    return made
+
+
+def request_for(workspace: Path, home: Path, session: str, **options: object) -> LaneRequest:
+    return LaneRequest(workspace=str(workspace), session_id=f"{session}-{os.getpid()}", options=SandboxSettings(**options), home=home)
+
+
+@pytest.fixture
+async def lane(backend: RemoteDockerBackend, workspace: Path, home: Path) -> AsyncIterator[RemoteLane]:
+    (workspace / "a.txt").write_text("alpha\n")
+    (workspace / ".git").mkdir()
+    (workspace / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    made = await backend.provision(request_for(workspace, home, "t"), progress=backend.messages.append)  # type: ignore[attr-defined]
+    try:
+        yield made
+    finally:
+        await backend.destroy(made)
+
+
+def engine_client(engine: RemoteEngine) -> docker.DockerClient:
+    return engine.client()
+
+
+async def test_a_remote_lane_gets_the_workspace_and_its_edits_come_back(backend: RemoteDockerBackend, lane: RemoteLane,
+                                                                        workspace: Path, home: Path, remote_engine: RemoteEngine) -> None:
+    client = ToolClient(lane.connection)
+    assert (await client.read_file("a.txt")).content.endswith("alpha")
+    await client.write_file("b.txt", "beta\n")
+    result = await client.bash("echo gamma > c.txt && rm a.txt && mkdir -p d/e && echo deep > d/e/f.txt && echo x > .git/y; echo $?")
+    assert "Read-only file system" in result.output, "the lane's .git is read-only"
+    assert not (workspace / "b.txt").exists(), "nothing comes back before the lane goes (or /sync)"
+    assert any("remote engine" in m for m in backend.messages)  # type: ignore[attr-defined]
+    record = lane.record_path
+    assert record.is_file() and record.parent == home / "lanes"
+
+    await backend.destroy(lane)
+
+    assert (workspace / "b.txt").read_text() == "beta\n" and (workspace / "c.txt").read_text() == "gamma\n"
+    assert (workspace / "d" / "e" / "f.txt").read_text() == "deep\n"
+    assert not (workspace / "a.txt").exists() and not (workspace / ".git" / "y").exists()
+    assert not record.exists(), "the record goes once everything came back"
+    volumes = {v.name for v in engine_client(remote_engine).volumes.list()}
+    assert not set(lane.volumes) & volumes, "the lane's volumes are removed once its changes came back"
+    containers = engine_client(remote_engine).containers.list(all=True, filters={"label": "osprey.session=" + lane.name.removeprefix("osprey-lane-")})
+    assert not containers
+
+
+async def test_the_image_is_copied_once(backend: RemoteDockerBackend, workspace: Path, home: Path) -> None:
+    first = await backend.provision(request_for(workspace, home, "img1"))
+    second = await backend.provision(request_for(workspace, home, "img2"))
+    try:
+        copies = [m for m in backend.messages if m.startswith("copying the lane image ") and "once" in m]  # type: ignore[attr-defined]
+        assert len(copies) <= 1, copies  # an earlier test may have copied it already
+        assert first.image == second.image and first.image.startswith("osprey-lane:")
+    finally:
+        await backend.destroy(second)
+        await backend.destroy(first)
+    again = RemoteDockerBackend(backend.target, progress=(messages := []).append)
+    third = await again.provision(request_for(workspace, home, "img3"))
+    await again.destroy(third)
+    assert not [m for m in messages if m.startswith("copying the lane image ")]
+
+
+async def test_a_file_changed_on_both_sides_keeps_yours_and_writes_the_lanes_beside(backend: RemoteDockerBackend, lane: RemoteLane,
+                                                                                   workspace: Path) -> None:
+    client = ToolClient(lane.connection)
+    await client.write_file("a.txt", "the lane's\n")
+    (workspace / "a.txt").write_text("mine\n")
+    await backend.destroy(lane)
+    assert (workspace / "a.txt").read_text() == "mine\n"
+    assert (workspace / f"a.txt{CONFLICT_SUFFIX}").read_text() == "the lane's\n"
+    assert any("1 conflicts" in m and "a.txt" in m for m in backend.messages)  # type: ignore[attr-defined]
+
+
+async def test_sync_brings_the_lanes_changes_and_sends_yours(backend: RemoteDockerBackend, lane: RemoteLane, workspace: Path) -> None:
+    client = ToolClient(lane.connection)
+    await client.write_file("from-lane.txt", "lane\n")
+    (workspace / "from-me.txt").write_text("me\n")
+    (workspace / "a.txt").unlink()
+    report = await backend.sync(lane)
+    assert report is not None and report.complete
+    assert report.written == ["from-lane.txt"] and report.sent == ["from-me.txt"] and report.removed_in_lane == ["a.txt"]
+    assert (workspace / "from-lane.txt").read_text() == "lane\n"
+    assert (await client.read_file("from-me.txt")).content.endswith("me")
+    with pytest.raises(Exception, match="(?i)not found|no such"):
+        await client.read_file("a.txt")
+    again = await backend.sync(lane)
+    assert again is not None and not again.changed
+
+
+async def test_the_lane_sits_on_an_internal_network_and_its_secrets_are_gone(backend: RemoteDockerBackend, lane: RemoteLane,
+                                                                             remote_engine: RemoteEngine) -> None:
+    api = engine_client(remote_engine).api
+    networks = api.inspect_container(lane.id)["NetworkSettings"]["Networks"]
+    assert list(networks) == [lane.network] and api.inspect_network(lane.network)["Internal"] is True
+    assert not api.inspect_container(lane.id)["HostConfig"]["PortBindings"], "only the gateway publishes a port"
+    listing = (await ToolClient(lane.connection).bash("ls /run/osprey-lane")).output.split()
+    assert "token" not in listing and "server.key" not in listing, listing
+
+
+async def test_the_published_port_refuses_all_but_the_broker(lane: RemoteLane) -> None:
+    target = lane.connection.target
+    assert isinstance(target, TlsTarget)
+    cases = {
+        "no client certificate": (target.model_copy(update={"client_cert_pem": None, "client_key_pem": None}), lane.connection.token),
+        "no token": (target, None),
+    }
+    for why, (bad, token) in cases.items():
+        client = ToolClient.for_target(bad, token=token)
+        try:
+            with pytest.raises(DispatcherError):
+                await client.read_file("a.txt")
+        finally:
+            await client.close()
+        assert why
+
+
+async def test_a_broker_on_another_machine_is_never_reaped(backend: RemoteDockerBackend, workspace: Path, home: Path,
+                                                           monkeypatch: pytest.MonkeyPatch, remote_engine: RemoteEngine) -> None:
+    dead = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+    await dead.wait()
+    labels = remote_lanes._owner_labels
+
+    def elsewhere() -> dict[str, str]:
+        return {**labels(), "osprey.owner_host": "another-machine", "osprey.owner_pid": str(dead.pid)}
+
+    def here_but_dead() -> dict[str, str]:
+        return {**labels(), "osprey.owner_pid": str(dead.pid)}
+
+    made = []
+    try:
+        for owner, session in ((elsewhere, "other"), (here_but_dead, "orphan")):
+            monkeypatch.setattr(remote_lanes, "_owner_labels", owner)
+            made.append(await backend.provision(request_for(workspace, home, session)))
+        monkeypatch.setattr(remote_lanes, "_owner_labels", labels)
+        removed = await backend.reap()
+        assert made[1].name in removed and made[0].name not in removed
+        assert (await backend.state(made[0])).running and (await backend.state(made[1])).gone
+    finally:
+        for lane in made:
+            await backend.destroy(lane)
+
+
+def test_a_killed_broker_leaves_the_volume_and_recover_brings_it_back(remote_engine: RemoteEngine, workspace: Path, home: Path,
+                                                                     osprey_env: dict[str, str]) -> None:
+    (workspace / "kept.txt").write_text("kept\n")
+    script = textwrap.dedent(f"""
+        import asyncio, os, signal
+        from osprey.config import SandboxSettings
+        from osprey.toolservice.backend import LaneRequest
+        from osprey.toolservice.client import ToolClient
+        from osprey.toolservice.engines import EngineTarget
+        from osprey.toolservice.remote_lanes import RemoteDockerBackend
+
+        async def main():
+            backend = RemoteDockerBackend(EngineTarget(host={remote_engine.host!r}, tls_verify=True, cert_path={str(remote_engine.cert_dir)!r}, source="t"))
+            lane = await backend.provision(LaneRequest(workspace={str(workspace)!r}, session_id="killed-{os.getpid()}", options=SandboxSettings(), home=__import__("pathlib").Path({str(home)!r})))
+            await ToolClient(lane.connection).write_file("made-in-lane.txt", "survived\\n")
+            print("written", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        asyncio.run(main())
+    """)
+    broker = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert broker.returncode == -9 and "written" in broker.stdout, broker.stderr[-2000:]
+    assert not (workspace / "made-in-lane.txt").exists()
+    assert list((home / "lanes").glob("osprey-ws-*.json"))
+
+    env = {**osprey_env, "OSPREY_HOME": str(home)}
+    recovered = subprocess.run([sys.executable, "-m", "osprey", "sandbox", "recover"], capture_output=True, text=True, env=env, timeout=300)
+    assert recovered.returncode == 0, recovered.stderr
+    assert "1 written" in recovered.stdout, recovered.stdout
+    assert (workspace / "made-in-lane.txt").read_text() == "survived\n"
+    assert not list((home / "lanes").glob("osprey-ws-*.json"))
+    again = subprocess.run([sys.executable, "-m", "osprey", "sandbox", "recover"], capture_output=True, text=True, env=env, timeout=120)
+    assert again.returncode == 0 and "no lane left anything to bring back" in again.stdout
+
+
+def test_the_engine_is_told_local_or_remote_by_asking_it(remote_engine: RemoteEngine, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A CA bundle of another authority in the environment must not replace the engine's CA.
+    other_ca = tmp_path / "other-ca.pem"
+    other_ca.write_bytes((remote_engine.cert_dir / "cert.pem").read_bytes())
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(other_ca))
+    monkeypatch.setenv("CURL_CA_BUNDLE", str(other_ca))
+    target = resolve_engine(None, remote_engine.env)
+    assert target.host == remote_engine.host and target.tls_verify
+    remote = identify(connect(target), target)
+    assert not remote.local and remote.id and "remote engine" in remote.described
+    local_target = resolve_engine(None, {})
+    assert identify(connect(local_target), local_target).local
+
+
+def test_engine_settings_that_cannot_work_say_what_to_fix(tmp_path: Path) -> None:
+    with pytest.raises(SandboxError, match="without TLS.*DOCKER_TLS_VERIFY"):
+        resolve_engine(None, {"DOCKER_HOST": "tcp://build-1.example:2375"})
+    with pytest.raises(SandboxError, match=r"needs ca\.pem, cert\.pem, key\.pem in"):
+        resolve_engine(None, {"DOCKER_HOST": "tcp://build-1.example:2376", "DOCKER_TLS_VERIFY": "1", "DOCKER_CERT_PATH": str(tmp_path)})
+    with pytest.raises(SandboxError, match="not unix://, tcp:// or ssh://"):
+        resolve_engine(None, {"DOCKER_HOST": "ftp://x:1"})
+    with pytest.raises(SandboxError, match="no Docker context named 'nope'"):
+        resolve_engine("nope", {"DOCKER_CONFIG": str(tmp_path)})
+    assert resolve_engine(None, {"DOCKER_HOST": "tcp://127.0.0.1:2375"}).host == "tcp://127.0.0.1:2375", "plain TCP on loopback is allowed"
+
+
+async def test_a_session_home_picks_the_remote_backend_from_the_environment(remote_engine: RemoteEngine, workspace: Path, home: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in remote_engine.env.items():
+        monkeypatch.setenv(key, value)
+    chosen = await docker_backend(SandboxSettings(enabled=True))
+    assert isinstance(chosen, RemoteDockerBackend) and chosen.engine is not None and not chosen.engine.local
+    (workspace / "a.txt").write_text("alpha\n")
+    supervisor = LaneSupervisor(str(workspace), f"home-{os.getpid()}", SandboxSettings(enabled=True), home=home)
+    await supervisor.start()
+    try:
+        assert isinstance(supervisor.backend, RemoteDockerBackend)
+        await supervisor.client.write_file("via-home.txt", "home\n")
+        report = await supervisor.sync()
+        assert report is not None and report.written == ["via-home.txt"]
+    finally:
+        await supervisor.close()
+    assert (workspace / "via-home.txt").read_text() == "home\n"
+
+
+def test_no_loader_or_reader_container_is_left(remote_engine: RemoteEngine) -> None:
+    """The containers that fill and read a lane's volume are removed as soon as they served."""
+    api = engine_client(remote_engine).api
+    assert not api.containers(all=True, filters={"label": "osprey.reader"})
+    created = api.containers(all=True, filters={"label": "osprey.lane", "status": "created"})
+    assert not [c for c in created if (c.get("Labels") or {}).get("osprey.session", "").endswith(f"-{os.getpid()}")], created
+
+
+async def test_a_lane_through_an_ssh_engine_address(remote_engine: RemoteEngine, workspace: Path, home: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """DOCKER_HOST=ssh://: a local sshd whose sessions reach the second engine stands in for the
+    engine's machine; the lane's port is reached at the ssh host, as it would be there."""
+    from remote_engine import SshGateway
+
+    with SshGateway(remote_engine.env) as gateway:
+        for key, value in gateway.env.items():
+            monkeypatch.setenv(key, value)
+        for key in ("DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONTEXT"):
+            monkeypatch.delenv(key, raising=False)
+        chosen = await docker_backend(SandboxSettings(enabled=True))
+        assert isinstance(chosen, RemoteDockerBackend) and chosen.target.scheme == "ssh"
+        (workspace / "a.txt").write_text("alpha\n")
+        lane = await chosen.provision(request_for(workspace, home, "ssh"))
+        try:
+            client = ToolClient(lane.connection)
+            assert (await client.read_file("a.txt")).content.endswith("alpha")
+            await client.write_file("over-ssh.txt", "ssh\n")
+        finally:
+            await chosen.destroy(lane)
+    assert (workspace / "over-ssh.txt").read_text() == "ssh\n"
