@@ -15,10 +15,12 @@ import os
 import re
 import stat
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from helpers import CALL_BOUND_S, fails, process_state, read_pid, wait_gone, write
+from homes import HOMES, remote_home
 
 from osprey.toolservice.client import ToolClient, dropped_marker
 
@@ -43,6 +45,23 @@ def bpath(root: Path, name: bytes) -> bytes:
 
 def real(path: Path) -> str:
     return os.path.realpath(path)
+
+
+@pytest.fixture(params=[*sorted(HOMES), "remote"])
+def tool_home(request: pytest.FixtureRequest) -> str:
+    """Each home in turn, and a lane on another machine's engine (the tests' second engine)."""
+    return request.param
+
+
+@pytest.fixture
+async def tools(tool_home: str, workspace: Path, request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ToolClient]:
+    if tool_home != "remote":
+        async with HOMES[tool_home]([str(workspace)]) as home:
+            yield home.client
+        return
+    (tmp_path / "broker-home").mkdir()
+    async with remote_home([str(workspace)], request.getfixturevalue("remote_engine"), tmp_path / "broker-home") as client:
+        yield client  # type: ignore[misc]
 
 
 @pytest.fixture
@@ -421,19 +440,21 @@ async def test_bash_stdin_is_empty(tools: ToolClient) -> None:
     assert (r.output, r.timed_out) == ("done\n", False)
 
 
-async def test_bash_streams_output_while_running(tools: ToolClient, workspace: Path) -> None:
-    # The command waits for a file that the test creates only when the first output has
-    # arrived: without streaming it would wait until its own deadline.
+async def test_bash_streams_output_while_running(tools: ToolClient) -> None:
+    # The command waits for a file that the test creates (through the service, so that a lane on
+    # another machine sees it too) only when the first output has arrived: without streaming it
+    # would wait until its own deadline.
     chunks: list[bytes] = []
-    go = workspace / "go"
+    writes: list[asyncio.Task[object]] = []
 
     def on_output(data: bytes) -> None:
         chunks.append(data)
-        if b"first" in b"".join(chunks) and not go.exists():
-            go.write_text("")
+        if b"first" in b"".join(chunks) and not writes:
+            writes.append(asyncio.ensure_future(tools.write_file("go", "")))
 
     command = "echo first; for i in $(seq 1 400); do [ -e go ] && break; sleep 0.05; done; [ -e go ] && echo second || echo never"
     r = await asyncio.wait_for(tools.bash(command, timeout_ms=60_000, on_output=on_output), 60)
+    await asyncio.gather(*writes)
     assert r.output == "first\nsecond\n"
     assert not r.timed_out
     assert chunks[0].startswith(b"first\n")
@@ -498,17 +519,20 @@ async def test_bash_timeout_kills_what_ignores_sigterm(tools: ToolClient, worksp
     await wait_gone(tools, read_pid(workspace / "child.pid"))
 
 
-async def test_bash_cancel_kills_the_process_group(tools: ToolClient, workspace: Path) -> None:
+async def test_bash_cancel_kills_the_process_group(tools: ToolClient) -> None:
     started = asyncio.Event()
+    seen: list[bytes] = []
 
     def on_output(data: bytes) -> None:
-        if b"started" in data:
+        seen.append(data)
+        if b"started" in b"".join(seen):
             started.set()
 
-    command = "sleep 60 & echo $! > child.pid; echo $$ > leader.pid; echo started; wait"
+    # The pids come in the output, not in files, so that the running call need not share them.
+    command = "sleep 60 & echo \"$! $$ started\"; wait"
     task = asyncio.create_task(tools.bash(command, timeout_ms=120_000, on_output=on_output))
     await asyncio.wait_for(started.wait(), CALL_BOUND_S)
-    child, leader = read_pid(workspace / "child.pid"), read_pid(workspace / "leader.pid")
+    child, leader = (int(n) for n in b"".join(seen).split()[:2])
     assert await process_state(tools, child) not in ("", "Z", "X"), "the child must be running before the cancel"
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -834,7 +858,9 @@ async def test_list_directory_kinds_and_sizes(tools: ToolClient, workspace: Path
     assert (await tools.list_directory(str(workspace / "adir"))).resolved_path == real(workspace / "adir")
 
 
-async def test_list_directory_shows_git_and_ignored(tools: ToolClient, project: Path) -> None:
+async def test_list_directory_shows_git_and_ignored(tools: ToolClient, project: Path, tool_home: str) -> None:
+    if tool_home == "remote":
+        pytest.skip("a lane on another machine gets a copy of the workspace without what .gitignore excludes (docs/remote-lanes.md)")
     names = [e.name for e in (await tools.list_directory()).entries]
     assert ".git" in names and "build" in names and "debug.log" in names
 

@@ -55,7 +55,7 @@ from .backend import Lane, LaneBackend, LaneRequest, LaneState, Progress, quiet
 from .client import Connection
 from .engines import Engine, EngineTarget, connect, identify
 from .lane_tls import make_lane_pki
-from .workspace_sync import Manifest, SyncLimits, SyncReport, bring_back, pack, pack_changes
+from .workspace_sync import Manifest, SyncLimits, SyncReport, bring_back, escaping_symlinks, pack, pack_changes
 
 LABEL = "osprey.lane"
 REMOTE_LABEL = "osprey.remote"
@@ -296,6 +296,7 @@ class RemoteDockerBackend(LaneBackend):
         if options.network:
             self._sdk("connecting the lane to the network", lambda: client.api.connect_container_to_network(lane_id, "bridge"))
         self._sdk("starting the lane", lambda: client.api.start(lane_id))
+        self._make_symlinks(lane_id, escaping_symlinks(manifest.entries), workspace, owner)
 
         gateway_id = self._create_gateway(image, gateway_name, lane_name, network, labels)
         made.append(("container", gateway_id))
@@ -308,6 +309,18 @@ class RemoteDockerBackend(LaneBackend):
         connection = Connection(pki.target(engine_address(self.target), port), token=token)
         return RemoteLane(id=lane_id, name=lane_name, workspace=workspace, image=image, connection=connection, gateway=gateway_id,
                           network=network, volumes=volumes, record_path=record_path, record=record)
+
+    def _make_symlinks(self, lane_id: str, links: Mapping[str, str], workspace: str, owner: tuple[int, int]) -> None:
+        """Make in the lane the symlinks an engine refuses to unpack (their target climbs out of
+        the workspace), as the lane's user."""
+        client = self.client()
+        items = sorted(links.items())
+        for start in range(0, len(items), 200):
+            argv = ["sh", "-c", 'while [ "$#" -gt 1 ]; do ln -sfn -- "$1" "$2" || exit 1; shift 2; done', "sh"]
+            for path, target in items[start:start + 200]:
+                argv += [target, f"{workspace}/{path}"]
+            created = self._sdk("making the workspace's symlinks in the lane", lambda a=argv: client.api.exec_create(lane_id, a, user=f"{owner[0]}:{owner[1]}"))
+            self._sdk("making the workspace's symlinks in the lane", lambda c=created: client.api.exec_start(c["Id"]))
 
     def _create_lane(self, request: LaneRequest, image: str, name: str, network: str, labels: dict[str, str], volumes: list[str],
                      protected_dirs: list[str], workspace: str, owner: tuple[int, int]) -> str:
@@ -379,7 +392,8 @@ class RemoteDockerBackend(LaneBackend):
         temporary = directory / f".{path.name}.{secrets.token_hex(4)}.tmp"
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(record.model_dump_json())
+            # json, not pydantic's serialiser: a name that is not UTF-8 must survive (as a \udcXX escape).
+            fh.write(json.dumps(record.model_dump(mode="json")))
         os.replace(temporary, path)
         return path
 
@@ -438,6 +452,7 @@ class RemoteDockerBackend(LaneBackend):
             if changes.sent:
                 out.seek(0)
                 self._sdk("sending your changes to the lane", lambda: client.api.put_archive(lane.id, record.workspace, out))
+        self._make_symlinks(lane.id, escaping_symlinks(changes.sent), record.workspace, owner)
         for start in range(0, len(changes.gone), 200):
             batch = [f"{record.workspace}/{p}" for p in changes.gone[start:start + 200]]
             created = self._sdk("removing in the lane what you removed", lambda b=batch: client.api.exec_create(

@@ -18,9 +18,10 @@ and `bring_back` applies what the lane changed, checked against the manifest:
 What is sent: the workspace's files, directories and symlinks, less what its `.gitignore` files
 exclude (`.git`, `.gitmodules` and `.osprey` are always sent; the backend mounts them read-only);
 symlinks as they are (one that leads outside the workspace leads nowhere of this machine's there,
-and the lane's ToolService refuses to follow it as it does here); no device, socket or FIFO, and
-no name that is not UTF-8. What comes back from the lane is checked: a symlink that leads outside
-the workspace is not made here. At most `SyncLimits.max_files` entries and `max_bytes` of
+and the lane's ToolService refuses to follow it as it does here; `escaping_symlinks` names those
+an engine refuses to unpack, for the backend to make in the lane itself), FIFOs, names that are
+not UTF-8; no device or socket. What comes back from the lane is checked: a symlink that leads
+outside the workspace, a FIFO or a device is not made here. At most `SyncLimits.max_files` entries and `max_bytes` of
 file content go either way: more is a `WorkspaceTooLarge` that says which limit and what to do.
 Everything that comes back is untrusted: names are checked (relative, no `..`, not protected),
 directories here are opened one component at a time without following symlinks, and files are
@@ -38,7 +39,7 @@ import shutil
 import stat
 import tarfile
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,7 +266,7 @@ def _symlink_inside(path: str, target: str) -> bool:
 def _walk(root: Path, skipped: list[str]) -> Iterator[tuple[str, os.stat_result]]:
     """The workspace's entries to send, parents before children, as (relative path, lstat):
     what its `.gitignore` files exclude left out (with everything beneath an excluded
-    directory), names that are not UTF-8 and special files noted in `skipped`."""
+    directory), devices and sockets noted in `skipped`."""
     ignores = _Ignores()
     ignores.load(root, "")
     yield from _walk_dir(root, "", ignores, skipped)
@@ -283,11 +284,6 @@ def _walk_dir(directory: Path, prefix: str, ignores: _Ignores, skipped: list[str
         path = prefix + name
         if not prefix and name.startswith(STAGING_PREFIX):
             continue
-        try:
-            name.encode("utf-8")
-        except UnicodeEncodeError:
-            skipped.append(f"{path.encode('utf-8', 'replace').decode()}: the name is not UTF-8")
-            continue
         always = path.split("/", 1)[0] in ALWAYS_SENT
         try:
             st = entry.stat(follow_symlinks=False)
@@ -296,8 +292,8 @@ def _walk_dir(directory: Path, prefix: str, ignores: _Ignores, skipped: list[str
         is_dir = stat.S_ISDIR(st.st_mode)
         if not always and ignores.ignored(path, is_dir):
             continue
-        if not (is_dir or stat.S_ISLNK(st.st_mode) or stat.S_ISREG(st.st_mode)):
-            skipped.append(f"{path}: not a file, directory or symlink")
+        if not (is_dir or stat.S_ISLNK(st.st_mode) or stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+            skipped.append(f"{path!r}: a device or socket, which a lane cannot be given")
             continue
         yield path, st
         if is_dir:
@@ -330,6 +326,11 @@ def _add(tar: tarfile.TarFile, root: Path, path: str, st: os.stat_result, owner:
         info.linkname = target
         tar.addfile(info)
         return f"l {target}"
+    if stat.S_ISFIFO(st.st_mode):
+        budget.count()
+        info.type = tarfile.FIFOTYPE
+        tar.addfile(info)
+        return "p"
     try:
         fd = os.open(root / path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
@@ -346,6 +347,14 @@ def _add(tar: tarfile.TarFile, root: Path, path: str, st: os.stat_result, owner:
     return _file_entry(bool(info.mode & 0o111), size, st.st_mtime, body.digest.hexdigest())
 
 
+def escaping_symlinks(entries: Mapping[str, str]) -> dict[str, str]:
+    """The symlinks among manifest entries whose relative target climbs out of the workspace,
+    path to target: an engine refuses to unpack those (it guards its own extraction), so the
+    backend makes them in the lane itself."""
+    return {path: entry[2:] for path, entry in entries.items()
+            if entry.startswith("l ") and not entry[2:].startswith("/") and not _symlink_inside(path, entry[2:])}
+
+
 def pack(workspace: str | Path, out: IO[bytes], *, limits: SyncLimits | None = None,
          owner: tuple[int, int] | None = None) -> Manifest:
     """Write the workspace as a tar to `out` (entries relative to it, owned by `owner` when given);
@@ -353,8 +362,14 @@ def pack(workspace: str | Path, out: IO[bytes], *, limits: SyncLimits | None = N
     root = Path(workspace)
     budget = _Budget(limits or SyncLimits(), "the workspace")
     manifest = Manifest(made_at=time.time())
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, errors="surrogateescape") as tar:
         for path, st in _walk(root, manifest.skipped):
+            if stat.S_ISLNK(st.st_mode):
+                target = _readlink(root / path)
+                if target is not None and not target.startswith("/") and not _symlink_inside(path, target):
+                    budget.count()
+                    manifest.entries[path] = f"l {target}"  # made in the lane by the backend (`escaping_symlinks`)
+                    continue
             entry = _add(tar, root, path, st, owner, budget, manifest.skipped)
             if entry is not None:
                 manifest.entries[path] = entry
@@ -380,7 +395,7 @@ def pack_changes(workspace: str | Path, baseline: Manifest, out: IO[bytes], *, p
     skipped: list[str] = []
     changes = LocalChanges(sent={}, gone=[])
     seen: set[str] = set()
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, errors="surrogateescape") as tar:
         for path, st in _walk(root, skipped):
             if _is_protected(path, protected):
                 continue
@@ -388,6 +403,12 @@ def pack_changes(workspace: str | Path, baseline: Manifest, out: IO[bytes], *, p
             before = baseline.entries.get(path)
             if before is not None and _unchanged_here(before, st, root / path, baseline.made_at):
                 continue
+            if stat.S_ISLNK(st.st_mode):
+                target = _readlink(root / path)
+                if target is not None and not target.startswith("/") and not _symlink_inside(path, target):
+                    if f"l {target}" != before:
+                        changes.sent[path] = f"l {target}"  # made in the lane by the backend
+                    continue
             entry = _add(tar, root, path, st, owner, budget, skipped)
             if entry is not None and not _same(entry, before):
                 changes.sent[path] = entry
@@ -395,9 +416,18 @@ def pack_changes(workspace: str | Path, baseline: Manifest, out: IO[bytes], *, p
     return changes
 
 
+def _readlink(path: Path) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
 def _unchanged_here(before: str, st: os.stat_result, path: Path, made_at: float) -> bool:
     if before == "d":
         return stat.S_ISDIR(st.st_mode)
+    if before == "p":
+        return stat.S_ISFIFO(st.st_mode)
     if before.startswith("l "):
         try:
             return stat.S_ISLNK(st.st_mode) and f"l {os.readlink(path)}" == before
@@ -582,13 +612,16 @@ def bring_back(workspace: str | Path, sent: Manifest, lane_tar: IO[bytes], *, pr
 
 @contextmanager
 def _reading(stream: IO[bytes]) -> Iterator[tarfile.TarFile]:
-    with tarfile.open(fileobj=stream, mode="r|*") as tar:
+    with tarfile.open(fileobj=stream, mode="r|*", errors="surrogateescape") as tar:
         yield tar
 
 
 def _one(here: _Here, sent: Manifest, tar: tarfile.TarFile, member: tarfile.TarInfo, path: str, report: SyncReport,
          ignores: _IgnoreLookup) -> None:
     before = sent.entries.get(path)
+    if member.isfifo() and before == "p":
+        report.manifest.entries[path] = "p"
+        return
     if not (member.isdir() or member.issym() or member.isreg()):
         report.refused.append(f"{path}: not a file, directory or symlink")
         return
