@@ -32,6 +32,7 @@ was sent, and both-sides changes are written beside the file. What was sent is r
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import io
 import json
 import os
@@ -116,6 +117,26 @@ def _owner_gone(labels: Mapping[str, str]) -> bool:
     return owner_gone(f"{labels.get('osprey.owner_pid', '0')} {labels.get('osprey.boot_id', '')} {labels.get('osprey.pid_ns', '')}")
 
 
+def _tls_answers(target: Any, timeout: float = 0.5) -> bool:
+    """Whether the lane's sidecar answers a TLS handshake (through its gateway)."""
+    import socket
+    import ssl
+
+    # No client certificate (its key would have to be written to a file for `ssl`): with TLS 1.3
+    # the client's side of the handshake completes before the server checks for one, and only
+    # the sidecar holds a certificate this lane's CA signed.
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    context.load_verify_locations(cadata=target.ca_pem.decode("ascii"))
+    try:
+        with socket.create_connection((target.host, target.port), timeout=timeout) as raw, \
+                context.wrap_socket(raw, server_hostname=target.server_name or target.host) as tls:
+            tls.settimeout(timeout)
+            return tls.version() is not None
+    except (OSError, ssl.SSLError):
+        return False
+
+
 def engine_address(target: EngineTarget) -> str:
     """The host a published port of this engine is reached at: the engine's own host name."""
     if target.scheme == "unix":
@@ -124,17 +145,17 @@ def engine_address(target: EngineTarget) -> str:
     return host or "127.0.0.1"
 
 
-def _tar_of(files: Mapping[str, tuple[bytes, int]], owner: tuple[int, int], dir_mode: int = 0o700) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        info = tarfile.TarInfo(".")
-        info.type, info.mode, (info.uid, info.gid) = tarfile.DIRTYPE, dir_mode, owner
-        tar.addfile(info)
-        for name, (data, mode) in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, (info.uid, info.gid), info.mtime = len(data), mode, owner, int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
+def _secret_entries(prefix: str, files: Mapping[str, bytes], owner: tuple[int, int]) -> list[tuple[tarfile.TarInfo, bytes]]:
+    """Tar entries of the lane's secrets directory (the lane's user's, 0700) and its files (0400)."""
+    now = int(time.time())
+    top = tarfile.TarInfo(prefix.rstrip("/"))
+    top.type, top.mode, (top.uid, top.gid), top.mtime = tarfile.DIRTYPE, 0o700, owner, now
+    entries = [(top, b"")]
+    for name, data in files.items():
+        info = tarfile.TarInfo(prefix + name)
+        info.size, info.mode, (info.uid, info.gid), info.mtime = len(data), 0o400, owner, now
+        entries.append((info, data))
+    return entries
 
 
 class _ChunkReader(io.RawIOBase):
@@ -263,44 +284,54 @@ class RemoteDockerBackend(LaneBackend):
             self._sdk("making a lane volume", lambda v=volume: client.volumes.create(v, labels={**labels, "osprey.volume": "1"}))
             made.append(("volume", volume))
 
+        pki = make_lane_pki(lane_name)
+        token = secrets.token_hex(32)
+        # The lane's certificate, key and token travel in the same archive as the workspace.
+        lane_secrets = _secret_entries(SECRETS_IN_LANE.lstrip("/") + "/", {
+            "server.pem": pki.server_cert_pem, "server.key": pki.server_key_pem, "client-ca.pem": pki.ca_pem,
+            "token": token.encode() + b"\n"}, owner)
         progress(f"sending the workspace {workspace} to the engine ...")
         with tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024) as packed:
-            manifest = pack(workspace, packed, limits=self.limits, owner=owner)
+            manifest = pack(workspace, packed, limits=self.limits, owner=owner, prefix=workspace.lstrip("/") + "/", extra=lane_secrets)
             record = LaneRecord(lane=lane_name, volumes=volumes, engine_id=engine.id, engine=self.target, workspace=workspace,
                                 image=image, protected=protected, manifest=manifest)
             record_path = self._write_record(records_dir(request.home) / f"{volumes[0]}.json", record)
             made.append(("record", str(record_path)))
-            # A container that never starts, with every volume mounted writable, takes the tar in.
-            loader_mounts = [{"Type": "volume", "Source": volumes[0], "Target": workspace}] + [
+            # A container that never starts, with every volume mounted writable, takes the archive in.
+            loader_mounts = [{"Type": "volume", "Source": volumes[0], "Target": workspace},
+                             {"Type": "volume", "Source": volumes[1], "Target": SECRETS_IN_LANE}] + [
                 {"Type": "volume", "Source": v, "Target": f"{workspace}/{p}"} for v, p in zip(volumes[2:], protected_dirs, strict=True)]
             loader = self._sdk("preparing the lane's workspace", lambda: client.api.create_container(
                 image, command=["true"], entrypoint=[], labels=labels, network_disabled=True,
                 host_config=client.api.create_host_config(mounts=loader_mounts, network_mode="none")))["Id"]
             try:
                 packed.seek(0)
-                self._sdk("copying the workspace to the engine", lambda: client.api.put_archive(loader, workspace, packed))
+                self._sdk("copying the workspace to the engine", lambda: client.api.put_archive(loader, "/", packed))
             finally:
                 self._sdk("removing the workspace loader", lambda: client.api.remove_container(loader, force=True))
         progress(f"sent {len(manifest.entries):,} files and directories")
 
-        pki = make_lane_pki(lane_name)
-        token = secrets.token_hex(32)
-        lane_secrets = _tar_of({"server.pem": (pki.server_cert_pem, 0o400), "server.key": (pki.server_key_pem, 0o400),
-                                "client-ca.pem": (pki.ca_pem, 0o400), "token": (token.encode() + b"\n", 0o400)}, owner)
         self._sdk("making the lane's network", lambda: client.api.create_network(network, driver="bridge", internal=True, labels=labels))
         made.append(("network", network))
-
         lane_id = self._create_lane(request, image, lane_name, network, labels, volumes, protected_dirs, workspace, owner)
         made.append(("container", lane_id))
-        self._sdk("giving the lane its certificate", lambda: client.api.put_archive(lane_id, SECRETS_IN_LANE, lane_secrets))
         if options.network:
             self._sdk("connecting the lane to the network", lambda: client.api.connect_container_to_network(lane_id, "bridge"))
-        self._sdk("starting the lane", lambda: client.api.start(lane_id))
-        self._make_symlinks(lane_id, escaping_symlinks(manifest.entries), workspace, owner)
 
-        gateway_id = self._create_gateway(image, gateway_name, lane_name, network, labels)
-        made.append(("container", gateway_id))
-        self._sdk("starting the lane's gateway", lambda: client.api.start(gateway_id))
+        # The two containers start at once: each start is most of a lane's start-up.
+        def start_lane() -> None:
+            self._sdk("starting the lane", lambda: client.api.start(lane_id))
+            self._make_symlinks(lane_id, escaping_symlinks(manifest.entries), workspace, owner)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="osprey-lane-start") as pool:
+            lane_started = pool.submit(start_lane)
+            try:
+                gateway_id = self._create_gateway(image, gateway_name, lane_name, network, labels)
+                made.append(("container", gateway_id))
+                self._sdk("starting the lane's gateway", lambda: client.api.start(gateway_id))
+            finally:
+                concurrent.futures.wait([lane_started])
+            lane_started.result()
         ports = self._sdk("finding the lane's port", lambda: client.api.inspect_container(gateway_id))["NetworkSettings"]["Ports"]
         bound = (ports or {}).get(f"{LANE_PORT}/tcp") or []
         if not bound:
@@ -366,8 +397,12 @@ class RemoteDockerBackend(LaneBackend):
     async def _wait_ready(self, lane: RemoteLane, deadline_s: float) -> None:
         end = time.monotonic() + deadline_s
         next_check = 0.0
+        tls_up = False
         while True:
-            if await lane.connection.healthy(timeout=1.0):
+            # A gRPC channel whose first connection the gateway closes (the sidecar not up yet)
+            # backs off for a second; a plain TLS handshake says first when the sidecar answers.
+            tls_up = tls_up or await asyncio.to_thread(_tls_answers, lane.connection.target)
+            if tls_up and await lane.connection.healthy(timeout=1.0):
                 return
             now = time.monotonic()
             if now >= next_check:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import os
 import posixpath
 import secrets
@@ -304,9 +305,10 @@ def _walk_dir(directory: Path, prefix: str, ignores: _Ignores, skipped: list[str
 
 
 def _add(tar: tarfile.TarFile, root: Path, path: str, st: os.stat_result, owner: tuple[int, int] | None, budget: _Budget,
-         skipped: list[str]) -> str | None:
-    """Add one entry to the tar; its manifest entry (None when it could not be read)."""
-    info = tarfile.TarInfo(path)
+         skipped: list[str], prefix: str = "") -> str | None:
+    """Add one entry to the tar (named `prefix` + `path`); its manifest entry (None when it could
+    not be read)."""
+    info = tarfile.TarInfo(prefix + path)
     info.mtime = int(st.st_mtime)
     info.mode = stat.S_IMODE(st.st_mode) & 0o777
     if owner is not None:
@@ -355,14 +357,22 @@ def escaping_symlinks(entries: Mapping[str, str]) -> dict[str, str]:
             if entry.startswith("l ") and not entry[2:].startswith("/") and not _symlink_inside(path, entry[2:])}
 
 
-def pack(workspace: str | Path, out: IO[bytes], *, limits: SyncLimits | None = None,
-         owner: tuple[int, int] | None = None) -> Manifest:
+def pack(workspace: str | Path, out: IO[bytes], *, limits: SyncLimits | None = None, owner: tuple[int, int] | None = None,
+         prefix: str = "", extra: Collection[tuple[tarfile.TarInfo, bytes]] = ()) -> Manifest:
     """Write the workspace as a tar to `out` (entries relative to it, owned by `owner` when given);
-    what was sent. Raises `WorkspaceTooLarge` past a limit (`out` then holds part of a tar)."""
+    what was sent. With `prefix` ("srv/ws/"), the entries lie under it, the workspace's own
+    directory first; `extra` entries (with their content) follow the workspace's. Raises
+    `WorkspaceTooLarge` past a limit (`out` then holds part of a tar)."""
     root = Path(workspace)
     budget = _Budget(limits or SyncLimits(), "the workspace")
     manifest = Manifest(made_at=time.time())
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, errors="surrogateescape") as tar:
+        if prefix:
+            top = tarfile.TarInfo(prefix.rstrip("/"))
+            top.type, top.mode, top.mtime = tarfile.DIRTYPE, stat.S_IMODE(os.stat(root).st_mode), int(os.stat(root).st_mtime)
+            if owner is not None:
+                top.uid, top.gid = owner
+            tar.addfile(top)
         for path, st in _walk(root, manifest.skipped):
             if stat.S_ISLNK(st.st_mode):
                 target = _readlink(root / path)
@@ -370,9 +380,11 @@ def pack(workspace: str | Path, out: IO[bytes], *, limits: SyncLimits | None = N
                     budget.count()
                     manifest.entries[path] = f"l {target}"  # made in the lane by the backend (`escaping_symlinks`)
                     continue
-            entry = _add(tar, root, path, st, owner, budget, manifest.skipped)
+            entry = _add(tar, root, path, st, owner, budget, manifest.skipped, prefix)
             if entry is not None:
                 manifest.entries[path] = entry
+        for info, data in extra:
+            tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
     return manifest
 
 
