@@ -28,7 +28,7 @@ SCRIPTS = (
     "toolservice_overhead.py", "file_scaling.py", "bash_latency.py", "parallel_calls.py", "policy_overhead.py", "grep_vs_rg.py",
     "grep_concurrency.py", "grep_memory.py", "provider_connections.py", "loop_overhead.py", "cli_startup.py", "tool_service_overlap.py",
     "extension_discovery.py", "lane_ready.py", "tui_latency.py", "tui_first_screen.py", "skills_startup.py", "subagents.py",
-    "session_search.py", "mcp_overhead.py",
+    "session_search.py", "mcp_overhead.py", "remote_lanes.py",
 )
 # Run only when named with --only: it removes and rebuilds the lane image, which lanes started
 # meanwhile (a test run, another benchmark) would miss.
