@@ -63,7 +63,7 @@ REMOTE_LABEL = "osprey.remote"
 LANE_PORT = 7443
 SECRETS_IN_LANE = "/run/osprey-lane"
 LOG_LINES = 20
-READY_POLL_S = 0.05
+READY_POLL_S = 0.01
 RECORDS_DIR = "lanes"
 RECORD_MAX_BYTES = 64 * 1024 * 1024
 _SIDECAR = "import sys; sys.path.insert(0, '/opt/osprey/lib'); from osprey_sidecar.{module} import main; sys.exit(main())"
@@ -193,6 +193,7 @@ class RemoteDockerBackend(LaneBackend):
         self.limits = limits or SyncLimits()
         self.engine = engine
         self.progress = progress
+        self._images: dict[str | None, str] = {}
         self.last_sync: SyncReport | None = None
 
     # --- the engine ---------------------------------------------------------------------------
@@ -225,11 +226,14 @@ class RemoteDockerBackend(LaneBackend):
         from .engines import local_client
         from .images import copy_image, ensure_image
 
+        if options.base_image in self._images:
+            return self._images[options.base_image]
         if self._local_client is None:
             self._local_client = local_client()
         local = self._local_client
         tag = ensure_image(local, options.base_image, progress=progress, home=home)
         copy_image(local, self.client(), tag, progress=progress)
+        self._images[options.base_image] = tag  # for this backend's later lanes
         return tag
 
     # --- provisioning -------------------------------------------------------------------------
@@ -284,6 +288,32 @@ class RemoteDockerBackend(LaneBackend):
             self._sdk("making a lane volume", lambda v=volume: client.volumes.create(v, labels={**labels, "osprey.volume": "1"}))
             made.append(("volume", volume))
 
+        self._sdk("making the lane's network", lambda: client.api.create_network(network, driver="bridge", internal=True, labels=labels))
+        made.append(("network", network))
+
+        # The gateway starts while the workspace travels and the lane starts: a container's
+        # start is most of a lane's start-up, and the gateway needs nothing of the workspace.
+        def start_gateway() -> str:
+            gateway_id = self._create_gateway(image, gateway_name, lane_name, network, labels)
+            made.append(("container", gateway_id))
+            self._sdk("starting the lane's gateway", lambda: client.api.start(gateway_id))
+            return gateway_id
+
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="osprey-lane-gateway")
+        gateway = pool.submit(start_gateway)
+        pool.shutdown(wait=False)
+        try:
+            return self._provision_lane(request, progress, made, engine, image, labels, owner, volumes, protected_dirs, protected, gateway)
+        finally:
+            concurrent.futures.wait([gateway])  # what it made is in `made`, for the removal of a failed start
+
+    def _provision_lane(self, request: LaneRequest, progress: Progress, made: list[tuple[str, str]], engine: Engine, image: str,
+                        labels: dict[str, str], owner: tuple[int, int], volumes: list[str], protected_dirs: list[str],
+                        protected: list[str], gateway: concurrent.futures.Future[str]) -> RemoteLane:
+        client = self.client()
+        workspace = os.path.realpath(request.workspace)
+        options = request.options
+        lane_name, network = f"osprey-lane-{request.session_id}", f"osprey-lane-{request.session_id}"
         pki = make_lane_pki(lane_name)
         token = secrets.token_hex(32)
         # The lane's certificate, key and token travel in the same archive as the workspace.
@@ -311,27 +341,14 @@ class RemoteDockerBackend(LaneBackend):
                 self._sdk("removing the workspace loader", lambda: client.api.remove_container(loader, force=True))
         progress(f"sent {len(manifest.entries):,} files and directories")
 
-        self._sdk("making the lane's network", lambda: client.api.create_network(network, driver="bridge", internal=True, labels=labels))
-        made.append(("network", network))
         lane_id = self._create_lane(request, image, lane_name, network, labels, volumes, protected_dirs, workspace, owner)
         made.append(("container", lane_id))
         if options.network:
             self._sdk("connecting the lane to the network", lambda: client.api.connect_container_to_network(lane_id, "bridge"))
 
-        # The two containers start at once: each start is most of a lane's start-up.
-        def start_lane() -> None:
-            self._sdk("starting the lane", lambda: client.api.start(lane_id))
-            self._make_symlinks(lane_id, escaping_symlinks(manifest.entries), workspace, owner)
-
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="osprey-lane-start") as pool:
-            lane_started = pool.submit(start_lane)
-            try:
-                gateway_id = self._create_gateway(image, gateway_name, lane_name, network, labels)
-                made.append(("container", gateway_id))
-                self._sdk("starting the lane's gateway", lambda: client.api.start(gateway_id))
-            finally:
-                concurrent.futures.wait([lane_started])
-            lane_started.result()
+        self._sdk("starting the lane", lambda: client.api.start(lane_id))
+        self._make_symlinks(lane_id, escaping_symlinks(manifest.entries), workspace, owner)
+        gateway_id = gateway.result()
         ports = self._sdk("finding the lane's port", lambda: client.api.inspect_container(gateway_id))["NetworkSettings"]["Ports"]
         bound = (ports or {}).get(f"{LANE_PORT}/tcp") or []
         if not bound:
