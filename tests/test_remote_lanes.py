@@ -300,3 +300,24 @@ async def test_a_lane_through_an_ssh_engine_address(remote_engine: RemoteEngine,
         finally:
             await chosen.destroy(lane)
     assert (workspace / "over-ssh.txt").read_text() == "ssh\n"
+
+
+async def test_a_lane_that_died_is_replaced_and_keeps_what_it_wrote(remote_engine: RemoteEngine, workspace: Path, home: Path) -> None:
+    (workspace / "a.txt").write_text("alpha\n")
+    supervisor = LaneSupervisor(str(workspace), f"replace-{os.getpid()}", SandboxSettings(enabled=True), home=home,
+                                backend=RemoteDockerBackend(target_of(remote_engine)))
+    await supervisor.start()
+    try:
+        await supervisor.client.write_file("before.txt", "written before the lane died\n")
+        first = supervisor.lane
+        assert first is not None
+        engine_client(remote_engine).api.kill(first.id)  # as the engine's OOM killer would
+        with pytest.raises(DispatcherError) as failed:
+            await supervisor.client.read_file("a.txt")
+        assert "new lane started" in failed.value.recovery, failed.value.recovery
+        assert supervisor.lane is not None and supervisor.lane.id != first.id
+        # What the dead lane wrote came back before the new one started, so the new one has it.
+        assert (workspace / "before.txt").read_text() == "written before the lane died\n"
+        assert (await supervisor.client.read_file("before.txt")).content.endswith("written before the lane died")
+    finally:
+        await supervisor.close()
