@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -321,3 +322,34 @@ async def test_a_lane_that_died_is_replaced_and_keeps_what_it_wrote(remote_engin
         assert (await supervisor.client.read_file("before.txt")).content.endswith("written before the lane died")
     finally:
         await supervisor.close()
+
+
+def test_sigterm_brings_the_changes_back_and_removes_the_remote_lane(remote_engine: RemoteEngine, workspace: Path,
+                                                                     osprey_env: dict[str, str]) -> None:
+    """`osprey agent --sandbox` with DOCKER_HOST naming the remote engine, ended by SIGTERM while the
+    model thinks: the lane's write comes back, and nothing of the lane is left on the engine."""
+    import json
+    import signal
+
+    from osprey.testing.model_server import ModelServer, Reply
+
+    (workspace / "a.txt").write_text("alpha\n")
+    env = {**osprey_env, **remote_engine.env}
+    with ModelServer([Reply.tool_call("write_file", {"path": "made.txt", "content": "from the lane\n"}), Reply.hold(1, Reply.text("never"))]) as server:
+        proc = subprocess.Popen([sys.executable, "-m", "osprey", "agent", "-C", str(workspace), "--base-url", server.base_url, "--yolo",
+                                 "--sandbox", "Write the file."], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while len(server.requests) < 2:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the write never reached the model"
+            time.sleep(0.05)
+        assert not (workspace / "made.txt").exists(), "nothing comes back before the lane goes"
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr
+    assert json.loads(stdout.splitlines()[-1])["exit_status"] == 143
+    assert (workspace / "made.txt").read_text() == "from the lane\n"
+    api = engine_client(remote_engine).api
+    owned = {"label": f"osprey.owner_pid={proc.pid}"}
+    assert api.containers(all=True, filters=owned) == [] and api.volumes(filters=owned)["Volumes"] in (None, [])
