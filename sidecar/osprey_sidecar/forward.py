@@ -1,23 +1,70 @@
-"""`python -m osprey_sidecar.forward --listen HOST:PORT --to HOST:PORT`: a TCP forwarder, the
-gateway of a lane on another machine.
+"""`python -m osprey_sidecar.forward --listen HOST:PORT --suffix .lane.osprey.invalid --port 7443`:
+the gateway of lanes on another machine's engine, routing by the TLS server name.
 
-A lane without a network of its own sits on an internal network that reaches nothing; its engine
-publishes no port from such a network. The gateway is a second container on that network and on
-one with a published port, and passes bytes between the two. It holds no key and reads nothing:
-TLS runs end to end between the broker and the lane's sidecar, so it forwards ciphertext. At
-most `MAX_CONNECTIONS` at once; a connection that cannot reach the lane within `CONNECT_S` is
-closed.
+A lane without a network of its own sits on an internal network that reaches nothing, and an
+engine publishes no port from such a network. The gateway is one container on the engine's
+default bridge with a published port, attached to the internal network of each lane it serves.
+It reads the TLS ClientHello of each connection for its server name (`LANE.SUFFIX`: the name the
+lane's certificate carries), connects to the container `LANE` on `--port`, and passes bytes
+both ways, the ClientHello first. It holds no key and decrypts nothing: TLS runs end to end
+between the broker and the lane's sidecar, which checks the broker's certificate and token.
+
+Bounds: at most `MAX_CONNECTIONS` at once; the ClientHello must arrive within `HELLO_S` and fit
+in one TLS record; the lane must accept within `CONNECT_S`. Anything else is closed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import re
+import struct
 import sys
 
-MAX_CONNECTIONS = 64
+MAX_CONNECTIONS = 256
 CONNECT_S = 5.0
+HELLO_S = 5.0
 CHUNK = 64 * 1024
+MAX_RECORD = 16384 + 2048  # a TLS record's largest body, with room for a compressed or encrypted one
+_LANE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+
+
+def server_name(record: bytes) -> str | None:
+    """The server name (SNI) of a TLS ClientHello record, or None when it is not one or has none."""
+    try:
+        if record[0] != 0x16 or record[5] != 0x01:  # a handshake record holding a ClientHello
+            return None
+        at = 9 + 2 + 32  # record header, handshake header, client version, random
+        at += 1 + record[at]  # session id
+        at += 2 + struct.unpack_from("!H", record, at)[0]  # cipher suites
+        at += 1 + record[at]  # compression methods
+        end = at + 2 + struct.unpack_from("!H", record, at)[0]
+        at += 2
+        while at + 4 <= end:
+            kind, size = struct.unpack_from("!HH", record, at)
+            at += 4
+            if kind == 0:  # server_name: a list of (type, name); type 0 is a host name
+                inner = at + 2
+                while inner + 3 <= at + size:
+                    name_type, length = record[inner], struct.unpack_from("!H", record, inner + 1)[0]
+                    if name_type == 0:
+                        if inner + 3 + length > len(record):
+                            return None  # cut short
+                        return record[inner + 3:inner + 3 + length].decode("ascii")
+                    inner += 3 + length
+                return None
+            at += size
+    except (IndexError, struct.error, UnicodeDecodeError):
+        return None
+    return None
+
+
+async def _read_hello(reader: asyncio.StreamReader) -> bytes | None:
+    header = await reader.readexactly(5)
+    length = struct.unpack("!H", header[3:5])[0]
+    if header[0] != 0x16 or length > MAX_RECORD:
+        return None
+    return header + await reader.readexactly(length)
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -35,8 +82,8 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             writer.close()
 
 
-async def serve(listen: tuple[str, int], to: tuple[str, int], ready: asyncio.Event | None = None) -> None:
-    """Forward connections to `listen` to `to` until cancelled."""
+async def serve(listen: tuple[str, int], suffix: str, port: int, ready: asyncio.Event | None = None) -> None:
+    """Route connections to `listen` by their server name until cancelled."""
     slots = asyncio.Semaphore(MAX_CONNECTIONS)
 
     async def handle(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
@@ -45,19 +92,29 @@ async def serve(listen: tuple[str, int], to: tuple[str, int], ready: asyncio.Eve
             return
         async with slots:
             try:
-                lane_reader, lane_writer = await asyncio.wait_for(asyncio.open_connection(*to), CONNECT_S)
+                hello = await asyncio.wait_for(_read_hello(client_reader), HELLO_S)
+            except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError):
+                hello = None
+            name = server_name(hello) if hello else None
+            lane = name[:-len(suffix)] if name and name.endswith(suffix) else ""
+            if not _LANE.fullmatch(lane):
+                client_writer.close()
+                return
+            try:
+                lane_reader, lane_writer = await asyncio.wait_for(asyncio.open_connection(lane, port), CONNECT_S)
             except (TimeoutError, OSError):
                 client_writer.close()
                 return
             try:
+                lane_writer.write(hello)  # type: ignore[arg-type]  # checked above: a ClientHello
                 await asyncio.gather(_pipe(client_reader, lane_writer), _pipe(lane_reader, client_writer))
             finally:
                 lane_writer.close()
                 client_writer.close()
 
     server = await asyncio.start_server(handle, *listen, limit=CHUNK)
-    port = server.sockets[0].getsockname()[1]
-    print(f"osprey_sidecar.forward: forwarding {listen[0]}:{port} to {to[0]}:{to[1]}", file=sys.stderr, flush=True)
+    bound = server.sockets[0].getsockname()[1]
+    print(f"osprey_sidecar.forward: routing {listen[0]}:{bound} to LANE:{port} by the server name LANE{suffix}", file=sys.stderr, flush=True)
     if ready is not None:
         ready.set()
     async with server:
@@ -72,12 +129,13 @@ def _address(text: str) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="osprey_sidecar.forward", description="Forward TCP connections (a lane's gateway).")
+    parser = argparse.ArgumentParser(prog="osprey_sidecar.forward", description="Route TLS connections to lanes by server name (a lanes' gateway).")
     parser.add_argument("--listen", type=_address, required=True, metavar="HOST:PORT")
-    parser.add_argument("--to", type=_address, required=True, metavar="HOST:PORT")
+    parser.add_argument("--suffix", required=True, help="the server names' common suffix; what comes before it names the lane's container")
+    parser.add_argument("--port", type=int, required=True, help="the port the lanes' sidecars listen on")
     args = parser.parse_args(argv)
     try:
-        asyncio.run(serve(args.listen, args.to))
+        asyncio.run(serve(args.listen, args.suffix, args.port))
     except KeyboardInterrupt:
         pass
     return 0

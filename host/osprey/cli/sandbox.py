@@ -115,6 +115,8 @@ def prune(images: bool) -> None:
         client, engine = open_engine(settings.sandbox.engine, os.environ)
         backend = LocalDockerBackend(client) if engine.local else RemoteDockerBackend(engine.target, client=client, engine=engine)
         removed = asyncio.run(backend.reap())
+        if isinstance(backend, RemoteDockerBackend) and backend.prune_gateway():
+            removed.append("the lanes' gateway (no lane used it)")
         dropped = prune_images(client, settings.sandbox.base_image) if images else []
     except OspreyError as exc:
         _fail(exc)

@@ -11,9 +11,12 @@ there is made of:
 - the lane container, on an internal network of its own (it reaches nothing; with `network`
   on, the default bridge too), its sidecar serving TLS on `LANE_PORT` there, locked down as a
   local lane is (no capabilities, read-only root, limits);
-- a gateway container on that network and on the default bridge, whose `LANE_PORT` the engine
-  publishes (an engine publishes no port of an internal network): it forwards TCP to the lane
-  and holds no key, since TLS runs end to end between the broker and the sidecar.
+- a gateway container, one for this machine's lanes on the engine (`gateway_name`), on the
+  default bridge with `LANE_PORT` published (an engine publishes no port of an internal network)
+  and attached to each lane's network: it routes each TLS connection to the lane its server name
+  names (`osprey_sidecar.forward`) and holds no key, since TLS runs end to end between the broker
+  and the sidecar. It stays between lanes (a lane start is then one container start);
+  `osprey sandbox prune` removes it once no lane uses it.
 
 The broker reaches the sidecar at the engine's host and the published port, pins the lane's
 own CA (`lane_tls`) and presents its client certificate and the lane's token. Everything made
@@ -42,6 +45,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,11 +59,12 @@ from ..owners import boot_id, host_id, owner_record, pid_namespace
 from .backend import Lane, LaneBackend, LaneRequest, LaneState, Progress, quiet
 from .client import Connection
 from .engines import Engine, EngineTarget, connect, identify
-from .lane_tls import make_lane_pki
+from .lane_tls import SERVER_NAME_SUFFIX, make_lane_pki
 from .workspace_sync import Manifest, SyncLimits, SyncReport, bring_back, escaping_symlinks, pack, pack_changes
 
 LABEL = "osprey.lane"
 REMOTE_LABEL = "osprey.remote"
+GATEWAY_LABEL = "osprey.gateway"
 LANE_PORT = 7443
 SECRETS_IN_LANE = "/run/osprey-lane"
 LOG_LINES = 20
@@ -112,8 +117,8 @@ def _owner_gone(labels: Mapping[str, str]) -> bool:
     """Whether a remote lane's broker certainly died: only a broker of this machine can say."""
     from ..owners import owner_gone
 
-    if labels.get("osprey.owner_host") != host_id():
-        return False
+    if labels.get("osprey.owner_host") != host_id() or labels.get(GATEWAY_LABEL):
+        return False  # another machine's, or the gateway this machine's brokers share
     return owner_gone(f"{labels.get('osprey.owner_pid', '0')} {labels.get('osprey.boot_id', '')} {labels.get('osprey.pid_ns', '')}")
 
 
@@ -135,6 +140,11 @@ def _tls_answers(target: Any, timeout: float = 0.5) -> bool:
             return tls.version() is not None
     except (OSError, ssl.SSLError):
         return False
+
+
+def gateway_name() -> str:
+    """The name of this machine's gateway on an engine (one per machine, whatever the broker)."""
+    return f"osprey-gw-{host_id()[:16]}"
 
 
 def engine_address(target: EngineTarget) -> str:
@@ -273,7 +283,7 @@ class RemoteDockerBackend(LaneBackend):
         options = request.options
         image = self._image(options, request.home, progress)
         session = request.session_id
-        lane_name, gateway_name, network = f"osprey-lane-{session}", f"osprey-gw-{session}", f"osprey-lane-{session}"
+        network = f"osprey-lane-{session}"
         labels = {**_owner_labels(), "osprey.session": session, "osprey.workspace": workspace, "osprey.image": image}
         owner = workspace_owner(workspace)
 
@@ -291,25 +301,27 @@ class RemoteDockerBackend(LaneBackend):
         self._sdk("making the lane's network", lambda: client.api.create_network(network, driver="bridge", internal=True, labels=labels))
         made.append(("network", network))
 
-        # The gateway starts while the workspace travels and the lane starts: a container's
-        # start is most of a lane's start-up, and the gateway needs nothing of the workspace.
-        def start_gateway() -> str:
-            gateway_id = self._create_gateway(image, gateway_name, lane_name, network, labels)
-            made.append(("container", gateway_id))
-            self._sdk("starting the lane's gateway", lambda: client.api.start(gateway_id))
-            return gateway_id
+        # The gateway (one for this machine's lanes on the engine) is found or started while the
+        # workspace travels and the lane starts, and joins the lane's network.
+        def join_gateway() -> tuple[str, int]:
+            gateway_id, port = self._gateway(image)
+            self._sdk("connecting the lanes' gateway", lambda: client.api.connect_container_to_network(gateway_id, network))
+            return gateway_id, port
 
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="osprey-lane-gateway")
-        gateway = pool.submit(start_gateway)
+        gateway = pool.submit(join_gateway)
         pool.shutdown(wait=False)
         try:
             return self._provision_lane(request, progress, made, engine, image, labels, owner, volumes, protected_dirs, protected, gateway)
-        finally:
-            concurrent.futures.wait([gateway])  # what it made is in `made`, for the removal of a failed start
+        except BaseException:
+            with suppress(Exception):
+                gateway_id, _ = gateway.result()
+                client.api.disconnect_container_from_network(gateway_id, network, force=True)
+            raise
 
     def _provision_lane(self, request: LaneRequest, progress: Progress, made: list[tuple[str, str]], engine: Engine, image: str,
                         labels: dict[str, str], owner: tuple[int, int], volumes: list[str], protected_dirs: list[str],
-                        protected: list[str], gateway: concurrent.futures.Future[str]) -> RemoteLane:
+                        protected: list[str], gateway: concurrent.futures.Future[tuple[str, int]]) -> RemoteLane:
         client = self.client()
         workspace = os.path.realpath(request.workspace)
         options = request.options
@@ -348,12 +360,7 @@ class RemoteDockerBackend(LaneBackend):
 
         self._sdk("starting the lane", lambda: client.api.start(lane_id))
         self._make_symlinks(lane_id, escaping_symlinks(manifest.entries), workspace, owner)
-        gateway_id = gateway.result()
-        ports = self._sdk("finding the lane's port", lambda: client.api.inspect_container(gateway_id))["NetworkSettings"]["Ports"]
-        bound = (ports or {}).get(f"{LANE_PORT}/tcp") or []
-        if not bound:
-            raise SandboxError(f"the engine at {self.target.host} published no port for the lane's gateway")
-        port = int(bound[0]["HostPort"])
+        gateway_id, port = gateway.result()
         connection = Connection(pki.target(engine_address(self.target), port), token=token)
         return RemoteLane(id=lane_id, name=lane_name, workspace=workspace, image=image, connection=connection, gateway=gateway_id,
                           network=network, volumes=volumes, record_path=record_path, record=record)
@@ -393,22 +400,52 @@ class RemoteDockerBackend(LaneBackend):
             networking_config=client.api.create_networking_config({network: client.api.create_endpoint_config(aliases=[name])})))
         return str(created["Id"])
 
-    def _create_gateway(self, image: str, name: str, lane_name: str, network: str, labels: dict[str, str]) -> str:
+    def _gateway(self, image: str) -> tuple[str, int]:
+        """This machine's gateway on the engine, started if need be: its id and published port.
+        Brokers of this machine share it (a start that loses the race to make it takes the other's)."""
+        import docker
+
+        client = self.client()
+        name = gateway_name()
+        for _ in range(3):
+            try:
+                attrs = client.api.inspect_container(name)
+            except docker.errors.NotFound:
+                attrs = None
+            except (docker.errors.DockerException, OSError) as exc:
+                raise SandboxError(f"the engine at {self.target.host} could not be asked for the lanes' gateway: {str(exc)[:300]}") from None
+            if attrs is None:
+                try:
+                    self._create_gateway(image, name)
+                except SandboxError:
+                    continue  # made meanwhile by another broker of this machine: look again
+                continue
+            if not attrs["State"].get("Running"):
+                try:
+                    client.api.start(attrs["Id"])
+                except (docker.errors.DockerException, OSError):
+                    with suppress(docker.errors.DockerException, OSError):
+                        client.api.remove_container(attrs["Id"], force=True)
+                    continue
+                attrs = client.api.inspect_container(attrs["Id"])
+            bound = ((attrs.get("NetworkSettings") or {}).get("Ports") or {}).get(f"{LANE_PORT}/tcp") or []
+            if bound:
+                return str(attrs["Id"]), int(bound[0]["HostPort"])
+        raise SandboxError(f"the lanes' gateway {name} could not be started on the engine at {self.target.host}")
+
+    def _create_gateway(self, image: str, name: str) -> str:
         client = self.client()
         host_config = client.api.create_host_config(
             network_mode="bridge", cap_drop=["ALL"], security_opt=["no-new-privileges:true"], read_only=True,
             pids_limit=64, mem_limit=_GATEWAY_MEMORY, memswap_limit=_GATEWAY_MEMORY, nano_cpus=int(0.5e9),
-            port_bindings={f"{LANE_PORT}/tcp": None})
-        created = self._sdk("making the lane's gateway", lambda: client.api.create_container(
-            image, name=name, user="65534:65534", labels={**labels, "osprey.gateway": "1"}, ports=[LANE_PORT], host_config=host_config,
+            port_bindings={f"{LANE_PORT}/tcp": None}, restart_policy={"Name": "unless-stopped"})
+        labels = {LABEL: "1", REMOTE_LABEL: "1", GATEWAY_LABEL: "1", "osprey.owner_host": host_id(), "osprey.image": image}
+        created = self._sdk("making the lanes' gateway", lambda: client.api.create_container(
+            image, name=name, user="65534:65534", labels=labels, ports=[LANE_PORT], host_config=host_config,
             entrypoint=["/usr/bin/tini", "--", "python3", "-I", "-S", "-B", "-c", _SIDECAR.format(module="forward")],
-            command=["--listen", f"0.0.0.0:{LANE_PORT}", "--to", f"{lane_name}:{LANE_PORT}"]))
+            command=["--listen", f"0.0.0.0:{LANE_PORT}", "--suffix", SERVER_NAME_SUFFIX, "--port", str(LANE_PORT)]))
         gateway_id = str(created["Id"])
-        try:
-            self._sdk("connecting the lane's gateway", lambda: client.api.connect_container_to_network(gateway_id, network))
-        except BaseException:
-            self._sdk("removing the lane's gateway", lambda: client.api.remove_container(gateway_id, force=True))
-            raise
+        self._sdk("starting the lanes' gateway", lambda: client.api.start(gateway_id))
         return gateway_id
 
     async def _wait_ready(self, lane: RemoteLane, deadline_s: float) -> None:
@@ -545,17 +582,13 @@ class RemoteDockerBackend(LaneBackend):
         import docker
 
         client = self.client()
-        for container in (lane.id, lane.gateway):
-            try:
-                client.api.remove_container(container, force=True)
-            except docker.errors.NotFound:
-                pass
-            except (docker.errors.DockerException, OSError) as exc:
-                self.progress(f"warning: the lane container {container[:12]} could not be removed: {str(exc)[:200]}")
         try:
-            client.api.remove_network(lane.network)
-        except (docker.errors.DockerException, OSError):
+            client.api.remove_container(lane.id, force=True)
+        except docker.errors.NotFound:
             pass
+        except (docker.errors.DockerException, OSError) as exc:
+            self.progress(f"warning: the lane container {lane.id[:12]} could not be removed: {str(exc)[:200]}")
+        self._remove_network(lane.network)
         if not lane.record_path.exists():
             return  # destroyed before
         try:
@@ -570,6 +603,33 @@ class RemoteDockerBackend(LaneBackend):
             return
         self._remove_volumes(lane.volumes)
         lane.record_path.unlink(missing_ok=True)
+
+    def prune_gateway(self) -> bool:
+        """Remove this machine's gateway when no lane's network holds it; whether it was removed."""
+        import docker
+
+        client = self.client()
+        try:
+            attrs = client.api.inspect_container(gateway_name())
+        except docker.errors.NotFound:
+            return False
+        except (docker.errors.DockerException, OSError) as exc:
+            raise SandboxError(f"the engine at {self.target.host} could not be asked for the lanes' gateway: {str(exc)[:300]}") from None
+        if set((attrs.get("NetworkSettings") or {}).get("Networks") or {}) - {"bridge"}:
+            return False
+        with suppress(docker.errors.NotFound):
+            client.api.remove_container(attrs["Id"], force=True)
+        return True
+
+    def _remove_network(self, network: str) -> None:
+        """Remove a lane's network, taking the shared gateway off it first."""
+        import docker
+
+        client = self.client()
+        with suppress(docker.errors.DockerException, OSError):
+            client.api.disconnect_container_from_network(gateway_name(), network, force=True)
+        with suppress(docker.errors.DockerException, OSError):
+            client.api.remove_network(network)
 
     def volume_exists(self, volume: str) -> bool:
         import docker
@@ -603,7 +663,7 @@ class RemoteDockerBackend(LaneBackend):
                 if kind == "container":
                     client.api.remove_container(name, force=True)
                 elif kind == "network":
-                    client.api.remove_network(name)
+                    self._remove_network(name)
                 elif kind == "volume":
                     client.api.remove_volume(name, force=True)
                 elif kind == "record":
@@ -636,10 +696,7 @@ class RemoteDockerBackend(LaneBackend):
             removed.append((container.get("Names") or [container["Id"][:12]])[0].lstrip("/"))
         for network in networks:
             if _owner_gone(network.get("Labels") or {}):
-                try:
-                    client.api.remove_network(network["Id"])
-                except (docker.errors.DockerException, OSError):
-                    pass
+                self._remove_network(network["Id"])
         return removed
 
     def protected_changes(self, request: LaneRequest, before: Mapping[str, str | None]) -> list[str]:
