@@ -353,3 +353,26 @@ def test_sigterm_brings_the_changes_back_and_removes_the_remote_lane(remote_engi
     api = engine_client(remote_engine).api
     owned = {"label": f"osprey.owner_pid={proc.pid}"}
     assert api.containers(all=True, filters=owned) == [] and api.volumes(filters=owned)["Volumes"] in (None, [])
+
+
+async def test_no_git_made_in_the_lane_comes_back_and_a_lost_volume_deletes_nothing(backend: RemoteDockerBackend, workspace: Path,
+                                                                                   home: Path, remote_engine: RemoteEngine) -> None:
+    (workspace / "a.txt").write_text("alpha\n")  # no .git here: the lane must not be able to make one with hooks
+    lane = await backend.provision(request_for(workspace, home, "nogit"))
+    try:
+        client = ToolClient(lane.connection)
+        await client.bash("mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit && echo '[core]' > .git/config && echo ok > b.txt")
+        report = await backend.sync(lane)
+        assert report is not None and report.written == ["b.txt"]
+        assert not (workspace / ".git").exists()
+        # The workspace volume removed behind Osprey's back: reading it back must not see an empty
+        # workspace (which would remove everything here).
+        api = engine_client(remote_engine).api
+        api.remove_container(lane.id, force=True)
+        api.remove_volume(lane.volumes[0], force=True)
+        with pytest.raises(SandboxError, match="no longer on the engine"):
+            await backend.sync(lane)
+        assert (workspace / "a.txt").read_text() == "alpha\n" and (workspace / "b.txt").exists()
+    finally:
+        await backend.destroy(lane)
+    assert (workspace / "a.txt").exists()

@@ -260,3 +260,73 @@ def test_limits_bound_both_directions_and_a_cut_tar_deletes_nothing(tmp_path: Pa
     assert not cut.complete and not cut.deleted
     assert (ws / "src" / "b.py").exists()
     assert not list(ws.glob(".osprey-sync-*"))
+
+
+def test_a_symlink_chain_cannot_climb_out(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "d").mkdir(parents=True)
+    tar = lane_tar(("workspace/d/b", "l", ".."), ("workspace/x", "l", "d/b/../secret"), ("workspace/y", "l", "d/../d/f"),
+                   ("workspace/d/up", "l", "../a"), ("workspace/d/twice", "l", "../../a"))
+    report = bring_back(ws, Manifest(made_at=time.time()), tar, prefix="workspace/")
+    assert sorted(report.written) == ["d/b", "d/up"]
+    refused = "\n".join(report.refused)
+    for name in ("x: a symlink", "y: a symlink", "d/twice: a symlink"):
+        assert name in refused
+
+
+def test_protected_names_are_matched_without_case_and_counted_anyway(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    tar = lane_tar(("workspace/.GIT/hooks/pre-commit", "f", "evil"), ("workspace/.Osprey/config.toml", "f", "x"), ("workspace/ok", "f", "ok"))
+    report = bring_back(ws, Manifest(made_at=time.time()), tar, prefix="workspace/")
+    assert report.written == ["ok"] and not (ws / ".GIT").exists() and not (ws / ".Osprey").exists()
+    flood = lane_tar(*[(f"workspace/.git/objects/{n}", "f", "x") for n in range(30)])
+    over = bring_back(ws, Manifest(made_at=time.time()), flood, prefix="workspace/", limits=SyncLimits(max_files=10))
+    assert not over.complete, "skipped members count against the limits too"
+
+
+def test_many_directories_are_applied_with_a_few_descriptors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from osprey.toolservice import workspace_sync
+
+    monkeypatch.setattr(workspace_sync, "MAX_OPEN_DIRS", 4)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    tar = lane_tar(*[(f"workspace/d{n % 7}/e{n}/f.txt", "f", str(n)) for n in range(40)])
+    report = bring_back(ws, Manifest(made_at=time.time()), tar, prefix="workspace/")
+    assert report.complete and len(report.written) == 40 and not report.refused
+    assert (ws / "d3" / "e10" / "f.txt").read_text() == "10"
+
+
+def test_modes_here_are_kept_and_only_the_executable_bits_follow_the_lane(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path)
+    (ws / "secret.txt").write_text("s\n")
+    (ws / "secret.txt").chmod(0o600)
+    os.utime(ws / "secret.txt", (OLD, OLD))
+    manifest, lane = sent(ws, tmp_path)
+    (lane / "secret.txt").write_text("changed\n")
+    (lane / "secret.txt").chmod(0o755)
+    (lane / "fresh.sh").write_text("#!/bin/sh\n")
+    (lane / "fresh.sh").chmod(0o777)
+    bring_back(ws, manifest, archive(lane), prefix="workspace/")
+    assert stat.S_IMODE((ws / "secret.txt").stat().st_mode) == 0o700
+    assert stat.S_IMODE((ws / "fresh.sh").stat().st_mode) & 0o022 == 0, "a new file takes this side's umask"
+
+
+def test_a_push_leaves_alone_what_is_ignored_now_or_was_refused(tmp_path: Path) -> None:
+    from osprey.toolservice.workspace_sync import pack_changes
+
+    ws = make_workspace(tmp_path)
+    manifest, lane = sent(ws, tmp_path)
+    (ws / ".gitignore").write_text("build/\n*.log\n!keep.log\n.git\nsrc/\n")  # src is ignored now, not gone
+    (ws / "run.sh").unlink()
+    changes = pack_changes(ws, manifest, io.BytesIO(), leave={"keep.log"})
+    assert changes.gone == ["run.sh"]
+    (ws / "keep.log").write_text("changed here\n")
+    changes = pack_changes(ws, manifest, io.BytesIO(), leave={"keep.log"})
+    assert "keep.log" not in changes.sent
+
+    # A directory the lane made where a file was sent is refused here and left to the lane.
+    (lane / "src" / "b.py").unlink()
+    (lane / "src" / "b.py").mkdir()
+    report = bring_back(ws, manifest, archive(lane), prefix="workspace/")
+    assert "src/b.py" in report.kept_back and (ws / "src" / "b.py").is_file()

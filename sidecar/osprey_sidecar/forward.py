@@ -105,10 +105,14 @@ async def serve(listen: tuple[str, int], suffix: str, port: int, ready: asyncio.
             except (TimeoutError, OSError):
                 client_writer.close()
                 return
+            pipes = [asyncio.ensure_future(_pipe(client_reader, lane_writer)), asyncio.ensure_future(_pipe(lane_reader, client_writer))]
             try:
                 lane_writer.write(hello)  # type: ignore[arg-type]  # checked above: a ClientHello
-                await asyncio.gather(_pipe(client_reader, lane_writer), _pipe(lane_reader, client_writer))
+                # When either side ends, both do: a peer that keeps its half open holds no slot.
+                await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
             finally:
+                for pipe in pipes:
+                    pipe.cancel()
                 lane_writer.close()
                 client_writer.close()
 

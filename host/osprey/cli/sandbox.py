@@ -129,11 +129,15 @@ def prune(images: bool) -> None:
 def recover() -> None:
     """Bring back what lanes on another machine changed, where their session ended without doing it
     (a broker that crashed or was killed leaves the lane's workspace volume on the engine)."""
+    from ..config import size_bytes
     from ..errors import OspreyError
     from ..toolservice.remote_lanes import recover_lanes
+    from ..toolservice.workspace_sync import SyncLimits
 
     try:
-        lines = recover_lanes(_settings().home)
+        settings = _settings()
+        limits = SyncLimits(max_files=settings.sandbox.sync_max_files, max_bytes=size_bytes(settings.sandbox.sync_max_bytes))
+        lines = recover_lanes(settings.home, limits)
     except OspreyError as exc:
         _fail(exc)
     if not lines:

@@ -101,7 +101,7 @@ class RemoteLane(Lane):
     volumes: list[str]
     record_path: Path
     record: LaneRecord
-    sync_lock: threading.Lock = field(default_factory=threading.Lock)
+    sync_lock: threading.RLock = field(default_factory=threading.RLock)  # taken again by destroy's own sync
 
 
 def records_dir(home: Path | None) -> Path:
@@ -140,6 +140,14 @@ def _tls_answers(target: Any, timeout: float = 0.5) -> bool:
             return tls.version() is not None
     except (OSError, ssl.SSLError):
         return False
+
+
+def _put_archive(client: Any, container: str, path: str, data: Any) -> None:
+    """The engine's archive upload, refusing (rather than doing) the replacement of a directory by
+    a file or of a file by a directory, which would lose what the other side holds."""
+    response = client.api._put(client.api._url("/containers/{0}/archive", container), params={"path": path, "noOverwriteDirNonDir": "1"},
+                               data=data)
+    client.api._raise_for_status(response)
 
 
 def gateway_name() -> str:
@@ -273,7 +281,7 @@ class RemoteDockerBackend(LaneBackend):
         return lane
 
     def _provision(self, request: LaneRequest, progress: Progress, made: list[tuple[str, str]]) -> RemoteLane:
-        from .lanes import protected_paths, workspace_owner
+        from .lanes import PROTECTED, protected_paths, workspace_owner
 
         client = self.client()
         engine = self._engine()
@@ -287,10 +295,12 @@ class RemoteDockerBackend(LaneBackend):
         labels = {**_owner_labels(), "osprey.session": session, "osprey.workspace": workspace, "osprey.image": image}
         owner = workspace_owner(workspace)
 
-        protected_dirs, protected = [], []
+        # What never comes back: the protected paths that exist, and the fixed names whether they
+        # exist or not (a lane must not create a `.git` with hooks where there was none).
+        protected_dirs, protected = [], set(PROTECTED) if options.protect_git else set()
         for path in protected_paths(workspace, options, request.home):
             relative = os.path.relpath(path, workspace)
-            protected.append(relative)
+            protected.add(relative)
             if os.path.isdir(path) and not os.path.islink(path):
                 protected_dirs.append(relative)
         volumes = [f"osprey-ws-{session}", f"osprey-sec-{session}"] + [f"osprey-ro{i}-{session}" for i in range(len(protected_dirs))]
@@ -321,7 +331,7 @@ class RemoteDockerBackend(LaneBackend):
 
     def _provision_lane(self, request: LaneRequest, progress: Progress, made: list[tuple[str, str]], engine: Engine, image: str,
                         labels: dict[str, str], owner: tuple[int, int], volumes: list[str], protected_dirs: list[str],
-                        protected: list[str], gateway: concurrent.futures.Future[tuple[str, int]]) -> RemoteLane:
+                        protected: set[str], gateway: concurrent.futures.Future[tuple[str, int]]) -> RemoteLane:
         client = self.client()
         workspace = os.path.realpath(request.workspace)
         options = request.options
@@ -336,7 +346,7 @@ class RemoteDockerBackend(LaneBackend):
         with tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024) as packed:
             manifest = pack(workspace, packed, limits=self.limits, owner=owner, prefix=workspace.lstrip("/") + "/", extra=lane_secrets)
             record = LaneRecord(lane=lane_name, volumes=volumes, engine_id=engine.id, engine=self.target, workspace=workspace,
-                                image=image, protected=protected, manifest=manifest)
+                                image=image, protected=sorted(protected), manifest=manifest)
             record_path = self._write_record(records_dir(request.home) / f"{volumes[0]}.json", record)
             made.append(("record", str(record_path)))
             # A container that never starts, with every volume mounted writable, takes the archive in.
@@ -521,6 +531,8 @@ class RemoteDockerBackend(LaneBackend):
         """Bring back what the lane changed; then (`push`, the lane running) send it what changed
         here meanwhile, so that both sides hold the same workspace again."""
         with lane.sync_lock:
+            if not lane.record_path.exists():
+                raise SandboxError("the lane is gone: its changes were brought back when it ended")
             report = self.read_back(lane.record)
             if report.complete and push:
                 self._push(lane, report)
@@ -537,10 +549,11 @@ class RemoteDockerBackend(LaneBackend):
         record = lane.record
         owner = workspace_owner(record.workspace)
         with tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024) as out:
-            changes = pack_changes(record.workspace, report.manifest, out, protected=record.protected, limits=self.limits, owner=owner)
+            changes = pack_changes(record.workspace, report.manifest, out, protected=record.protected, limits=self.limits, owner=owner,
+                                   leave=report.kept_back)
             if changes.sent:
                 out.seek(0)
-                self._sdk("sending your changes to the lane", lambda: client.api.put_archive(lane.id, record.workspace, out))
+                self._sdk("sending your changes to the lane", lambda: _put_archive(client, lane.id, record.workspace, out))
         self._make_symlinks(lane.id, escaping_symlinks(changes.sent), record.workspace, owner)
         for start in range(0, len(changes.gone), 200):
             batch = [f"{record.workspace}/{p}" for p in changes.gone[start:start + 200]]
@@ -558,6 +571,11 @@ class RemoteDockerBackend(LaneBackend):
     def read_back(self, record: LaneRecord) -> SyncReport:
         """Apply to the workspace what the lane's volume holds beyond what `record` sent."""
         client = self.client()
+        # A volume that is gone would be made afresh, empty, by the mount below, and an empty
+        # workspace read back would remove everything here: ask for it first.
+        if not self.volume_exists(record.volumes[0]):
+            raise SandboxError(f"the lane's volume {record.volumes[0]} is no longer on the engine at {self.target.host}; "
+                               "nothing was changed here")
         mounts = [{"Type": "volume", "Source": record.volumes[0], "Target": record.workspace, "ReadOnly": True}]
         reader = self._sdk("reading the lane's workspace", lambda: client.api.create_container(
             record.image, command=["true"], entrypoint=[], labels={**_owner_labels(), "osprey.reader": "1"}, network_disabled=True,
@@ -579,6 +597,10 @@ class RemoteDockerBackend(LaneBackend):
         await asyncio.to_thread(self._destroy, lane)
 
     def _destroy(self, lane: RemoteLane) -> None:
+        with lane.sync_lock:  # a /sync queued behind this must find the record gone, not a removed volume
+            self._destroy_locked(lane)
+
+    def _destroy_locked(self, lane: RemoteLane) -> None:
         import docker
 
         client = self.client()
@@ -741,7 +763,7 @@ def read_record(path: Path) -> LaneRecord:
         raise SandboxError(f"the lane record {path} is not one Osprey wrote ({str(exc)[:200]})") from None
 
 
-def recover_lanes(home: Path | None) -> list[str]:
+def recover_lanes(home: Path | None, limits: SyncLimits | None = None) -> list[str]:
     """Bring back the changes of remote lanes whose broker died before it could (their records
     under `$OSPREY_HOME/lanes/`), then remove what is left of them; a line for each."""
     from ..owners import owner_gone
@@ -758,8 +780,13 @@ def recover_lanes(home: Path | None) -> list[str]:
         if not owner_gone(record.owner):
             lines.append(f"{record.lane}: its session still runs (broker {record.owner.split()[0]}); it brings the changes back when it ends")
             continue
-        backend = RemoteDockerBackend(record.engine)
+        backend = RemoteDockerBackend(record.engine, limits=limits)
         try:
+            engine = backend._engine()
+            if engine.id != record.engine_id:
+                lines.append(f"{record.lane}: the engine at {record.engine.host} is not the one the lane ran on "
+                             f"(id {engine.id[:12] or '?'}, recorded {record.engine_id[:12]}); left as it is")
+                continue
             backend._reap()
             if not backend.volume_exists(record.volumes[0]):
                 path.unlink(missing_ok=True)

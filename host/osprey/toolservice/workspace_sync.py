@@ -31,15 +31,16 @@ written to a staging directory first and renamed into place.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import io
 import os
-import posixpath
 import secrets
 import shutil
 import stat
 import tarfile
 import time
+from collections import OrderedDict
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -58,6 +59,8 @@ MAX_GITIGNORE_LINES = 10_000
 MAX_PATTERN_CHARS = 1024
 MAX_PATTERN_WILDCARDS = 16  # a pattern with more is skipped: its regex could backtrack for long
 MAX_NAME_BYTES = 4096
+MAX_OPEN_DIRS = 128  # directories kept open while the lane's changes are applied
+MAX_REFUSED = 1000  # refusals listed one by one; the rest are counted
 _CHUNK = 1024 * 1024
 # A file whose size and modification second are as sent, and which was last modified this long
 # before the manifest was made, is taken as unchanged without being read again.
@@ -109,7 +112,9 @@ class SyncReport(BaseModel):
     written: list[str] = Field(default_factory=list, description="files and symlinks added or changed here")
     deleted: list[str] = Field(default_factory=list)
     conflicts: list[Conflict] = Field(default_factory=list)
-    refused: list[str] = Field(default_factory=list, description="paths not applied, each with why")
+    refused: list[str] = Field(default_factory=list, description="paths not applied, each with why (the first MAX_REFUSED)")
+    refused_more: int = Field(0, description="refusals past the first MAX_REFUSED")
+    kept_back: set[str] = Field(default_factory=set, exclude=True, description="refused paths the next push leaves alone in the lane")
     left_in_lane: int = Field(0, description="new paths the .gitignore files exclude, not brought back")
     sent: list[str] = Field(default_factory=list, description="with a two-way sync: what changed here and was sent to the lane")
     removed_in_lane: list[str] = Field(default_factory=list, description="with a two-way sync: what was removed here and so in the lane")
@@ -258,10 +263,16 @@ def _file_entry(executable: bool, size: int, mtime: float, sha256: str) -> str:
 
 
 def _symlink_inside(path: str, target: str) -> bool:
+    """Whether a symlink at `path` to `target` stays inside the workspace, whatever the other
+    symlinks on its way: `..` only as its leading parts, no more of them than the link is deep
+    (`d/b -> ..` then `x -> d/b/../secret` would climb out through `d/b`)."""
     if not target or target.startswith("/") or "\0" in target:
         return False
-    joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
-    return joined != ".." and not joined.startswith("../")
+    parts = [p for p in target.split("/") if p not in ("", ".")]
+    leading = 0
+    while leading < len(parts) and parts[leading] == "..":
+        leading += 1
+    return ".." not in parts[leading:] and leading <= path.count("/")
 
 
 def _walk(root: Path, skipped: list[str]) -> Iterator[tuple[str, os.stat_result]]:
@@ -398,10 +409,12 @@ class LocalChanges:
 
 
 def pack_changes(workspace: str | Path, baseline: Manifest, out: IO[bytes], *, protected: Collection[str] = ALWAYS_SENT,
-                 limits: SyncLimits | None = None, owner: tuple[int, int] | None = None) -> LocalChanges:
+                 limits: SyncLimits | None = None, owner: tuple[int, int] | None = None, leave: Collection[str] = ()) -> LocalChanges:
     """Write to `out` a tar of what changed here since `baseline` (new and changed entries; a
     file whose size and modification second are as recorded, and settled, is not read again),
-    and list what is gone here. Protected paths are left out: the lane has them read-only."""
+    and list what is gone here (absent, not merely unlisted or now ignored). Protected paths are
+    left out (the lane has them read-only), and so are the paths in `leave` with what lies under
+    them (what the last bring-back refused: the lane's side of them stays as it is)."""
     root = Path(workspace)
     budget = _Budget(limits or SyncLimits(), "the workspace's changes")
     skipped: list[str] = []
@@ -409,7 +422,7 @@ def pack_changes(workspace: str | Path, baseline: Manifest, out: IO[bytes], *, p
     seen: set[str] = set()
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, errors="surrogateescape") as tar:
         for path, st in _walk(root, skipped):
-            if _is_protected(path, protected):
+            if _is_protected(path, protected) or _is_protected(path, leave):
                 continue
             seen.add(path)
             before = baseline.entries.get(path)
@@ -424,7 +437,8 @@ def pack_changes(workspace: str | Path, baseline: Manifest, out: IO[bytes], *, p
             entry = _add(tar, root, path, st, owner, budget, skipped)
             if entry is not None and not _same(entry, before):
                 changes.sent[path] = entry
-    changes.gone = [p for p in baseline.entries if p not in seen and not _is_protected(p, protected)]
+    changes.gone = [p for p in baseline.entries if p not in seen and not _is_protected(p, protected) and not _is_protected(p, leave)
+                    and not os.path.lexists(root / p)]
     return changes
 
 
@@ -486,8 +500,21 @@ def _checked_name(name: str, prefix: str) -> str | None:
     return name
 
 
+def _refuse(report: SyncReport, text: str, path: str | None = None) -> None:
+    """Note a refusal (the first MAX_REFUSED in words, the rest counted); a refused `path` is left
+    alone in the lane by the next push too."""
+    if len(report.refused) < MAX_REFUSED:
+        report.refused.append(text)
+    else:
+        report.refused_more += 1
+    if path is not None:
+        report.kept_back.add(path)
+
+
 def _is_protected(path: str, protected: Collection[str]) -> bool:
-    return any(path == p or path.startswith(p + "/") for p in protected)
+    # Case-folded: on a case-insensitive file system here, `.GIT/hooks` is `.git/hooks`.
+    folded = path.casefold()
+    return any(folded == p.casefold() or folded.startswith(p.casefold() + "/") for p in protected)
 
 
 @dataclass
@@ -496,7 +523,7 @@ class _Here:
 
     root_fd: int
     staging_fd: int
-    _dirs: dict[str, int] = field(default_factory=dict)
+    _dirs: OrderedDict[str, int] = field(default_factory=OrderedDict)
 
     def forget(self, path: str) -> None:
         """Close the descriptor kept for the directory `path`, before it is removed."""
@@ -515,6 +542,7 @@ class _Here:
         if not path:
             return self.root_fd
         if path in self._dirs:
+            self._dirs.move_to_end(path)
             return self._dirs[path]
         parent_path, _, name = path.rpartition("/")
         parent = self.directory(parent_path, create=create)
@@ -528,6 +556,8 @@ class _Here:
             os.mkdir(name, 0o755, dir_fd=parent)
             fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
         self._dirs[path] = fd
+        while len(self._dirs) > MAX_OPEN_DIRS:  # the least recently used (never the one just made, or its parent)
+            os.close(self._dirs.popitem(last=False)[1])
         return fd
 
     def entry(self, path: str) -> str | None:
@@ -547,9 +577,11 @@ class _Here:
             return "d"
         if stat.S_ISLNK(st.st_mode):
             return f"l {os.readlink(name, dir_fd=parent)}"
+        if stat.S_ISFIFO(st.st_mode):
+            return "p"
         if not stat.S_ISREG(st.st_mode):
             return "?"
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
         try:
             digest = hashlib.sha256()
             while chunk := os.read(fd, _CHUNK):
@@ -586,6 +618,7 @@ def bring_back(workspace: str | Path, sent: Manifest, lane_tar: IO[bytes], *, pr
     budget = _Budget(limits or SyncLimits(), "the lane's workspace")
     report = SyncReport(manifest=Manifest(made_at=time.time()))
     seen: set[str] = set()
+    newest = 0.0
     ignores = _IgnoreLookup(Path(workspace))
     root_fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     staging = STAGING_PREFIX + secrets.token_hex(6)
@@ -596,14 +629,16 @@ def bring_back(workspace: str | Path, sent: Manifest, lane_tar: IO[bytes], *, pr
         with _reading(lane_tar) as tar:
             try:
                 for member in tar:
+                    tar.members.clear()  # type: ignore[attr-defined]  # a stream's members are not needed again: keep memory flat
+                    budget.count(member.size if member.isreg() else 0)  # every member counts, skipped or not
+                    newest = max(newest, member.mtime)
                     try:
                         path = _checked_name(member.name, prefix)
                     except ValueError as why:
-                        report.refused.append(f"{member.name[:200]!r}: {why}")
+                        _refuse(report, f"{member.name[:200]!r}: {why}")
                         continue
                     if path is None or _is_protected(path, protected) or path.split("/", 1)[0].startswith(STAGING_PREFIX):
                         continue
-                    budget.count(member.size if member.isreg() else 0)
                     seen.add(path)
                     _one(here, sent, tar, member, path, report, ignores)
             except (tarfile.TarError, EOFError, OSError, WorkspaceTooLarge) as exc:
@@ -611,6 +646,9 @@ def bring_back(workspace: str | Path, sent: Manifest, lane_tar: IO[bytes], *, pr
                 report.problem = f"the lane's workspace could not be read whole ({exc}); nothing was deleted"
         if report.complete:
             _deletions(here, sent, seen, protected, report)
+        # The lane's clock stamped what came back: a file is "settled" at the next sync only when it
+        # is older than the newest thing the lane wrote, whatever this machine's clock says.
+        report.manifest.made_at = min(report.manifest.made_at, newest) if newest else report.manifest.made_at
         for path, entry in sent.entries.items():
             if _is_protected(path, protected):
                 report.manifest.entries[path] = entry
@@ -635,18 +673,21 @@ def _one(here: _Here, sent: Manifest, tar: tarfile.TarFile, member: tarfile.TarI
         report.manifest.entries[path] = "p"
         return
     if not (member.isdir() or member.issym() or member.isreg()):
-        report.refused.append(f"{path}: not a file, directory or symlink")
+        _refuse(report, f"{path}: not a file, directory or symlink", path)
         return
     if before is None and ignores.ignored(path, member.isdir()):
         report.left_in_lane += 1
         return
     if member.isdir():
         report.manifest.entries[path] = "d"
+        if before is not None and before != "d":
+            _refuse(report, f"{path}: a directory in the lane where a file was sent; the lane's directory is left there", path)
+            return
         if before is None:
             try:
                 here.directory(path, create=True)
             except OSError as exc:
-                report.refused.append(f"{path}: the directory cannot be made here ({exc.strerror})")
+                _refuse(report, f"{path}: the directory cannot be made here ({exc.strerror})", path)
         return
     staged = None
     if member.issym():
@@ -655,7 +696,7 @@ def _one(here: _Here, sent: Manifest, tar: tarfile.TarFile, member: tarfile.TarI
             report.manifest.entries[path] = lane
             return
         if not _symlink_inside(path, member.linkname):
-            report.refused.append(f"{path}: a symlink that leads outside the workspace")
+            _refuse(report, f"{path}: a symlink that leads outside the workspace", path)
             return
     elif _settled(before, member, sent.made_at):
         report.manifest.entries[path] = before  # type: ignore[assignment]
@@ -669,7 +710,7 @@ def _one(here: _Here, sent: Manifest, tar: tarfile.TarFile, member: tarfile.TarI
         try:
             current = here.entry(path)
         except OSError as exc:
-            report.refused.append(f"{path}: cannot be read here ({exc.strerror})")
+            _refuse(report, f"{path}: cannot be read here ({exc.strerror})", path)
             return
         if _same(current, lane):
             return
@@ -720,7 +761,7 @@ def _put(here: _Here, path: str, lane: str, staged: str | None, member: tarfile.
         assert parent is not None
         try:
             if stat.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
-                report.refused.append(f"{original}: a directory is in the way here")
+                _refuse(report, f"{original}: a directory is in the way here", original)
                 return False
         except FileNotFoundError:
             pass
@@ -730,18 +771,44 @@ def _put(here: _Here, path: str, lane: str, staged: str | None, member: tarfile.
             os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
             return True
         staging_fd = here.staging_fd
-        os.chmod(staged, stat.S_IMODE(member.mode) & 0o777, dir_fd=staging_fd)
+        mode = _mode_here(parent, name, bool(member.mode & 0o111))
+        os.chmod(staged, mode, dir_fd=staging_fd)
         try:
             os.replace(staged, name, src_dir_fd=staging_fd, dst_dir_fd=parent)
         except OSError as exc:
             if exc.errno != errno.EXDEV:
                 raise
-            _copy_across(staging_fd, staged, parent, name, stat.S_IMODE(member.mode) & 0o777)
+            _copy_across(staging_fd, staged, parent, name, mode)
         os.utime(name, (member.mtime, member.mtime), dir_fd=parent, follow_symlinks=False)
         return True
     except OSError as exc:
-        report.refused.append(f"{original}: cannot be written here ({exc.strerror})")
+        _refuse(report, f"{original}: cannot be written here ({exc.strerror})", original)
         return False
+
+
+def _mode_here(parent: int, name: str, executable: bool) -> int:
+    """The mode a file from the lane gets here: the permissions of the file it replaces (a 0600
+    file stays 0600), else the default ones under this process's umask; executable where the
+    lane's is, for whoever may read it."""
+    try:
+        current = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        mode = stat.S_IMODE(current.st_mode) & 0o777 if stat.S_ISREG(current.st_mode) else 0o666 & ~_umask()
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    mode &= ~0o111
+    return mode | ((mode & 0o444) >> 2) if executable else mode
+
+
+@functools.cache
+def _umask() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
 
 
 def _copy_across(src_dir: int, src: str, dst_dir: int, dst: str, mode: int) -> None:
@@ -779,4 +846,4 @@ def _deletions(here: _Here, sent: Manifest, seen: set[str], protected: Collectio
             report.deleted.append(path)
         except OSError as exc:
             if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                report.refused.append(f"{path}: cannot be removed here ({exc.strerror})")
+                _refuse(report, f"{path}: cannot be removed here ({exc.strerror})")

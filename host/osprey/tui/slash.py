@@ -515,10 +515,10 @@ class SlashCommands:
             self.note(f"/diff: {exc}", "error")
 
     async def cmd_sync(self, argument: str) -> None:
-        """What a lane on another machine changed so far, brought back into the workspace."""
-        session = self.driver.session
-        if session is None or not session.started:
-            self.note("/sync: the session has not started yet")
+        """What a lane on another machine changed so far, brought back into the workspace (and your
+        changes sent to it); only between turns, so that no tool call writes meanwhile."""
+        session = self.driver.idle("/sync")
+        if session is None:
             return
         try:
             self.note(f"/sync: {await session.sync_workspace()}")
