@@ -795,8 +795,9 @@ def _mode_here(parent: int, name: str, executable: bool) -> int:
         mode = stat.S_IMODE(current.st_mode) & 0o777 if stat.S_ISREG(current.st_mode) else 0o666 & ~_umask()
     except FileNotFoundError:
         mode = 0o666 & ~_umask()
-    mode &= ~0o111
-    return mode | ((mode & 0o444) >> 2) if executable else mode
+    if not executable:
+        return mode & ~0o111
+    return mode if mode & 0o111 else mode | ((mode & 0o444) >> 2)
 
 
 @functools.cache
