@@ -65,12 +65,16 @@ def test_a_client_that_trusts_another_ca_refuses_the_engine(remote_engine: Remot
 
 
 def test_its_data_root_is_fresh(remote_engine: RemoteEngine) -> None:
-    client = remote_engine.client()
-    try:
-        assert client.images.list(all=True) == []
-        assert client.containers.list(all=True, filters={"label": engines.PROBE_LABEL}) == []
-    finally:
-        client.close()
+    """A new engine starts with nothing (the shared one has what earlier tests gave it)."""
+    require_remote_engine()
+    with RemoteEngine() as fresh:
+        client = fresh.client()
+        try:
+            assert client.images.list(all=True) == []
+            assert client.containers.list(all=True, filters={"label": engines.PROBE_LABEL}) == []
+            assert client.info()["DockerRootDir"] != remote_engine.client().info()["DockerRootDir"]
+        finally:
+            client.close()
 
 
 def test_ca_bundle_variables_replace_the_engines_ca_unless_pinned(remote_engine: RemoteEngine, monkeypatch: pytest.MonkeyPatch) -> None:
