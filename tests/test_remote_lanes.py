@@ -376,3 +376,35 @@ async def test_no_git_made_in_the_lane_comes_back_and_a_lost_volume_deletes_noth
     finally:
         await backend.destroy(lane)
     assert (workspace / "a.txt").exists()
+
+
+async def test_without_an_engine_here_the_remote_engine_builds_the_image(remote_engine: RemoteEngine, workspace: Path, home: Path,
+                                                                        osprey_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`osprey sandbox build` builds on the engine DOCKER_HOST names, and a lane start with no
+    engine on this machine to copy from builds there too. (The Debian base is copied in first:
+    making it with debootstrap is the slow part, and the same either way.)"""
+    from osprey.toolservice import engines
+    from osprey.toolservice.images import BASE_TAG, copy_image
+
+    api = engine_client(remote_engine)
+    copy_image(engines.local_client(), api, BASE_TAG)
+    built = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "osprey", "sandbox", "build", "-q"], capture_output=True,
+                                    text=True, env={**osprey_env, **remote_engine.env}, timeout=600)
+    assert built.returncode == 0, built.stderr[-2000:]
+    tag = built.stdout.strip()
+    assert tag.startswith("osprey-lane:") and api.images.get(tag)
+
+    def no_engine_here() -> object:
+        raise SandboxError("no engine here")
+
+    monkeypatch.setattr(engines, "local_client", no_engine_here)
+    messages: list[str] = []
+    backend = RemoteDockerBackend(target_of(remote_engine), progress=messages.append)
+    (workspace / "a.txt").write_text("alpha\n")
+    lane = await backend.provision(request_for(workspace, home, "built-there"), progress=messages.append)
+    try:
+        assert lane.image == tag
+        assert any("built on the remote engine" in m for m in messages) and not any(m.startswith("copying the lane image") for m in messages)
+        assert (await ToolClient(lane.connection).read_file("a.txt")).content.endswith("alpha")
+    finally:
+        await backend.destroy(lane)

@@ -35,13 +35,17 @@ def sandbox() -> None:
 @click.option("--quiet", "-q", is_flag=True, help="Print only the image tag.")
 @click.option("--compose-env", is_flag=True, help="Also build the broker image; print both tags as an env file for compose.yaml.")
 def build(force: bool, base_image: str | None, quiet: bool, compose_env: bool) -> None:
-    """Build the lane image (and, once, its Debian base) unless it is already there."""
+    """Build the lane image (and, once, its Debian base) unless it is already there, on the engine
+    lanes run on ([sandbox] engine, DOCKER_CONTEXT, DOCKER_HOST, else this machine's)."""
+    import os
+
     from ..errors import OspreyError
-    from ..toolservice.images import docker_client, ensure_broker_image, ensure_image
+    from ..toolservice.engines import open_engine
+    from ..toolservice.images import ensure_broker_image, ensure_image
 
     try:
         settings = _settings(base_image)
-        client = docker_client()
+        client, _ = open_engine(settings.sandbox.engine, os.environ)
         progress = (lambda _: None) if quiet else (lambda line: click.echo(f"  {line}", err=True))
         tag = ensure_image(client, settings.sandbox.base_image, force=force, progress=progress, home=settings.home)
         broker = ensure_broker_image(client, tag, force=force, progress=progress, home=settings.home) if compose_env else None

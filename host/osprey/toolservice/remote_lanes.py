@@ -240,14 +240,22 @@ class RemoteDockerBackend(LaneBackend):
 
     def _image(self, options: SandboxSettings, home: Path | None, progress: Progress) -> str:
         """The lane image on the remote engine: copied from this machine's engine unless it is
-        there already (its tag names its content)."""
+        there already (its tag names its content); built there when this machine has no engine."""
         from .engines import local_client
         from .images import copy_image, ensure_image
 
         if options.base_image in self._images:
             return self._images[options.base_image]
         if self._local_client is None:
-            self._local_client = local_client()
+            try:
+                self._local_client = local_client()
+            except SandboxError:
+                # No engine here to copy from: the remote engine builds it from the same recipe (its
+                # base too, when it lacks one: debootstrap here, `docker import` through DOCKER_HOST).
+                progress("this machine has no Docker engine: the lane image is built on the remote engine")
+                tag = ensure_image(self.client(), options.base_image, progress=progress, home=home)
+                self._images[options.base_image] = tag
+                return tag
         local = self._local_client
         tag = ensure_image(local, options.base_image, progress=progress, home=home)
         copy_image(local, self.client(), tag, progress=progress)
