@@ -138,15 +138,7 @@ class _Ignores:
 
     def load(self, directory: Path, prefix: str) -> bool:
         """Read `directory/.gitignore` (bounded); True when it added rules."""
-        from ..files import FileRefused, read_file
-
-        try:
-            data = read_file(directory / ".gitignore", MAX_GITIGNORE_BYTES, cut=True)
-        except (FileRefused, OSError):
-            return False
-        if not data:
-            return False
-        spec = _spec(data)
+        spec = _gitignore_of(directory)
         if spec is None:
             return False
         self._specs.append((prefix, spec))
@@ -163,6 +155,17 @@ class _Ignores:
             if result.include is not None:
                 return bool(result.include)
         return False
+
+
+def _gitignore_of(directory: Path) -> object | None:
+    """The rules of `directory/.gitignore` (read bounded), or None when it has none."""
+    from ..files import FileRefused, read_file
+
+    try:
+        data = read_file(directory / ".gitignore", MAX_GITIGNORE_BYTES, cut=True)
+    except (FileRefused, OSError):
+        return None
+    return _spec(data) if data else None
 
 
 def _spec(data: bytes) -> object | None:
@@ -192,9 +195,7 @@ class _IgnoreLookup:
 
     def _spec_of(self, directory: str) -> object | None:
         if directory not in self._specs:
-            ignores = _Ignores()
-            loaded = ignores.load(self._root / directory if directory else self._root, "")
-            self._specs[directory] = ignores._specs[0][1] if loaded else None
+            self._specs[directory] = _gitignore_of(self._root / directory if directory else self._root)
         return self._specs[directory]
 
     def ignored(self, path: str, is_dir: bool) -> bool:
@@ -455,25 +456,32 @@ def _unchanged_here(before: str, st: os.stat_result, path: Path, made_at: float)
     if before == "p":
         return stat.S_ISFIFO(st.st_mode)
     if before.startswith("l "):
-        try:
-            return stat.S_ISLNK(st.st_mode) and f"l {os.readlink(path)}" == before
-        except OSError:
-            return False
+        return stat.S_ISLNK(st.st_mode) and f"l {_readlink(path)}" == before
     if not stat.S_ISREG(st.st_mode):
         return False
-    _, mode, size, mtime, digest = before.split(" ")
+    _, mode, size, _, digest = before.split(" ")
     if int(size) != st.st_size or mode != ("x" if st.st_mode & 0o111 else "-"):
         return False
-    if int(mtime) == int(st.st_mtime) and int(st.st_mtime) < made_at - _SETTLED_S:
+    if _settled(before, st.st_size, st.st_mtime, bool(st.st_mode & 0o111), made_at):
         return True
     try:
-        with open(path, "rb", buffering=0) as fh:
-            h = hashlib.sha256()
-            while chunk := fh.read(_CHUNK):
-                h.update(chunk)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return False
-    return h.hexdigest() == digest
+    try:
+        return _digest_of(fd) == digest
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _digest_of(fd: int) -> str:
+    """The sha256 of what is left to read from `fd`."""
+    digest = hashlib.sha256()
+    while chunk := os.read(fd, _CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 # --- bringing back ----------------------------------------------------------------------------
@@ -583,12 +591,10 @@ class _Here:
             return "?"
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
         try:
-            digest = hashlib.sha256()
-            while chunk := os.read(fd, _CHUNK):
-                digest.update(chunk)
+            digest = _digest_of(fd)
         finally:
             os.close(fd)
-        return _file_entry(bool(st.st_mode & 0o111), st.st_size, st.st_mtime, digest.hexdigest())
+        return _file_entry(bool(st.st_mode & 0o111), st.st_size, st.st_mtime, digest)
 
 
 def _same(a: str | None, b: str | None) -> bool:
@@ -601,13 +607,14 @@ def _same(a: str | None, b: str | None) -> bool:
     return a == b
 
 
-def _settled(sent: str | None, member: tarfile.TarInfo, made_at: float) -> bool:
-    """Whether a lane's file is as sent by its size, mode and modification second alone."""
-    if sent is None or not sent.startswith("f "):
+def _settled(recorded: str | None, size: int, mtime: float, executable: bool, made_at: float) -> bool:
+    """Whether a file is as recorded by its size, mode and modification second alone (which holds
+    only for a file last changed well before the record was made)."""
+    if recorded is None or not recorded.startswith("f "):
         return False
-    _, mode, size, mtime, _ = sent.split(" ")
-    return (int(size) == member.size and int(mtime) == int(member.mtime) and int(mtime) < made_at - _SETTLED_S
-            and mode == ("x" if member.mode & 0o111 else "-"))
+    _, mode, recorded_size, recorded_mtime, _ = recorded.split(" ")
+    return (int(recorded_size) == size and int(recorded_mtime) == int(mtime) and int(recorded_mtime) < made_at - _SETTLED_S
+            and mode == ("x" if executable else "-"))
 
 
 def bring_back(workspace: str | Path, sent: Manifest, lane_tar: IO[bytes], *, prefix: str = "",
@@ -698,7 +705,7 @@ def _one(here: _Here, sent: Manifest, tar: tarfile.TarFile, member: tarfile.TarI
         if not _symlink_inside(path, member.linkname):
             _refuse(report, f"{path}: a symlink that leads outside the workspace", path)
             return
-    elif _settled(before, member, sent.made_at):
+    elif _settled(before, member.size, member.mtime, bool(member.mode & 0o111), sent.made_at):
         report.manifest.entries[path] = before  # type: ignore[assignment]
         return
     else:
