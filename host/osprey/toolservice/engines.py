@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import SandboxError
+from .images import _short
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 ENGINE_TIMEOUT_S = 120.0
@@ -241,6 +242,3 @@ def _no_answer(target: EngineTarget, exc: BaseException) -> str:
             "check DOCKER_HOST, DOCKER_CONTEXT or [sandbox] engine, or run without --sandbox")
 
 
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text[:300]

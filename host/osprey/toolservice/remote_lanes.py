@@ -40,6 +40,7 @@ import io
 import json
 import os
 import secrets
+import ssl
 import tarfile
 import tempfile
 import threading
@@ -60,9 +61,9 @@ from .backend import Lane, LaneBackend, LaneRequest, LaneState, Progress, quiet
 from .client import Connection
 from .engines import Engine, EngineTarget, connect, identify
 from .lane_tls import SERVER_NAME_SUFFIX, make_lane_pki
+from .lanes import LABEL
 from .workspace_sync import Manifest, SyncLimits, SyncReport, bring_back, escaping_symlinks, pack, pack_changes
 
-LABEL = "osprey.lane"
 REMOTE_LABEL = "osprey.remote"
 GATEWAY_LABEL = "osprey.gateway"
 LANE_PORT = 7443
@@ -122,17 +123,22 @@ def _owner_gone(labels: Mapping[str, str]) -> bool:
     return owner_gone(f"{labels.get('osprey.owner_pid', '0')} {labels.get('osprey.boot_id', '')} {labels.get('osprey.pid_ns', '')}")
 
 
-def _tls_answers(target: Any, timeout: float = 0.5) -> bool:
-    """Whether the lane's sidecar answers a TLS handshake (through its gateway)."""
-    import socket
-    import ssl
+def _tls_probe(target: Any) -> ssl.SSLContext:
+    """The context `_tls_answers` shakes hands with: this lane's CA, TLS 1.3.
 
-    # No client certificate (its key would have to be written to a file for `ssl`): with TLS 1.3
-    # the client's side of the handshake completes before the server checks for one, and only
-    # the sidecar holds a certificate this lane's CA signed.
+    No client certificate (its key would have to be written to a file for `ssl`): with TLS 1.3
+    the client's side of the handshake completes before the server checks for one, and only the
+    sidecar holds a certificate this lane's CA signed."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.minimum_version = ssl.TLSVersion.TLSv1_3
     context.load_verify_locations(cadata=target.ca_pem.decode("ascii"))
+    return context
+
+
+def _tls_answers(context: ssl.SSLContext, target: Any, timeout: float = 0.5) -> bool:
+    """Whether the lane's sidecar answers a TLS handshake (through its gateway)."""
+    import socket
+
     try:
         with socket.create_connection((target.host, target.port), timeout=timeout) as raw, \
                 context.wrap_socket(raw, server_hostname=target.server_name or target.host) as tls:
@@ -212,7 +218,6 @@ class RemoteDockerBackend(LaneBackend):
         self.engine = engine
         self.progress = progress
         self._images: dict[str | None, str] = {}
-        self.last_sync: SyncReport | None = None
 
     # --- the engine ---------------------------------------------------------------------------
 
@@ -275,16 +280,16 @@ class RemoteDockerBackend(LaneBackend):
                 await work
             except Exception:  # noqa: BLE001 - it failed on its own; what it made is removed below
                 pass
-            await asyncio.to_thread(self._remove_made, made, request.home)
+            await asyncio.to_thread(self._remove_made, made)
             raise
         except BaseException:
-            await asyncio.to_thread(self._remove_made, made, request.home)
+            await asyncio.to_thread(self._remove_made, made)
             raise
         try:
             await self._wait_ready(lane, request.options.ready_timeout)
         except BaseException:
             await lane.connection.close()
-            await asyncio.to_thread(self._remove_made, made, request.home)
+            await asyncio.to_thread(self._remove_made, made)
             raise
         return lane
 
@@ -299,7 +304,7 @@ class RemoteDockerBackend(LaneBackend):
         options = request.options
         image = self._image(options, request.home, progress)
         session = request.session_id
-        network = f"osprey-lane-{session}"
+        lane_name = network = f"osprey-lane-{session}"  # the lane's container, network and certificate name
         labels = {**_owner_labels(), "osprey.session": session, "osprey.workspace": workspace, "osprey.image": image}
         owner = workspace_owner(workspace)
 
@@ -330,74 +335,71 @@ class RemoteDockerBackend(LaneBackend):
         gateway = pool.submit(join_gateway)
         pool.shutdown(wait=False)
         try:
-            return self._provision_lane(request, progress, made, engine, image, labels, owner, volumes, protected_dirs, protected, gateway)
+            pki = make_lane_pki(lane_name)
+            token = secrets.token_hex(32)
+            # The lane's certificate, key and token travel in the same archive as the workspace.
+            lane_secrets = _secret_entries(SECRETS_IN_LANE.lstrip("/") + "/", {
+                "server.pem": pki.server_cert_pem, "server.key": pki.server_key_pem, "client-ca.pem": pki.ca_pem,
+                "token": token.encode() + b"\n"}, owner)
+            progress(f"sending the workspace {workspace} to the engine ...")
+            with tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024) as packed:
+                manifest = pack(workspace, packed, limits=self.limits, owner=owner, prefix=workspace.lstrip("/") + "/", extra=lane_secrets)
+                record = LaneRecord(lane=lane_name, volumes=volumes, engine_id=engine.id, engine=self.target, workspace=workspace,
+                                    image=image, protected=sorted(protected), manifest=manifest)
+                record_path = self._write_record(records_dir(request.home) / f"{volumes[0]}.json", record)
+                made.append(("record", str(record_path)))
+                # A container that never starts, with every volume mounted writable, takes the archive in.
+                loader_mounts = [{"Type": "volume", "Source": volumes[0], "Target": workspace},
+                                 {"Type": "volume", "Source": volumes[1], "Target": SECRETS_IN_LANE}] + [
+                    {"Type": "volume", "Source": v, "Target": f"{workspace}/{p}"} for v, p in zip(volumes[2:], protected_dirs, strict=True)]
+                loader = self._sdk("preparing the lane's workspace", lambda: client.api.create_container(
+                    image, command=["true"], entrypoint=[], labels=labels, network_disabled=True,
+                    host_config=client.api.create_host_config(mounts=loader_mounts, network_mode="none")))["Id"]
+                try:
+                    packed.seek(0)
+                    self._sdk("copying the workspace to the engine", lambda: client.api.put_archive(loader, "/", packed))
+                finally:
+                    self._sdk("removing the workspace loader", lambda: client.api.remove_container(loader, force=True))
+            progress(f"sent {len(manifest.entries):,} files and directories")
+
+            lane_id = self._create_lane(request, image, lane_name, labels, volumes, protected_dirs, workspace, owner)
+            made.append(("container", lane_id))
+            if options.network:
+                self._sdk("connecting the lane to the network", lambda: client.api.connect_container_to_network(lane_id, "bridge"))
+
+            self._sdk("starting the lane", lambda: client.api.start(lane_id))
+            self._make_symlinks(lane_id, escaping_symlinks(manifest.entries), workspace, owner)
+            gateway_id, port = gateway.result()
+            connection = Connection(pki.target(engine_address(self.target), port), token=token)
+            return RemoteLane(id=lane_id, name=lane_name, workspace=workspace, image=image, connection=connection, gateway=gateway_id,
+                              network=network, volumes=volumes, record_path=record_path, record=record)
         except BaseException:
             with suppress(Exception):
                 gateway_id, _ = gateway.result()
                 client.api.disconnect_container_from_network(gateway_id, network, force=True)
             raise
 
-    def _provision_lane(self, request: LaneRequest, progress: Progress, made: list[tuple[str, str]], engine: Engine, image: str,
-                        labels: dict[str, str], owner: tuple[int, int], volumes: list[str], protected_dirs: list[str],
-                        protected: set[str], gateway: concurrent.futures.Future[tuple[str, int]]) -> RemoteLane:
-        client = self.client()
-        workspace = os.path.realpath(request.workspace)
-        options = request.options
-        lane_name, network = f"osprey-lane-{request.session_id}", f"osprey-lane-{request.session_id}"
-        pki = make_lane_pki(lane_name)
-        token = secrets.token_hex(32)
-        # The lane's certificate, key and token travel in the same archive as the workspace.
-        lane_secrets = _secret_entries(SECRETS_IN_LANE.lstrip("/") + "/", {
-            "server.pem": pki.server_cert_pem, "server.key": pki.server_key_pem, "client-ca.pem": pki.ca_pem,
-            "token": token.encode() + b"\n"}, owner)
-        progress(f"sending the workspace {workspace} to the engine ...")
-        with tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024) as packed:
-            manifest = pack(workspace, packed, limits=self.limits, owner=owner, prefix=workspace.lstrip("/") + "/", extra=lane_secrets)
-            record = LaneRecord(lane=lane_name, volumes=volumes, engine_id=engine.id, engine=self.target, workspace=workspace,
-                                image=image, protected=sorted(protected), manifest=manifest)
-            record_path = self._write_record(records_dir(request.home) / f"{volumes[0]}.json", record)
-            made.append(("record", str(record_path)))
-            # A container that never starts, with every volume mounted writable, takes the archive in.
-            loader_mounts = [{"Type": "volume", "Source": volumes[0], "Target": workspace},
-                             {"Type": "volume", "Source": volumes[1], "Target": SECRETS_IN_LANE}] + [
-                {"Type": "volume", "Source": v, "Target": f"{workspace}/{p}"} for v, p in zip(volumes[2:], protected_dirs, strict=True)]
-            loader = self._sdk("preparing the lane's workspace", lambda: client.api.create_container(
-                image, command=["true"], entrypoint=[], labels=labels, network_disabled=True,
-                host_config=client.api.create_host_config(mounts=loader_mounts, network_mode="none")))["Id"]
-            try:
-                packed.seek(0)
-                self._sdk("copying the workspace to the engine", lambda: client.api.put_archive(loader, "/", packed))
-            finally:
-                self._sdk("removing the workspace loader", lambda: client.api.remove_container(loader, force=True))
-        progress(f"sent {len(manifest.entries):,} files and directories")
-
-        lane_id = self._create_lane(request, image, lane_name, network, labels, volumes, protected_dirs, workspace, owner)
-        made.append(("container", lane_id))
-        if options.network:
-            self._sdk("connecting the lane to the network", lambda: client.api.connect_container_to_network(lane_id, "bridge"))
-
-        self._sdk("starting the lane", lambda: client.api.start(lane_id))
-        self._make_symlinks(lane_id, escaping_symlinks(manifest.entries), workspace, owner)
-        gateway_id, port = gateway.result()
-        connection = Connection(pki.target(engine_address(self.target), port), token=token)
-        return RemoteLane(id=lane_id, name=lane_name, workspace=workspace, image=image, connection=connection, gateway=gateway_id,
-                          network=network, volumes=volumes, record_path=record_path, record=record)
-
     def _make_symlinks(self, lane_id: str, links: Mapping[str, str], workspace: str, owner: tuple[int, int]) -> None:
         """Make in the lane the symlinks an engine refuses to unpack (their target climbs out of
         the workspace), as the lane's user."""
-        client = self.client()
         items = sorted(links.items())
         for start in range(0, len(items), 200):
             argv = ["sh", "-c", 'while [ "$#" -gt 1 ]; do ln -sfn -- "$1" "$2" || exit 1; shift 2; done', "sh"]
             for path, target in items[start:start + 200]:
                 argv += [target, f"{workspace}/{path}"]
-            created = self._sdk("making the workspace's symlinks in the lane", lambda a=argv: client.api.exec_create(lane_id, a, user=f"{owner[0]}:{owner[1]}"))
-            self._sdk("making the workspace's symlinks in the lane", lambda c=created: client.api.exec_start(c["Id"]))
+            self._exec(lane_id, argv, owner, "making the workspace's symlinks in the lane")
 
-    def _create_lane(self, request: LaneRequest, image: str, name: str, network: str, labels: dict[str, str], volumes: list[str],
-                     protected_dirs: list[str], workspace: str, owner: tuple[int, int]) -> str:
+    def _exec(self, lane_id: str, argv: list[str], owner: tuple[int, int], what: str) -> None:
+        """Run `argv` in the lane as its user, to its end."""
         client = self.client()
+        created = self._sdk(what, lambda: client.api.exec_create(lane_id, argv, user=f"{owner[0]}:{owner[1]}"))
+        self._sdk(what, lambda: client.api.exec_start(created["Id"]))
+
+    def _create_lane(self, request: LaneRequest, image: str, name: str, labels: dict[str, str], volumes: list[str],
+                     protected_dirs: list[str], workspace: str, owner: tuple[int, int]) -> str:
+        """The lane's container, on its own network (of its name), not started."""
+        client = self.client()
+        network = name
         options = request.options
         memory = size_bytes(options.memory_limit)
         mounts = [
@@ -425,6 +427,7 @@ class RemoteDockerBackend(LaneBackend):
 
         client = self.client()
         name = gateway_name()
+        why = ""
         for _ in range(3):
             try:
                 attrs = client.api.inspect_container(name)
@@ -435,8 +438,8 @@ class RemoteDockerBackend(LaneBackend):
             if attrs is None:
                 try:
                     self._create_gateway(image, name)
-                except SandboxError:
-                    continue  # made meanwhile by another broker of this machine: look again
+                except SandboxError as exc:
+                    why = f": {exc}"  # or made meanwhile by another broker of this machine: look again
                 continue
             if not attrs["State"].get("Running"):
                 try:
@@ -449,7 +452,7 @@ class RemoteDockerBackend(LaneBackend):
             bound = ((attrs.get("NetworkSettings") or {}).get("Ports") or {}).get(f"{LANE_PORT}/tcp") or []
             if bound:
                 return str(attrs["Id"]), int(bound[0]["HostPort"])
-        raise SandboxError(f"the lanes' gateway {name} could not be started on the engine at {self.target.host}")
+        raise SandboxError(f"the lanes' gateway {name} could not be started on the engine at {self.target.host}{why}")
 
     def _create_gateway(self, image: str, name: str) -> str:
         client = self.client()
@@ -470,10 +473,11 @@ class RemoteDockerBackend(LaneBackend):
         end = time.monotonic() + deadline_s
         next_check = 0.0
         tls_up = False
+        probe = _tls_probe(lane.connection.target)
         while True:
             # A gRPC channel whose first connection the gateway closes (the sidecar not up yet)
             # backs off for a second; a plain TLS handshake says first when the sidecar answers.
-            tls_up = tls_up or await asyncio.to_thread(_tls_answers, lane.connection.target)
+            tls_up = tls_up or await asyncio.to_thread(_tls_answers, probe, lane.connection.target)
             if tls_up and await lane.connection.healthy(timeout=1.0):
                 return
             now = time.monotonic()
@@ -485,7 +489,7 @@ class RemoteDockerBackend(LaneBackend):
                     raise SandboxError(f"the lane exited during start-up (exit code {state.exit_code}); its last log lines:\n{logs or '(none)'}")
             if now > end:
                 refused = f" ({lane.connection.refused})" if lane.connection.refused else ""
-                gateway = await self.logs(Lane(id=lane.gateway, name="", workspace="", image="", connection=lane.connection))
+                gateway = await asyncio.to_thread(self._logs, lane.gateway)
                 raise SandboxError(f"the lane on {self.target.host} did not answer within {deadline_s:g} s{refused}; "
                                    f"its last log lines:\n{await self.logs(lane) or '(none)'}\nits gateway's:\n{gateway or '(none)'}")
             await asyncio.sleep(READY_POLL_S)
@@ -521,13 +525,13 @@ class RemoteDockerBackend(LaneBackend):
                          exit_code=exit_code if isinstance(exit_code, int) else None)
 
     async def logs(self, lane: Lane, lines: int = LOG_LINES) -> str:
-        def read() -> str:
-            try:
-                return bytes(self.client().api.logs(lane.id, tail=lines)).decode("utf-8", "replace").strip()
-            except Exception:  # noqa: BLE001 - logs are only for a message
-                return ""
+        return await asyncio.to_thread(self._logs, lane.id, lines)
 
-        return await asyncio.to_thread(read)
+    def _logs(self, container: str, lines: int = LOG_LINES) -> str:
+        try:
+            return bytes(self.client().api.logs(container, tail=lines)).decode("utf-8", "replace").strip()
+        except Exception:  # noqa: BLE001 - logs are only for a message
+            return ""
 
     async def sync(self, lane: Lane) -> SyncReport | None:
         """Bring back what the lane changed so far (`/sync`); the lane goes on."""
@@ -547,7 +551,6 @@ class RemoteDockerBackend(LaneBackend):
             if report.complete:
                 lane.record = lane.record.model_copy(update={"manifest": report.manifest})
                 self._write_record(lane.record_path, lane.record)
-            self.last_sync = report
             return report
 
     def _push(self, lane: RemoteLane, report: SyncReport) -> None:
@@ -565,9 +568,7 @@ class RemoteDockerBackend(LaneBackend):
         self._make_symlinks(lane.id, escaping_symlinks(changes.sent), record.workspace, owner)
         for start in range(0, len(changes.gone), 200):
             batch = [f"{record.workspace}/{p}" for p in changes.gone[start:start + 200]]
-            created = self._sdk("removing in the lane what you removed", lambda b=batch: client.api.exec_create(
-                lane.id, ["rm", "-rf", "--", *b], user=f"{owner[0]}:{owner[1]}"))
-            self._sdk("removing in the lane what you removed", lambda c=created: client.api.exec_start(c["Id"]))
+            self._exec(lane.id, ["rm", "-rf", "--", *batch], owner, "removing in the lane what you removed")
         entries = report.manifest.entries
         entries.update(changes.sent)
         for path in changes.gone:
@@ -606,9 +607,9 @@ class RemoteDockerBackend(LaneBackend):
 
     def _destroy(self, lane: RemoteLane) -> None:
         with lane.sync_lock:  # a /sync queued behind this must find the record gone, not a removed volume
-            self._destroy_locked(lane)
+            self._remove_lane(lane)
 
-    def _destroy_locked(self, lane: RemoteLane) -> None:
+    def _remove_lane(self, lane: RemoteLane) -> None:
         import docker
 
         client = self.client()
@@ -683,7 +684,7 @@ class RemoteDockerBackend(LaneBackend):
             except (docker.errors.DockerException, OSError) as exc:
                 self.progress(f"warning: the lane volume {volume} could not be removed: {str(exc)[:200]}")
 
-    def _remove_made(self, made: list[tuple[str, str]], home: Path | None) -> None:
+    def _remove_made(self, made: list[tuple[str, str]]) -> None:
         """Remove what a failed start made, newest first (volumes too: nothing ran in them)."""
         import docker
 
