@@ -36,20 +36,14 @@ def pki(tmp_path: Path) -> Pki:
 @pytest.fixture
 def sidecar(workspace: Path, pki: Pki, tmp_path: Path) -> Iterator[TlsSidecar]:
     (workspace / "a.txt").write_text("alpha\n")
-    served = start_tls_sidecar([str(workspace)], pki, tmp_path / "sidecar")
-    try:
+    with start_tls_sidecar([str(workspace)], pki, tmp_path / "sidecar") as served:
         yield served
-    finally:
-        served.stop()
 
 
 @pytest.fixture
 def mutual_sidecar(workspace: Path, pki: Pki, tmp_path: Path) -> Iterator[TlsSidecar]:
-    served = start_tls_sidecar([str(workspace)], pki, tmp_path / "mutual", client_ca=True)
-    try:
+    with start_tls_sidecar([str(workspace)], pki, tmp_path / "mutual", client_ca=True) as served:
         yield served
-    finally:
-        served.stop()
 
 
 async def test_tool_calls_go_through_tls_with_the_token(workspace: Path, pki: Pki, sidecar: TlsSidecar) -> None:

@@ -49,11 +49,8 @@ def pki(tmp_path: Path) -> Pki:
 @pytest.fixture
 def sidecar(workspace: Path, pki: Pki, tmp_path: Path) -> Iterator[TlsSidecar]:
     (workspace / "a.txt").write_text("alpha\n")
-    served = start_tls_sidecar([str(workspace)], pki, tmp_path / "sidecar")
-    try:
+    with start_tls_sidecar([str(workspace)], pki, tmp_path / "sidecar") as served:
         yield served
-    finally:
-        served.stop()
 
 
 @pytest.fixture

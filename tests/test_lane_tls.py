@@ -34,11 +34,8 @@ def lane_pki() -> LanePki:
 @pytest.fixture
 def lane(workspace: Path, lane_pki: LanePki, tmp_path: Path) -> Iterator[TlsSidecar]:
     (workspace / "a.txt").write_text("alpha\n")
-    served = start_tls_sidecar([str(workspace)], as_files(lane_pki, tmp_path / "pki"), tmp_path / "lane", client_ca=True)
-    try:
+    with start_tls_sidecar([str(workspace)], as_files(lane_pki, tmp_path / "pki"), tmp_path / "lane", client_ca=True) as served:
         yield served
-    finally:
-        served.stop()
 
 
 async def test_the_broker_reaches_its_lane_with_the_lanes_own_certificates(lane_pki: LanePki, lane: TlsSidecar) -> None:

@@ -98,6 +98,12 @@ class TlsSidecar:
         values.update(fields)
         return TlsTarget.model_validate(values)
 
+    def __enter__(self) -> TlsSidecar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
