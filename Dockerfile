@@ -45,6 +45,9 @@ COPY broker-wheels/ /opt/osprey/broker-wheels/
 RUN python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('/opt/osprey/broker') for w in sorted(glob.glob('/opt/osprey/broker-wheels/*.whl'))]" \
     && rm -rf /opt/osprey/broker-wheels
 COPY host/osprey/ /opt/osprey/broker/osprey/
+# compose.yaml's default job replays the demo session: in the image, so that an engine on
+# another machine needs nothing from this one's disk but the workspace.
+COPY examples/ /osprey/examples/
 RUN python3 -m compileall -q /opt/osprey/broker
 ENV PYTHONPATH=/opt/osprey/broker:/opt/osprey/lib
 ENTRYPOINT ["/usr/bin/tini", "--", "python3", "-m", "osprey"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -35,8 +36,9 @@ def compose_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return env_file
 
 
-def compose(env_file: Path, workspace: Path, project: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": "/usr/bin:/bin:/usr/local/bin", "OSPREY_WORKSPACE": str(workspace)}
+def compose(env_file: Path, workspace: Path, project: str, *args: str, timeout: float = 300,
+            engine: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin:/usr/local/bin", "OSPREY_WORKSPACE": str(workspace), **(engine or {})}
     return subprocess.run(
         [compose_bin(), "-f", str(REPO / "compose.yaml"), "-p", project, "--env-file", str(env_file), *args],
         capture_output=True, text=True, env=env, timeout=timeout,
@@ -77,3 +79,40 @@ def test_compose_demo_script(compose_env: Path) -> None:
     run = subprocess.run([str(REPO / "scripts" / "compose-demo")], capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "+        total += price * quantity" in run.stdout
+
+
+def test_compose_runs_unchanged_on_an_engine_named_by_docker_host(remote_engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """DOCKER_HOST naming another engine (the tests' second one, with TLS): `osprey sandbox build
+    --compose-env` copies both images there, and the same compose.yaml runs the job on it. A
+    workspace path that does not exist on the engine's machine is an error, not an empty workspace."""
+    osprey = Path(sys.executable).with_name("osprey")
+    built = subprocess.run([str(osprey), "sandbox", "build", "--compose-env"], capture_output=True, text=True, timeout=900,
+                           env={**os.environ, **remote_engine.env})
+    assert built.returncode == 0, built.stderr
+    env_file = tmp_path / "compose.env"
+    env_file.write_text(built.stdout)
+    tags = dict(line.split("=", 1) for line in built.stdout.split())
+    client = remote_engine.client()
+    for tag in tags.values():
+        client.images.get(tag)  # on the engine DOCKER_HOST names
+
+    workspace = tmp_path / "workspace"
+    shutil.copytree(REPO / "examples" / "demo" / "workspace", workspace)
+    project = f"osprey-remote-{uuid.uuid4().hex[:8]}"
+    try:
+        result = compose(env_file, workspace, project, "up", "--abort-on-container-exit", "--exit-code-from", "broker", engine=remote_engine.env)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert '"outcome":"Completed"' in result.stdout and '"tool_service":"lane"' in result.stdout
+        ran = client.containers.list(all=True, filters={"label": f"com.docker.compose.project={project}"})
+        assert {c.labels["com.docker.compose.service"] for c in ran} == {"lane", "broker"}
+    finally:
+        compose(env_file, workspace, project, "down", "-v", "--remove-orphans", engine=remote_engine.env)
+    assert "total += price * quantity" in (workspace / "inventory.py").read_text()
+
+    missing = tmp_path / "not-on-the-engine"
+    try:
+        result = compose(env_file, missing, project, "up", "--abort-on-container-exit", "--exit-code-from", "broker", engine=remote_engine.env)
+        assert result.returncode != 0 and "bind source path does not exist" in result.stderr, result.stderr[-2000:]
+        assert not missing.exists()
+    finally:
+        compose(env_file, missing, project, "down", "-v", "--remove-orphans", engine=remote_engine.env)

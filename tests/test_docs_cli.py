@@ -87,6 +87,8 @@ def test_an_installed_wheel_serves_the_pages_from_its_share_dir(tmp_path: Path, 
         shutil.copy2(REPO / name, source / name)
     for name in ("host", "sidecar", "images", "docs"):
         shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    (source / "examples" / "demo").mkdir(parents=True)
+    shutil.copy2(REPO / "examples" / "demo" / "session.jsonl", source / "examples" / "demo")
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
                     "-w", str(wheels), str(source)], check=True, capture_output=True, timeout=300)
@@ -108,6 +110,7 @@ def test_an_installed_wheel_serves_the_pages_from_its_share_dir(tmp_path: Path, 
     assert where.startswith(purelib), where  # the installed copy, not the checkout
     share = venv / "share" / "osprey" / "docs"
     assert sorted(p.name for p in share.iterdir()) == sorted(p.name for p in DOCS.glob("*.md"))
+    assert (share.parent / "examples" / "demo" / "session.jsonl").is_file(), "the broker image's demo session ships too"
 
     listing = osprey("docs", cwd=elsewhere, env=osprey_env, python=python)
     assert listing.returncode == 0, listing

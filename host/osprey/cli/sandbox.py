@@ -36,19 +36,31 @@ def sandbox() -> None:
 @click.option("--compose-env", is_flag=True, help="Also build the broker image; print both tags as an env file for compose.yaml.")
 def build(force: bool, base_image: str | None, quiet: bool, compose_env: bool) -> None:
     """Build the lane image (and, once, its Debian base) unless it is already there, on the engine
-    lanes run on ([sandbox] engine, DOCKER_CONTEXT, DOCKER_HOST, else this machine's)."""
+    lanes run on ([sandbox] engine, DOCKER_CONTEXT, DOCKER_HOST, else this machine's). An engine
+    on another machine gets the images copied from this machine's engine, where one runs (as a
+    lane start copies them), else builds them itself."""
     import os
 
-    from ..errors import OspreyError
-    from ..toolservice.engines import open_engine
-    from ..toolservice.images import ensure_broker_image, ensure_image
+    from ..errors import OspreyError, SandboxError
+    from ..toolservice.engines import local_client, open_engine
+    from ..toolservice.images import copy_image, ensure_broker_image, ensure_image
 
     try:
         settings = _settings(base_image)
-        client, _ = open_engine(settings.sandbox.engine, os.environ)
+        client, engine = open_engine(settings.sandbox.engine, os.environ)
         progress = (lambda _: None) if quiet else (lambda line: click.echo(f"  {line}", err=True))
-        tag = ensure_image(client, settings.sandbox.base_image, force=force, progress=progress, home=settings.home)
-        broker = ensure_broker_image(client, tag, force=force, progress=progress, home=settings.home) if compose_env else None
+        builder = client
+        if not engine.local:
+            try:
+                builder = local_client()
+            except SandboxError:
+                progress("this machine has no Docker engine: the images are built on the remote engine")
+        tag = ensure_image(builder, settings.sandbox.base_image, force=force, progress=progress, home=settings.home)
+        broker = ensure_broker_image(builder, tag, force=force, progress=progress, home=settings.home) if compose_env else None
+        if builder is not client:
+            copy_image(builder, client, tag, progress=progress)
+            if broker:
+                copy_image(builder, client, broker, progress=progress, what="the broker image")
     except OspreyError as exc:
         _fail(exc)
     if broker:

@@ -39,6 +39,9 @@ def _quiet(_: str) -> None:
     pass
 
 
+DEMO_SESSION = ("examples", "demo", "session.jsonl")  # in the broker image: compose.yaml's default job replays it
+
+
 def repo_file(*parts: str) -> Path:
     """A file of the source checkout or of the installed share dir (the Dockerfile, images/)."""
     here = Path(__file__).resolve()
@@ -291,6 +294,8 @@ def _build_context(context: Path, python_version: str, home: Path | None, progre
         shutil.copy2(wheel, context / "wheels" / wheel.name)
     if broker:
         shutil.copytree(_host_dir(), context / "host" / "osprey", ignore=ignore)
+        (context / "examples" / "demo").mkdir(parents=True)
+        shutil.copy2(repo_file(*DEMO_SESSION), context / "examples" / "demo" / DEMO_SESSION[-1])
         (context / "broker-wheels").mkdir()
         for wheel in cached_wheels(home, python_version, broker_pins(), progress):
             shutil.copy2(wheel, context / "broker-wheels" / wheel.name)
@@ -409,6 +414,7 @@ def ensure_broker_image(client: Any, lane_tag: str, *, force: bool = False, prog
     """The headless broker image compose.yaml runs: `osprey` on top of the lane image."""
     h = hashlib.sha256(f"broker {RECIPE_VERSION}\n{lane_tag}\n".encode() + "\n".join(broker_pins()).encode())
     _hash_files(h, _host_dir(), _host_files())  # the broker's code is part of what the tag names
+    h.update(repo_file(*DEMO_SESSION).read_bytes())
     tag = f"{BROKER_REPOSITORY}:{h.hexdigest()[:16]}"
     if not force and _image_exists(client, tag):
         return tag
@@ -427,10 +433,10 @@ COPY_CHUNK = 1024 * 1024
 COPY_PROGRESS_EVERY = 32 * 1024 * 1024
 
 
-def copy_image(source: Any, target: Any, tag: str, *, progress: Progress = _quiet) -> bool:
+def copy_image(source: Any, target: Any, tag: str, *, progress: Progress = _quiet, what: str = "the lane image") -> bool:
     """Copy the image `tag` from the `source` engine to `target` (the engine's save streamed into
     the other's load, nothing on disk) unless `target` has it already; True when it copied. The
-    tag names the image's content, so an image of that tag is the same image."""
+    tag names the image's content, so an image of that tag is the same image. `what` names it in messages."""
     import docker
 
     if _image_exists(target, tag):
@@ -438,9 +444,9 @@ def copy_image(source: Any, target: Any, tag: str, *, progress: Progress = _quie
     try:
         size = int(source.api.inspect_image(tag).get("Size") or 0)
     except docker.errors.ImageNotFound:
-        raise SandboxError(f"the lane image {tag} is not on this machine's engine, so it cannot be copied; run `osprey sandbox build`") from None
+        raise SandboxError(f"{what} {tag} is not on this machine's engine, so it cannot be copied; run `osprey sandbox build`") from None
     total = f" of about {size / 1e6:,.0f} MB" if size else ""
-    progress(f"copying the lane image {tag} to the engine{total} (once: later lanes reuse it) ...")
+    progress(f"copying {what} {tag} to the engine{total} (once: later lanes reuse it) ...")
     sent = [0]
 
     def chunks() -> Iterator[bytes]:
@@ -449,16 +455,16 @@ def copy_image(source: Any, target: Any, tag: str, *, progress: Progress = _quie
             sent[0] += len(chunk)
             if sent[0] - shown >= COPY_PROGRESS_EVERY:
                 shown = sent[0]
-                progress(f"copying the lane image: {sent[0] / 1e6:,.0f} MB{total}")
+                progress(f"copying {what}: {sent[0] / 1e6:,.0f} MB{total}")
             yield chunk
 
     try:
         for status in target.api.load_image(chunks()):
             if isinstance(status, dict) and status.get("error"):
-                raise SandboxError(f"copying the lane image to the engine failed: {str(status['error'])[:300]}")
+                raise SandboxError(f"copying {what} to the engine failed: {str(status['error'])[:300]}")
     except docker.errors.DockerException as exc:
-        raise SandboxError(f"copying the lane image to the engine failed: {_short(exc)}") from None
+        raise SandboxError(f"copying {what} to the engine failed: {_short(exc)}") from None
     if not _image_exists(target, tag):
-        raise SandboxError(f"the engine did not keep the lane image {tag} it was sent")
-    progress(f"copied the lane image ({sent[0] / 1e6:,.0f} MB)")
+        raise SandboxError(f"the engine did not keep {what} {tag} it was sent")
+    progress(f"copied {what} ({sent[0] / 1e6:,.0f} MB)")
     return True
