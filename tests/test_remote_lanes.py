@@ -408,3 +408,53 @@ async def test_without_an_engine_here_the_remote_engine_builds_the_image(remote_
         assert (await ToolClient(lane.connection).read_file("a.txt")).content.endswith("alpha")
     finally:
         await backend.destroy(lane)
+
+
+async def test_a_remote_lane_begun_before_the_session_is_taken_over(remote_engine: RemoteEngine, workspace: Path, home: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`prepare_home` (what a front end calls as soon as its settings are known) starts a lane on
+    the remote engine in a thread; the session's LaneSupervisor for the same request takes it over,
+    with the messages the start said meanwhile, and makes no second lane."""
+    from osprey.toolservice.home_config import LaneHomeConfig, prepare_home
+
+    for key, value in remote_engine.env.items():
+        monkeypatch.setenv(key, value)
+    (workspace / "a.txt").write_text("alpha\n")
+    session = f"begun-{os.getpid()}"
+    settings = SandboxSettings(enabled=True)
+    prepare_home(LaneHomeConfig(workspace=str(workspace), session_id=session, sandbox=settings, home=home))
+    client = engine_client(remote_engine)
+    deadline = time.monotonic() + 60
+    while not client.containers.list(filters={"label": f"osprey.session={session}"}):
+        assert time.monotonic() < deadline, "the lane was not begun before the session asked"
+        await asyncio.sleep(0.05)
+
+    messages: list[str] = []
+    supervisor = LaneSupervisor(str(workspace), session, settings, progress=messages.append, home=home)
+    await supervisor.start()
+    try:
+        assert isinstance(supervisor.backend, RemoteDockerBackend)
+        assert any("remote engine" in m for m in messages) and any(m.startswith("sent ") for m in messages), messages
+        assert (await supervisor.client.read_file("a.txt")).content.endswith("alpha")
+        assert len(client.containers.list(filters={"label": f"osprey.session={session}"})) == 1
+    finally:
+        await supervisor.close()
+    assert not client.containers.list(all=True, filters={"label": f"osprey.session={session}"})
+
+
+def test_a_remote_lane_begun_for_no_session_is_removed(remote_engine: RemoteEngine, workspace: Path, home: Path) -> None:
+    """A lane begun for a session that never asked for it (the front end failed before) is removed
+    at exit, with its volumes and record."""
+    from osprey.toolservice.backend import take_backend
+
+    backend = RemoteDockerBackend(target_of(remote_engine))
+    request = request_for(workspace, home, "unclaimed")
+    backend.begin(request)()
+    assert take_backend(request) is None  # begun directly: no backend on offer
+    client = engine_client(remote_engine)
+    session = request.session_id
+    assert client.containers.list(filters={"label": f"osprey.session={session}"})
+    remote_lanes._discard_begun()
+    assert not client.containers.list(all=True, filters={"label": f"osprey.session={session}"})
+    assert not [v for v in client.volumes.list() if v.name.endswith(session)]
+    assert not list((home / "lanes").glob("*.json"))

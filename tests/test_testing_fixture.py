@@ -82,3 +82,72 @@ def test_the_token_is_out_of_the_lanes_reach(osprey_lane_workspace: Path) -> Non
     text = out.output.decode()
     assert "readable" not in text and "refused" in text, text
     assert "token file False" in text, text
+
+
+def test_the_fixture_works_unchanged_against_a_remote_engine(request, monkeypatch, osprey_lane_workspace: Path,  # type: ignore[no-untyped-def]
+                                                             osprey_env: dict[str, str], model_server: ModelServer, remote_engine) -> None:
+    """With DOCKER_HOST naming another machine's engine, `osprey_lane` and `agent_args()` are used
+    as locally: the lane holds a copy of the workspace, `osprey agent` syncs it at its start and
+    end, and the fixture brings back the rest when it ends."""
+    for key, value in remote_engine.env.items():
+        monkeypatch.setenv(key, value)
+    lane = request.getfixturevalue("osprey_lane")
+    (osprey_lane_workspace / "greeting.txt").write_text("hello world\n")  # after the lane started: the agent sends it
+    model_server.add(
+        Reply.tool_call("edit_file", {"path": "greeting.txt", "old_string": "world", "new_string": "lane"}),
+        Reply.tool_call("bash", {"command": "cat greeting.txt; echo later > later.txt"}),
+        Reply.text("done"),
+    )
+    run = subprocess.run(
+        [osprey_bin(), "agent", *lane.agent_args(), "--yolo", "--provider", "openai", "--base-url", model_server.base_url,
+         "-C", str(osprey_lane_workspace), "change the greeting"],
+        capture_output=True, text=True, env={**osprey_env, **remote_engine.env}, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert lane.agent_args()[0] == "--sandbox-lane"
+    events = [json.loads(line) for line in run.stdout.splitlines()]
+    assert events[0]["tool_service"] == "lane"
+    bash = next(e for e in events if e["type"] == "tool_result" and e["name"] == "bash")
+    assert bash["output"].startswith("hello lane"), bash["output"]
+    api = remote_engine.client().api
+    networks = api.inspect_container(lane.remote[1].id)["NetworkSettings"]["Networks"]
+    assert all(api.inspect_network(name)["Internal"] for name in networks), "no network out of the lane"
+    assert (osprey_lane_workspace / "greeting.txt").read_text() == "hello lane\n", "the agent brings the lane's edits back when it ends"
+    assert (osprey_lane_workspace / "later.txt").read_text() == "later\n"
+    assert "to the lane: 1 sent" in run.stderr and "from the lane: 2 written" in run.stderr, run.stderr  # it says what it synced
+
+    # Another agent run picks up where the workspace is now; the fixture's own sync sees nothing new.
+    (osprey_lane_workspace / "later.txt").unlink()
+    report = lane.sync()
+    assert report is not None and report.removed_in_lane == ["later.txt"] and not report.written
+
+
+def test_a_remote_lane_file_that_cannot_be_used_says_why(monkeypatch, osprey_lane_workspace: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                        osprey_env: dict[str, str], remote_engine) -> None:
+    from osprey.testing.lane import TestLane
+
+    for key, value in remote_engine.env.items():
+        monkeypatch.setenv(key, value)
+    other = tmp_path / "other"
+    other.mkdir()
+    env = {**osprey_env, **remote_engine.env}
+
+    def agent(*args: str) -> subprocess.CompletedProcess[str]:
+        # No model answers (port 1 on loopback): the lane is refused before a model is asked.
+        return subprocess.run([osprey_bin(), "agent", *args, "--provider", "openai", "--base-url", "http://127.0.0.1:1/v1", "hi"],
+                              capture_output=True, text=True, env=env, timeout=120)
+
+    with TestLane(osprey_lane_workspace) as lane:
+        assert oct(Path(lane.lane_file).stat().st_mode & 0o777) == "0o600"
+        wrong_dir = agent(*lane.agent_args(), "-C", str(other))
+        assert wrong_dir.returncode != 0 and f"run with -C {lane.workspace}" in wrong_dir.stderr, wrong_dir.stderr
+        both = agent(*lane.agent_args(), "--sandbox-socket", "/nonexistent.sock", "-C", lane.workspace)
+        assert both.returncode != 0 and "give one of them" in both.stderr, both.stderr
+        garbage = tmp_path / "garbage.json"
+        garbage.write_text('{"host": "x"}')
+        bad = agent("--sandbox-lane", str(garbage), "-C", lane.workspace)
+        assert bad.returncode != 0 and "does not describe a lane" in bad.stderr, bad.stderr
+        lane_file = lane.lane_file
+    gone = agent("--sandbox-lane", lane_file, "-C", str(osprey_lane_workspace))
+    assert gone.returncode != 0 and "no such file" in gone.stderr, gone.stderr
+    assert not Path(lane_file).parent.exists()

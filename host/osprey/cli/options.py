@@ -88,6 +88,9 @@ def _session_options(*, headless: bool) -> list[Option]:
         click.option("--sandbox-socket", type=click.Path(),
                      help="Use a sandbox lane already serving on this unix socket (compose, CI fixtures)."),
         click.option("--sandbox-token-file", type=click.Path(dir_okay=False), help="With --sandbox-socket: the file holding that lane's token."),
+        click.option("--sandbox-lane", type=click.Path(dir_okay=False), metavar="FILE",
+                     help="Use a lane already running on another machine's engine, as FILE describes it (osprey.testing's lane "
+                          "writes one); the workspace is synced with it at the start, on /sync and at the end."),
         click.option("--resume", "resume", metavar="ID",
                      help="Go on with a saved session (its id or a unique start of it; see `osprey sessions list`), with the "
                           "model it ran with and in its working directory unless options say otherwise."),

@@ -322,6 +322,7 @@ def loosening(layer: Mapping[str, Any], below: FileConfig, default_policy: Appro
     check(("sandbox", "base_image"), lambda v: v != sb.base_image, "choose the lane's base image")
     check(("sandbox", "socket"), lambda v: v != sb.socket, "attach the run to another lane")
     check(("sandbox", "token_file"), lambda v: v != sb.token_file, "attach the run to another lane")
+    check(("sandbox", "lane_file"), lambda v: v != sb.lane_file, "attach the run to another lane")
     # The engine gets a copy of the workspace (and runs the tools): a project may not send it elsewhere.
     check(("sandbox", "engine"), lambda v: v != sb.engine, "choose the engine lanes run on")
     # A lane's limits keep a runaway command (a fork bomb, a memory hog) from the host.

@@ -133,6 +133,7 @@ class SandboxSettings(_Strict):
     ready_timeout: float = Field(30.0, gt=0, le=600)
     socket: str | None = Field(None, description="attach to a lane already serving on this socket")
     token_file: str | None = Field(None, description="with socket: the file holding that lane's token")
+    lane_file: str | None = Field(None, description="attach to a lane on another machine's engine that this file describes (`osprey.testing`'s lane writes one)")
     protect_git: bool = Field(True, description="mount the workspace's .git and .osprey read-only in lanes; false lets a lane write them")
     engine: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$",
                                description="the Docker context whose engine runs lanes; unset: DOCKER_CONTEXT, DOCKER_HOST, else the local socket")

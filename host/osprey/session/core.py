@@ -1103,10 +1103,7 @@ class Session:
     async def sync_workspace(self) -> str:
         """Bring back to this machine what a lane on another machine changed in its copy of the
         workspace so far (`/sync`); what happened, as a person reads it."""
-        from ..toolservice.homes import LaneSupervisor
-
-        home = self.home
-        report = await home.sync() if isinstance(home, LaneSupervisor) else None
+        report = await self.home.sync() if self.home is not None else None
         if report is None:
             return "the tools work on the workspace itself (not on a copy on another machine): there is nothing to bring back"
         from ..toolservice.remote_lanes import describe

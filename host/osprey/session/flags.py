@@ -61,6 +61,7 @@ class Flags(BaseModel):
     sandbox_network: bool | None = None
     sandbox_socket: str | None = None
     sandbox_token_file: str | None = None
+    sandbox_lane: str | None = None
     resume: str | None = None
     continue_: bool = False
     # Headless only.
@@ -180,8 +181,8 @@ def resolve(flags: Flags, environ: Mapping[str, str] | None = None) -> Resolutio
         if cwd is None and os.path.isdir(resumed.row.cwd):
             cwd = resumed.row.cwd  # go on where the session ran, unless -C says otherwise
     lane = {
-        "enabled": flags.sandbox or bool(flags.sandbox_socket) or None, "network": flags.sandbox_network,
-        "socket": _absolute(flags.sandbox_socket), "token_file": _absolute(flags.sandbox_token_file),
+        "enabled": flags.sandbox or bool(flags.sandbox_socket) or bool(flags.sandbox_lane) or None, "network": flags.sandbox_network,
+        "socket": _absolute(flags.sandbox_socket), "token_file": _absolute(flags.sandbox_token_file), "lane_file": _absolute(flags.sandbox_lane),
     }
     config_flags: dict[str, Any] = {
         "provider": flags.provider, "model": flags.model, "base_url": flags.base_url, "effort": flags.effort,

@@ -8,6 +8,12 @@
 The container is the one `osprey agent --sandbox` provisions (same image, same hardening,
 same labels, so `osprey sandbox prune` reaps it if the test process dies); testcontainers
 starts and stops it, and `osprey agent --sandbox-socket` attaches to it.
+
+Where the engine is on another machine (`DOCKER_HOST`, `DOCKER_CONTEXT` or `[sandbox] engine`
+naming one), the lane is the one `osprey agent --sandbox` makes there (a copy of the workspace in
+a volume, its sidecar behind TLS), `agent_args()` names a lane file (0600: it holds the lane's
+client key and token) for `osprey agent --sandbox-lane`, which syncs the workspace with the lane
+when it starts and ends, and `stop()` brings back what the lane changed before removing it.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ class TestLane:
         self.session_id = f"test-{uuid.uuid4().hex[:10]}"
         self.container: Any = None
         self.socket_dir: Path | None = None
+        self.remote: Any = None  # on another machine's engine: (backend, lane, the lane file's directory)
 
     @property
     def socket_path(self) -> str:
@@ -50,11 +57,60 @@ class TestLane:
         assert self.socket_dir is not None, "the lane is not started"
         return str(self.socket_dir.with_name(self.socket_dir.name + ".token"))
 
+    @property
+    def lane_file(self) -> str:
+        """On another machine's engine: the file `osprey agent --sandbox-lane` attaches with."""
+        assert self.remote is not None, "the lane is not started, or not on another machine's engine"
+        return str(self.remote[2] / "lane.json")
+
     def agent_args(self) -> list[str]:
         """Options that make `osprey agent` use this lane."""
+        if self.remote is not None:
+            return ["--sandbox-lane", self.lane_file]
         return ["--sandbox-socket", self.socket_path, "--sandbox-token-file", self.token_file]
 
+    def sync(self) -> Any:
+        """On another machine's engine: bring back what the lane changed and send it what changed
+        here (`workspace_sync.SyncReport`); None for a local lane, which works on the workspace."""
+        if self.remote is None:
+            return None
+        backend, lane, _ = self.remote
+        return backend._sync(lane)
+
     def start(self) -> TestLane:
+        import asyncio
+
+        from ..toolservice.homes import docker_backend
+        from ..toolservice.remote_lanes import RemoteDockerBackend
+
+        backend = asyncio.run(docker_backend(self.options))
+        if isinstance(backend, RemoteDockerBackend):
+            return self._start_remote(backend)
+        return self._start_local()
+
+    def _start_remote(self, backend: Any) -> TestLane:
+        import asyncio
+        import tempfile
+
+        from ..toolservice.backend import LaneRequest
+        from ..toolservice.remote_lanes import LaneAttachment
+
+        async def up() -> Any:
+            lane = await backend.provision(LaneRequest(workspace=self.workspace, session_id=self.session_id, options=self.options, home=self.home))
+            await lane.connection.close()  # its channel belongs to this event loop; `osprey agent` makes its own
+            return lane
+
+        lane = asyncio.run(up())
+        directory = Path(tempfile.mkdtemp(prefix="osprey-test-lane-"))
+        self.remote = (backend, lane, directory)
+        try:
+            LaneAttachment.of(lane).write(self.lane_file)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_local(self) -> TestLane:
         from testcontainers.core.container import DockerContainer
 
         from ..toolservice.images import docker_client, ensure_image
@@ -105,7 +161,15 @@ class TestLane:
         return self
 
     def stop(self) -> None:
+        """Remove the lane; on another machine's engine, bring back what it changed first."""
         from ..toolservice.lanes import remove_socket_dir
+
+        if self.remote is not None:
+            import shutil
+
+            (backend, lane, directory), self.remote = self.remote, None
+            shutil.rmtree(directory, ignore_errors=True)
+            backend._destroy(lane)
 
         if self.container is not None:
             container, self.container = self.container, None

@@ -15,6 +15,8 @@ This module is light (no engine SDK): `homes.py` imports it in every session.
 from __future__ import annotations
 
 import abc
+import concurrent.futures
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +35,26 @@ Progress = Callable[[str], None]
 
 def quiet(_: str) -> None:
     """A progress callback that shows nothing."""
+
+
+# Backends a front end began choosing (and their lanes provisioning) before its session asked,
+# by workspace and session (`homes.prepare_engine_lane`); the session's home takes its own over.
+_begun_lock = threading.Lock()
+_begun: dict[tuple[str, str], tuple[LaneRequest, concurrent.futures.Future[LaneBackend | None]]] = {}
+
+
+def offer_backend(request: LaneRequest, backend: concurrent.futures.Future[LaneBackend | None]) -> bool:
+    """Offer the backend being chosen for `request` (None once chosen: the session chooses);
+    False when one is on offer for that workspace and session already."""
+    with _begun_lock:
+        return _begun.setdefault((request.workspace, request.session_id), (request, backend))[1] is backend
+
+
+def take_backend(request: LaneRequest) -> concurrent.futures.Future[LaneBackend | None] | None:
+    """The backend offered for this very request, if any (one for other settings is dropped)."""
+    with _begun_lock:
+        found = _begun.pop((request.workspace, request.session_id), None)
+    return found[1] if found is not None and found[0] == request else None
 
 
 class LaneRequest(BaseModel):

@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..config import SandboxSettings
+from ..errors import ConfigError, SandboxError
 from .targets import ServiceTarget, UnixTarget
 
 
@@ -42,13 +43,21 @@ class LaneHomeConfig(_HomeConfig):
 
 
 class AttachedHomeConfig(_HomeConfig):
-    """A lane someone else started and owns, reached at `target`."""
+    """A lane someone else started and owns, reached at `target`, or on another machine's engine
+    as its `lane_file` describes it (`remote_lanes.LaneAttachment`)."""
 
     kind: Literal["attached"] = "attached"
     roots: list[str] = Field(min_length=1)
-    target: ServiceTarget
+    target: ServiceTarget | None = None
     token_file: str | None = Field(None, description="the file holding the lane's token")
+    lane_file: str | None = Field(None, description="the file describing a lane on another machine's engine")
     ready_timeout: float = Field(30.0, gt=0, le=600)
+
+    @model_validator(mode="after")
+    def _one_lane(self) -> AttachedHomeConfig:
+        if (self.target is None) == (self.lane_file is None):
+            raise ValueError("an attached lane is named by its socket or by a lane file, one of the two")
+        return self
 
 
 HomeConfig = Annotated[LocalHomeConfig | LaneHomeConfig | AttachedHomeConfig, Field(discriminator="kind")]
@@ -67,6 +76,10 @@ def home_config(
 
     `env` is the environment of commands run on the host (default: this one without credentials);
     `home` is Osprey's home directory (a lane refuses a workspace that holds it)."""
+    if sandbox is not None and sandbox.enabled and sandbox.lane_file:
+        if sandbox.socket:
+            raise ConfigError("--sandbox-socket and --sandbox-lane name two lanes: give one of them")
+        return AttachedHomeConfig(roots=list(roots), lane_file=sandbox.lane_file, ready_timeout=sandbox.ready_timeout)
     if sandbox is not None and sandbox.enabled and sandbox.socket:
         return AttachedHomeConfig(roots=list(roots), target=UnixTarget(path=sandbox.socket), token_file=sandbox.token_file, ready_timeout=sandbox.ready_timeout)
     if sandbox is not None and sandbox.enabled:
@@ -82,6 +95,18 @@ def prepare_home(config: HomeConfig) -> None:
     homes, which start fast enough when the session asks."""
     if isinstance(config, LaneHomeConfig):
         from .backend import LaneRequest
-        from .lanes import prepare_lane
+        from .engines import resolve_engine
 
-        prepare_lane(LaneRequest(workspace=config.workspace, session_id=config.session_id, options=config.sandbox, home=config.home))
+        request = LaneRequest(workspace=config.workspace, session_id=config.session_id, options=config.sandbox, home=config.home)
+        try:
+            target = resolve_engine(config.sandbox.engine, os.environ)
+        except SandboxError:
+            return  # the session's start says what is wrong
+        if target.scheme == "unix" and config.sandbox.engine is None:
+            from .lanes import prepare_lane
+
+            prepare_lane(request)
+        else:
+            from .homes import prepare_engine_lane
+
+            prepare_engine_lane(request, target)

@@ -46,7 +46,9 @@ from .targets import ServiceTarget, TlsTarget, UnixTarget
 
 if TYPE_CHECKING:
     from ..config import SandboxSettings
-    from .backend import Lane, LaneBackend  # lanes only: a session with the local dispatcher never loads them
+    from .backend import Lane, LaneBackend, LaneRequest  # lanes only: a session with the local dispatcher never loads them
+    from .engines import EngineTarget
+    from .remote_lanes import RemoteDockerBackend
     from .workspace_sync import SyncReport
 
 READY_DEADLINE_S = 10.0
@@ -125,6 +127,12 @@ class ToolServiceHome(abc.ABC):
             self._client.wait_for(self._starting)
             await asyncio.sleep(0)  # the start's first step runs now (a lane hands its engine work to a thread), not after the caller's next one
         return self._starting
+
+    async def sync(self) -> SyncReport | None:
+        """Sync the workspace with a lane's copy of it on another machine (`/sync`): what the
+        lane changed comes back, then what changed here goes there; None for a home whose
+        tools work on the workspace itself."""
+        return None
 
     async def _set_up(self) -> None:  # noqa: B027 - most homes have nothing to do at once
         """The part of `start` that `begin` does before it returns (none by default)."""
@@ -495,14 +503,16 @@ class LaneSupervisor(ToolServiceHome):
 
     async def start(self) -> None:
         if self._backend is None:
-            self._backend = await docker_backend(self.options, self.progress)
+            from .backend import take_backend
+
+            begun = take_backend(self.request)
+            chosen = await asyncio.wrap_future(begun) if begun is not None else None
+            self._backend = chosen or await docker_backend(self.options, self.progress)
         self.lane = await self.backend.provision(self.request, progress=self.progress)
         self.protected_at_start = self.lane.protected  # a replacement lane must not hide a change
         self._client.use(self.lane.connection)
 
     async def sync(self) -> SyncReport | None:
-        """Bring back what the lane changed in its copy of the workspace so far (a lane on another
-        machine); None where the lane works on the workspace itself."""
         async with self._lock:
             if self.lane is None or self._backend is None:
                 return None
@@ -558,10 +568,16 @@ async def docker_backend(options: SandboxSettings, progress: Callable[[str], Non
     target = resolve_engine(options.engine, os.environ)
     if target.scheme == "unix" and options.engine is None:
         return local_docker_backend()
+    return await asyncio.to_thread(engine_backend, target, options, progress)
+
+
+def engine_backend(target: EngineTarget, options: SandboxSettings, progress: Callable[[str], None] = lambda _: None) -> LaneBackend:
+    """The backend of lanes on the engine at `target`, once it said whether it is this machine's
+    (blocking: it connects and asks)."""
     from .engines import connect, identify
 
-    client = await asyncio.to_thread(connect, target)
-    engine = await asyncio.to_thread(identify, client, target)
+    client = connect(target)
+    engine = identify(client, target)
     if engine.local:
         from .lanes import LocalDockerBackend
 
@@ -575,6 +591,38 @@ async def docker_backend(options: SandboxSettings, progress: Callable[[str], Non
     return RemoteDockerBackend(target, client=client, engine=engine, limits=limits, progress=progress)
 
 
+def prepare_engine_lane(request: LaneRequest, target: EngineTarget) -> None:
+    """Begin now, in a thread, what a lane on the engine at `target` (not this machine's default
+    socket) needs before the session asks for it: the connection and the question whether the
+    engine is this machine's, and on another machine's engine the lane itself (`RemoteDockerBackend
+    .begin`). The session's `LaneSupervisor` for the same request takes both over."""
+    import concurrent.futures
+    import threading
+
+    from .backend import offer_backend
+
+    chosen: concurrent.futures.Future[LaneBackend | None] = concurrent.futures.Future()
+    if not offer_backend(request, chosen):
+        return
+
+    def run() -> None:
+        from .remote_lanes import RemoteDockerBackend
+
+        try:
+            backend = engine_backend(target, request.options)
+        except BaseException as exc:  # noqa: BLE001 - the session's start raises it
+            chosen.set_exception(exc)
+            return
+        if not isinstance(backend, RemoteDockerBackend):
+            chosen.set_result(None)  # this machine's engine over TCP: the session's start makes its lane
+            return
+        start = backend.begin(request)
+        chosen.set_result(backend)
+        start()
+
+    threading.Thread(target=run, name="osprey-lane-prepare-remote", daemon=True).start()
+
+
 def local_docker_backend() -> LaneBackend:
     """The backend of lanes on this machine's Docker engine (imports the docker side only now)."""
     from .lanes import LocalDockerBackend
@@ -584,34 +632,35 @@ def local_docker_backend() -> LaneBackend:
 
 class AttachedLane(ToolServiceHome):
     """A lane someone else started and owns (compose, a test fixture), reached at its target (a
-    unix socket, or TCP with TLS). Osprey cannot replace it: `recover` only probes it and says so."""
+    unix socket, or TCP with TLS), or on another machine's engine as a lane file describes it
+    (`remote_lanes.LaneAttachment`): then the workspace is synced with the lane's copy when the
+    session starts, on `sync` and when it ends. Osprey cannot replace such a lane: `recover` only
+    probes it and says so."""
 
     kind: HomeKind = "attached"
 
-    def __init__(self, roots: Sequence[str], target: ServiceTarget | str, *, token_file: str | None = None, ready_timeout: float = 30.0) -> None:
+    def __init__(self, roots: Sequence[str], target: ServiceTarget | str | None = None, *, token_file: str | None = None,
+                 lane_file: str | None = None, ready_timeout: float = 30.0, progress: Callable[[str], None] = lambda _: None) -> None:
         super().__init__(roots)
-        self.target: UnixTarget | TlsTarget = UnixTarget(path=target) if isinstance(target, str) else target
-        self.where = self.target.where
+        if (target is None) == (lane_file is None):
+            raise ValueError("an attached lane is named by its target or by a lane file, one of the two")
+        self.target: UnixTarget | TlsTarget | None = UnixTarget(path=target) if isinstance(target, str) else target
+        self.where = self.target.where if self.target is not None else str(lane_file)
         self.token_file = token_file
+        self.lane_file = lane_file
         self.ready_timeout = ready_timeout
+        self.progress = progress
         self.connection: Connection | None = None
+        self._remote: tuple[RemoteDockerBackend, Path] | None = None  # the backend and record a lane file's workspace syncs by
 
     async def start(self) -> None:
+        if self.lane_file is not None:
+            token: str | None = await asyncio.to_thread(self._attach_remote, self.lane_file)
+        else:
+            token = self._read_token()
+        assert self.target is not None
         if isinstance(self.target, UnixTarget) and not os.path.exists(self.target.path):
             raise SandboxError(f"there is no lane socket at {self.target.path}; start the lane first (or check the path)")
-        token = None
-        if self.token_file:
-            from ..files import FileRefused, read_file
-
-            try:
-                raw = read_file(self.token_file, TOKEN_FILE_MAX_BYTES, follow_symlinks=True)
-            except FileRefused as exc:
-                what = "is not a regular file" if exc.reason == "not_regular" else \
-                    f"is over {TOKEN_FILE_MAX_BYTES} bytes, so it holds no token" if exc.reason == "too_large" else f"cannot be read: {exc.strerror}"
-                raise SandboxError(f"the lane token file {self.token_file} {what}") from None
-            if raw is None:
-                raise SandboxError(f"the lane token file {self.token_file} cannot be read: no such file")
-            token = raw.decode("utf-8", "replace").strip()
         self.connection = Connection(self.target, token=token)
         try:
             await self.connection.wait_ready(self.ready_timeout)
@@ -621,7 +670,58 @@ class AttachedLane(ToolServiceHome):
             checks = "is the lane running, and is the token right?" if isinstance(self.target, UnixTarget) else \
                 "is the lane running, is the token right, and does it need a client certificate?"
             raise SandboxError(f"no lane answers on {self.where} within {self.ready_timeout:g} s ({checks})") from None
+        if self._remote is not None:
+            report = await self._sync(push=True)
+            if report.changed:
+                from .remote_lanes import describe
+
+                self.progress(describe(report))
         self._client.use(self.connection)
+
+    def _read_token(self) -> str | None:
+        if not self.token_file:
+            return None
+        from ..files import FileRefused, read_file
+
+        try:
+            raw = read_file(self.token_file, TOKEN_FILE_MAX_BYTES, follow_symlinks=True)
+        except FileRefused as exc:
+            what = "is not a regular file" if exc.reason == "not_regular" else \
+                f"is over {TOKEN_FILE_MAX_BYTES} bytes, so it holds no token" if exc.reason == "too_large" else f"cannot be read: {exc.strerror}"
+            raise SandboxError(f"the lane token file {self.token_file} {what}") from None
+        if raw is None:
+            raise SandboxError(f"the lane token file {self.token_file} cannot be read: no such file")
+        return raw.decode("utf-8", "replace").strip()
+
+    def _attach_remote(self, lane_file: str) -> str:
+        """Read the lane file, check that its lane holds this workspace on the engine it names, and
+        keep what syncing needs; the lane's token."""
+        from .remote_lanes import LaneAttachment, RemoteDockerBackend, read_record
+
+        attachment = LaneAttachment.read(lane_file)
+        record_path = Path(attachment.record)
+        record = read_record(record_path)
+        if os.path.realpath(self.roots[0]) != record.workspace:
+            raise SandboxError(f"the lane in {lane_file} holds a copy of {record.workspace}, not of {self.roots[0]}: "
+                               f"run with -C {record.workspace}")
+        backend = RemoteDockerBackend(record.engine, progress=self.progress)
+        backend.check_engine(record)
+        self.target = attachment.target()
+        self.where = f"{self.target.where} ({record.lane} on {record.engine.host})"
+        self._remote = (backend, record_path)
+        return attachment.token.get_secret_value()
+
+    async def _sync(self, *, push: bool) -> SyncReport:
+        assert self._remote is not None
+        backend, record_path = self._remote
+        _, report = await asyncio.to_thread(backend.sync_record, record_path, push=push)
+        return report
+
+    async def sync(self) -> SyncReport | None:
+        if self._remote is None:
+            return None
+        async with self._lock:
+            return await self._sync(push=True)
 
     async def recover(self) -> str | None:
         if self.closed or (self.connection is not None and await self.connection.healthy(timeout=HEALTH_PROBE_S)):
@@ -634,13 +734,23 @@ class AttachedLane(ToolServiceHome):
         if self.connection is not None:
             connection, self.connection = self.connection, None
             await connection.close()
+        if self._remote is not None:
+            from .remote_lanes import describe
+
+            try:
+                report = await self._sync(push=False)
+            except SandboxError as exc:
+                self.progress(f"the lane's changes could not be brought back ({exc}); whoever started the lane brings them back when it ends")
+            else:
+                self.progress(describe(report))
 
 
 def build_home(config: HomeConfig, *, progress: Callable[[str], None] = lambda _: None, backend: LaneBackend | None = None) -> ToolServiceHome:
     """The home `config` describes, not yet started. `progress` shows a lane's start-up and
     warnings; `backend` makes a lane home's lanes (default: the local Docker engine)."""
     if isinstance(config, AttachedHomeConfig):
-        return AttachedLane(config.roots, config.target, token_file=config.token_file, ready_timeout=config.ready_timeout)
+        return AttachedLane(config.roots, config.target, token_file=config.token_file, lane_file=config.lane_file,
+                            ready_timeout=config.ready_timeout, progress=progress)
     if isinstance(config, LaneHomeConfig):
         return LaneSupervisor(config.workspace, config.session_id, config.sandbox, progress, config.home, backend=backend)
     assert isinstance(config, LocalHomeConfig)

@@ -35,6 +35,7 @@ was sent, and both-sides changes are written beside the file. What was sent is r
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import io
 import json
@@ -45,14 +46,14 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import suppress
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretBytes, SecretStr
 
 from ..config import SandboxSettings, size_bytes
 from ..errors import SandboxError
@@ -62,6 +63,7 @@ from .client import Connection
 from .engines import Engine, EngineTarget, connect, identify
 from .lane_tls import SERVER_NAME_SUFFIX, make_lane_pki
 from .lanes import LABEL
+from .targets import PEM_MAX_BYTES, TlsTarget
 from .workspace_sync import Manifest, SyncLimits, SyncReport, bring_back, escaping_symlinks, pack, pack_changes
 
 REMOTE_LABEL = "osprey.remote"
@@ -72,6 +74,7 @@ LOG_LINES = 20
 READY_POLL_S = 0.01
 RECORDS_DIR = "lanes"
 RECORD_MAX_BYTES = 64 * 1024 * 1024
+ATTACHMENT_MAX_BYTES = 4 * PEM_MAX_BYTES
 _SIDECAR = "import sys; sys.path.insert(0, '/opt/osprey/lib'); from osprey_sidecar.{module} import main; sys.exit(main())"
 _GATEWAY_MEMORY = 64 * 1024 * 1024
 
@@ -103,6 +106,63 @@ class RemoteLane(Lane):
     record_path: Path
     record: LaneRecord
     sync_lock: threading.RLock = field(default_factory=threading.RLock)  # taken again by destroy's own sync
+
+
+class LaneAttachment(BaseModel):
+    """What another broker needs to use a remote lane this one started (`osprey agent
+    --sandbox-lane FILE`): where its sidecar answers, the lane's CA, a client certificate and key,
+    the lane's token, and the record its workspace is synced by. Written 0600: it holds secrets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1] = 1
+    host: str = Field(max_length=253)
+    port: int = Field(ge=1, le=65535)
+    server_name: str = Field(max_length=253)
+    ca_pem: str = Field(max_length=PEM_MAX_BYTES)
+    client_cert_pem: str = Field(max_length=PEM_MAX_BYTES)
+    client_key_pem: SecretStr = Field(max_length=PEM_MAX_BYTES)
+    token: SecretStr = Field(min_length=1, max_length=4096)
+    record: str = Field(max_length=4096, description="the lane record (`LaneRecord`) its workspace is synced by")
+
+    @classmethod
+    def of(cls, lane: RemoteLane) -> LaneAttachment:
+        target = lane.connection.target
+        assert isinstance(target, TlsTarget) and target.client_cert_pem is not None and target.client_key_pem is not None
+        return cls(host=target.host, port=target.port, server_name=target.server_name or target.host, ca_pem=target.ca_pem.decode("ascii"),
+                   client_cert_pem=target.client_cert_pem.decode("ascii"),
+                   client_key_pem=SecretStr(target.client_key_pem.get_secret_value().decode("ascii")),
+                   token=SecretStr(lane.connection.token or ""), record=str(lane.record_path))
+
+    def target(self) -> TlsTarget:
+        return TlsTarget(host=self.host, port=self.port, server_name=self.server_name, ca_pem=self.ca_pem.encode("ascii"),
+                         client_cert_pem=self.client_cert_pem.encode("ascii"),
+                         client_key_pem=SecretBytes(self.client_key_pem.get_secret_value().encode("ascii")))
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        """Write it to a new file (0600) at `path`."""
+        data = {**self.model_dump(mode="json"), "client_key_pem": self.client_key_pem.get_secret_value(), "token": self.token.get_secret_value()}
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+
+    @classmethod
+    def read(cls, path: str | Path) -> LaneAttachment:
+        """The attachment in the file at `path` (a SandboxError says what is wrong with it)."""
+        from ..files import FileRefused, read_file
+
+        try:
+            raw = read_file(path, ATTACHMENT_MAX_BYTES, follow_symlinks=True)
+        except FileRefused as exc:
+            what = "is not a regular file" if exc.reason == "not_regular" else \
+                f"is over {ATTACHMENT_MAX_BYTES:,} bytes, so it does not describe a lane" if exc.reason == "too_large" else f"cannot be read: {exc.strerror}"
+            raise SandboxError(f"the lane file {path} {what}") from None
+        if raw is None:
+            raise SandboxError(f"the lane file {path} cannot be read: no such file (is the lane still running?)")
+        try:
+            return cls.model_validate(json.loads(raw))
+        except ValueError as exc:
+            raise SandboxError(f"the lane file {path} does not describe a lane (it is written by osprey.testing's lane): {str(exc)[:300]}") from None
 
 
 def records_dir(home: Path | None) -> Path:
@@ -154,6 +214,63 @@ def _put_archive(client: Any, container: str, path: str, data: Any) -> None:
     response = client.api._put(client.api._url("/containers/{0}/archive", container), params={"path": path, "noOverwriteDirNonDir": "1"},
                                data=data)
     client.api._raise_for_status(response)
+
+
+class _Relay:
+    """A progress callback that keeps its messages until `hand_over` names where they go."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: list[str] = []
+        self._to: Progress | None = None
+
+    def __call__(self, message: str) -> None:
+        with self._lock:
+            if self._to is None:
+                self._kept.append(message)
+                return
+            to = self._to
+        to(message)
+
+    def hand_over(self, progress: Progress) -> None:
+        with self._lock:
+            kept, self._kept, self._to = self._kept, [], progress
+        for message in kept:
+            progress(message)
+
+
+@dataclass(kw_only=True)
+class _Begun:
+    """A lane start `RemoteDockerBackend.begin` registered, before its session asked for it."""
+
+    request: LaneRequest
+    future: concurrent.futures.Future[RemoteLane] = field(default_factory=concurrent.futures.Future)
+    made: list[tuple[str, str]] = field(default_factory=list)
+    relay: _Relay = field(default_factory=_Relay)
+
+    def discard(self, backend: RemoteDockerBackend | None = None) -> None:
+        """Remove what the start made, once it ended (a start nobody took over)."""
+        if not self.future.cancel():
+            with suppress(BaseException):
+                self.future.result(timeout=BEGUN_EXIT_WAIT_S)
+        if backend is not None:
+            backend._remove_made(self.made)
+
+
+_begun_lock = threading.Lock()
+_all_begun: list[tuple[RemoteDockerBackend, _Begun]] = []
+_discard_at_exit: list[bool] = []
+BEGUN_EXIT_WAIT_S = 30.0
+
+
+def _discard_begun() -> None:
+    """At exit: remove the lanes begun for sessions that never took them over."""
+    with _begun_lock:
+        left = [(backend, begun) for backend, begun in _all_begun if (begun.request.workspace, begun.request.session_id) in backend._begun
+                and backend._begun[(begun.request.workspace, begun.request.session_id)] is begun]
+        _all_begun.clear()
+    for backend, begun in left:
+        begun.discard(backend)
 
 
 def gateway_name() -> str:
@@ -218,6 +335,7 @@ class RemoteDockerBackend(LaneBackend):
         self.engine = engine
         self.progress = progress
         self._images: dict[str | None, str] = {}
+        self._begun: dict[tuple[str, str], _Begun] = {}
 
     # --- the engine ---------------------------------------------------------------------------
 
@@ -230,6 +348,13 @@ class RemoteDockerBackend(LaneBackend):
         if self.engine is None:
             self.engine = identify(self.client(), self.target)
         return self.engine
+
+    def check_engine(self, record: LaneRecord) -> None:
+        """Raise a SandboxError unless the engine is the one the record's lane ran on."""
+        engine = self._engine()
+        if engine.id != record.engine_id:
+            raise SandboxError(f"the engine at {record.engine.host} is not the one the lane {record.lane} ran on "
+                               f"(id {engine.id[:12] or '?'}, recorded {record.engine_id[:12]}); left as it is")
 
     def _sdk(self, what: str, call: Any) -> Any:
         import docker
@@ -269,10 +394,41 @@ class RemoteDockerBackend(LaneBackend):
 
     # --- provisioning -------------------------------------------------------------------------
 
+    def begin(self, request: LaneRequest) -> Callable[[], None]:
+        """Register the start of `request`'s lane, and return what runs it (to its end, in the
+        caller's thread): a front end begins the lane before its session's own set-up, and
+        `provision` of the same request takes it over. Its messages wait for that."""
+        begun = _Begun(request=request)
+        with _begun_lock:
+            self._begun[(request.workspace, request.session_id)] = begun
+            if not _discard_at_exit:
+                atexit.register(_discard_begun)
+                _discard_at_exit.append(True)
+            _all_begun.append((self, begun))
+
+        def run() -> None:
+            if not begun.future.set_running_or_notify_cancel():
+                return
+            try:
+                begun.future.set_result(self._provision(request, begun.relay, begun.made))
+            except BaseException as exc:  # noqa: BLE001 - handed to `provision`
+                begun.future.set_exception(exc)
+
+        return run
+
     async def provision(self, request: LaneRequest, *, progress: Progress = quiet) -> RemoteLane:
         loop = asyncio.get_running_loop()
-        made: list[tuple[str, str]] = []  # (kind, name) to remove when the start fails
-        work = loop.run_in_executor(None, self._provision, request, progress, made)
+        with _begun_lock:
+            begun = self._begun.pop((request.workspace, request.session_id), None)
+        if begun is not None and begun.request != request:
+            await asyncio.to_thread(begun.discard)
+            begun = None
+        made: list[tuple[str, str]] = begun.made if begun is not None else []  # (kind, name) to remove when the start fails
+        if begun is not None:
+            begun.relay.hand_over(progress)
+            work: asyncio.Future[RemoteLane] = asyncio.wrap_future(begun.future)
+        else:
+            work = loop.run_in_executor(None, self._provision, request, progress, made)
         try:
             lane = await asyncio.shield(work)
         except asyncio.CancelledError:
@@ -540,35 +696,43 @@ class RemoteDockerBackend(LaneBackend):
         return await asyncio.to_thread(self._sync, lane)
 
     def _sync(self, lane: RemoteLane, *, push: bool = True) -> SyncReport:
-        """Bring back what the lane changed; then (`push`, the lane running) send it what changed
-        here meanwhile, so that both sides hold the same workspace again."""
         with lane.sync_lock:
-            if not lane.record_path.exists():
-                raise SandboxError("the lane is gone: its changes were brought back when it ended")
-            report = self.read_back(lane.record)
-            if report.complete and push:
-                self._push(lane, report)
-            if report.complete:
-                lane.record = lane.record.model_copy(update={"manifest": report.manifest})
-                self._write_record(lane.record_path, lane.record)
+            lane.record, report = self.sync_record(lane.record_path, push=push)
             return report
 
-    def _push(self, lane: RemoteLane, report: SyncReport) -> None:
+    def sync_record(self, record_path: Path, *, push: bool = True) -> tuple[LaneRecord, SyncReport]:
+        """Bring back what the lane of the record at `record_path` changed; then (`push`, the lane
+        running) send it what changed here meanwhile, so that both sides hold the same workspace
+        again. The record on disk is the one truth (a broker attached to a lane someone else
+        started syncs it too), read and rewritten under a lock that other processes honour."""
+        with _record_lock(record_path):
+            if not record_path.exists():
+                raise SandboxError("the lane is gone: its changes were brought back when it ended")
+            record = read_record(record_path)
+            report = self.read_back(record)
+            if report.complete and push:
+                self._push(record, report)
+            if report.complete:
+                record = record.model_copy(update={"manifest": report.manifest})
+                self._write_record(record_path, record)
+            return record, report
+
+    def _push(self, record: LaneRecord, report: SyncReport) -> None:
         from .lanes import workspace_owner
 
         client = self.client()
-        record = lane.record
+        lane = record.lane  # the container's name
         owner = workspace_owner(record.workspace)
         with tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024) as out:
             changes = pack_changes(record.workspace, report.manifest, out, protected=record.protected, limits=self.limits, owner=owner,
                                    leave=report.kept_back)
             if changes.sent:
                 out.seek(0)
-                self._sdk("sending your changes to the lane", lambda: _put_archive(client, lane.id, record.workspace, out))
-        self._make_symlinks(lane.id, escaping_symlinks(changes.sent), record.workspace, owner)
+                self._sdk("sending your changes to the lane", lambda: _put_archive(client, lane, record.workspace, out))
+        self._make_symlinks(lane, escaping_symlinks(changes.sent), record.workspace, owner)
         for start in range(0, len(changes.gone), 200):
             batch = [f"{record.workspace}/{p}" for p in changes.gone[start:start + 200]]
-            self._exec(lane.id, ["rm", "-rf", "--", *batch], owner, "removing in the lane what you removed")
+            self._exec(lane, ["rm", "-rf", "--", *batch], owner, "removing in the lane what you removed")
         entries = report.manifest.entries
         entries.update(changes.sent)
         for path in changes.gone:
@@ -633,7 +797,7 @@ class RemoteDockerBackend(LaneBackend):
             self.progress(f"the lane's volume {lane.volumes[0]} is kept: `osprey sandbox recover` tries again")
             return
         self._remove_volumes(lane.volumes)
-        lane.record_path.unlink(missing_ok=True)
+        forget_record(lane.record_path)
 
     def prune_gateway(self) -> bool:
         """Remove this machine's gateway when no lane's network holds it; whether it was removed."""
@@ -756,6 +920,27 @@ def describe(report: SyncReport) -> str:
     return text
 
 
+@contextmanager
+def _record_lock(path: Path) -> Iterator[None]:
+    """Hold the lock (`flock`) of the lane record at `path`: every process that syncs the lane
+    takes it, so that two never read back or rewrite the record at once."""
+    import fcntl
+
+    fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def forget_record(path: Path) -> None:
+    """Remove a lane record (its changes are back) and its lock."""
+    with _record_lock(path):
+        path.unlink(missing_ok=True)
+    path.with_name(f".{path.name}.lock").unlink(missing_ok=True)
+
+
 def read_record(path: Path) -> LaneRecord:
     """A lane record written by `RemoteDockerBackend` (a SandboxError when it cannot be used)."""
     from ..files import FileRefused, read_file
@@ -791,14 +976,10 @@ def recover_lanes(home: Path | None, limits: SyncLimits | None = None) -> list[s
             continue
         backend = RemoteDockerBackend(record.engine, limits=limits)
         try:
-            engine = backend._engine()
-            if engine.id != record.engine_id:
-                lines.append(f"{record.lane}: the engine at {record.engine.host} is not the one the lane ran on "
-                             f"(id {engine.id[:12] or '?'}, recorded {record.engine_id[:12]}); left as it is")
-                continue
+            backend.check_engine(record)
             backend._reap()
             if not backend.volume_exists(record.volumes[0]):
-                path.unlink(missing_ok=True)
+                forget_record(path)
                 lines.append(f"{record.lane}: its volume {record.volumes[0]} is gone from the engine at {record.engine.host}; nothing to bring back")
                 continue
             report = backend.read_back(record)
@@ -808,5 +989,5 @@ def recover_lanes(home: Path | None, limits: SyncLimits | None = None) -> list[s
         lines.append(f"{record.lane} ({record.workspace}): {describe(report)}")
         if report.complete:
             backend._remove_volumes(record.volumes)
-            path.unlink(missing_ok=True)
+            forget_record(path)
     return lines
