@@ -1,6 +1,7 @@
 """The lanes' gateway (`osprey_sidecar.forward`): it reads each connection's TLS server name and
-passes the connection, ClientHello first, to the container that name's first label names. Here
-the "lane" is the real TLS sidecar on loopback, reached as `localhost.SUFFIX`."""
+passes the connection, ClientHello first, to the socket in the directory that name's first label
+names. Here the "lane" is the real TLS sidecar on `SOCKETS/lane-1/tools.sock`, reached as
+`lane-1.SUFFIX`."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from osprey.toolservice.client import ToolClient
 from osprey_sidecar.forward import serve, server_name
 
 SUFFIX = ".gw.osprey.invalid"
+LANE = "lane-1"
 
 
 def client_hello(name: str | None) -> bytes:
@@ -43,24 +45,25 @@ def test_the_server_name_is_read_from_a_real_client_hello() -> None:
 
 @pytest.fixture
 def pki(tmp_path: Path) -> Pki:
-    return make_pki(tmp_path / "pki", names=("localhost" + SUFFIX,))
+    return make_pki(tmp_path / "pki", names=(LANE + SUFFIX,))
 
 
 @pytest.fixture
 def sidecar(workspace: Path, pki: Pki, tmp_path: Path) -> Iterator[TlsSidecar]:
     (workspace / "a.txt").write_text("alpha\n")
-    with start_tls_sidecar([str(workspace)], pki, tmp_path / "sidecar") as served:
+    (tmp_path / "sockets" / LANE).mkdir(parents=True)
+    with start_tls_sidecar([str(workspace)], pki, tmp_path / "sidecar", socket=tmp_path / "sockets" / LANE / "tools.sock") as served:
         yield served
 
 
 @pytest.fixture
-async def gateway(sidecar: TlsSidecar) -> AsyncIterator[int]:
+async def gateway(sidecar: TlsSidecar, tmp_path: Path) -> AsyncIterator[int]:
     probe = socket.socket()
     probe.bind(("127.0.0.1", 0))
     port = probe.getsockname()[1]
     probe.close()
     ready = asyncio.Event()
-    task = asyncio.ensure_future(serve(("127.0.0.1", port), SUFFIX, sidecar.port, ready))
+    task = asyncio.ensure_future(serve(("127.0.0.1", port), SUFFIX, str(tmp_path / "sockets"), ready))
     await asyncio.wait_for(ready.wait(), 10)
     try:
         yield port
@@ -71,7 +74,7 @@ async def gateway(sidecar: TlsSidecar) -> AsyncIterator[int]:
 
 
 async def test_a_call_goes_through_the_gateway_by_its_server_name(pki: Pki, sidecar: TlsSidecar, gateway: int) -> None:
-    client = ToolClient.for_target(sidecar.target(pki, port=gateway, server_name="localhost" + SUFFIX), token=sidecar.token)
+    client = ToolClient.for_target(sidecar.target(pki, port=gateway, server_name=LANE + SUFFIX), token=sidecar.token)
     try:
         await client.wait_ready(10)
         assert (await client.read_file("a.txt")).content.endswith("alpha")
@@ -79,7 +82,13 @@ async def test_a_call_goes_through_the_gateway_by_its_server_name(pki: Pki, side
         await client.close()
 
 
-@pytest.mark.parametrize("name", ["elsewhere.example", "a.b" + SUFFIX, "UPPER" + SUFFIX, SUFFIX.lstrip(".")])
+async def test_the_sidecars_socket_is_open_to_the_gateways_user(sidecar: TlsSidecar, tmp_path: Path) -> None:
+    """The gateway runs as another user than the lane: the socket is 0666, and TLS with the
+    client's certificate and the token guard the calls."""
+    assert (tmp_path / "sockets" / LANE / "tools.sock").stat().st_mode & 0o777 == 0o666
+
+
+@pytest.mark.parametrize("name", ["elsewhere.example", "a.b" + SUFFIX, "UPPER" + SUFFIX, SUFFIX.lstrip("."), "lane-2" + SUFFIX])
 async def test_a_name_that_names_no_lane_is_closed(name: str, pki: Pki, sidecar: TlsSidecar, gateway: int) -> None:
     client = ToolClient.for_target(sidecar.target(pki, port=gateway, server_name=name), token=sidecar.token)
     try:

@@ -138,14 +138,35 @@ async def test_sync_brings_the_lanes_changes_and_sends_yours(backend: RemoteDock
     assert again is not None and not again.changed
 
 
-async def test_the_lane_sits_on_an_internal_network_and_its_secrets_are_gone(backend: RemoteDockerBackend, lane: RemoteLane,
-                                                                             remote_engine: RemoteEngine) -> None:
+async def test_the_lane_has_no_network_and_its_secrets_are_gone(backend: RemoteDockerBackend, lane: RemoteLane,
+                                                                remote_engine: RemoteEngine) -> None:
     api = engine_client(remote_engine).api
-    networks = api.inspect_container(lane.id)["NetworkSettings"]["Networks"]
-    assert list(networks) == [lane.network] and api.inspect_network(lane.network)["Internal"] is True
-    assert not api.inspect_container(lane.id)["HostConfig"]["PortBindings"], "only the gateway publishes a port"
-    listing = (await ToolClient(lane.connection).bash("ls /run/osprey-lane")).output.split()
+    attrs = api.inspect_container(lane.id)
+    assert attrs["HostConfig"]["NetworkMode"] == "none" and not attrs["HostConfig"]["PortBindings"], "only the gateway publishes a port"
+    client = ToolClient(lane.connection)
+    assert (await client.bash("grep -c ':' /proc/net/dev")).output.startswith("1\n"), "only `lo`"
+    listing = (await client.bash("ls /run/osprey-lane; ls -a /run/osprey-sock")).output.split()
     assert "token" not in listing and "server.key" not in listing, listing
+    assert sorted(set(listing) - {"client-ca.pem", "server.pem", "ready", "[exit", "code", "0]"}) == [".", "..", "tools.sock"], listing
+
+
+async def test_a_lane_sees_only_its_own_socket_directory(backend: RemoteDockerBackend, workspace: Path, home: Path,
+                                                         remote_engine: RemoteEngine) -> None:
+    """Lanes share their gateway's sockets volume, each mounting only its own directory; what a
+    lane leaves there goes with it."""
+    (workspace / "a.txt").write_text("alpha\n")
+    first = await backend.provision(request_for(workspace, home, "sock1"))
+    second = await backend.provision(request_for(workspace, home, "sock2"))
+    try:
+        seen = (await ToolClient(first.connection).bash("ls -a /run/osprey-sock; ls / | grep -c lanes")).output.split()
+        assert seen[:3] == [".", "..", "tools.sock"] and seen[3] == "0", seen
+    finally:
+        await backend.destroy(first)
+    api = engine_client(remote_engine).api
+    run = api.exec_create(second.gateway, ["ls", "/lanes"])
+    left = api.exec_start(run["Id"]).decode().split()
+    await backend.destroy(second)
+    assert second.name in left and first.name not in left, left
 
 
 async def test_the_published_port_refuses_all_but_the_broker(lane: RemoteLane) -> None:
@@ -458,3 +479,15 @@ def test_a_remote_lane_begun_for_no_session_is_removed(remote_engine: RemoteEngi
     assert not client.containers.list(all=True, filters={"label": f"osprey.session={session}"})
     assert not [v for v in client.volumes.list() if v.name.endswith(session)]
     assert not list((home / "lanes").glob("*.json"))
+
+
+def test_a_lane_record_keeps_names_that_are_not_utf8(tmp_path: Path) -> None:
+    """The record on disk is the baseline of every later sync (and of `recover`): a name that is
+    not UTF-8 must come back as it was sent, not as replacement characters."""
+    from osprey.toolservice.workspace_sync import Manifest
+
+    name = os.fsdecode(b"caf\xe9.txt")
+    record = remote_lanes.LaneRecord(lane="l", volumes=["v"], engine_id="e", engine=EngineTarget(host="tcp://127.0.0.1:1", source="test"),
+                                     workspace=os.fsdecode(b"/w\xff"), image="i", manifest=Manifest(made_at=1.0, entries={name: "d"}))
+    path = RemoteDockerBackend._write_record(tmp_path / "osprey-ws-x.json", record)
+    assert remote_lanes.read_record(path) == record

@@ -52,8 +52,9 @@ def make_pki(directory: Path, names: Sequence[str] = ("127.0.0.1", LANE_NAME)) -
                b"".join(blob.bytes() for blob in client.cert_chain_pems), client.private_key_pem.bytes())
 
 
-def sidecar_argv(roots: Sequence[str], pki: Pki, token_file: Path, *, client_ca: bool = False, parent_pid: int | None = None) -> list[str]:
-    argv = [sys.executable, "-I", "-m", "osprey_sidecar", "--listen", "127.0.0.1:0", "--tls-cert", str(pki.server_cert_file),
+def sidecar_argv(roots: Sequence[str], pki: Pki, token_file: Path, *, client_ca: bool = False, parent_pid: int | None = None,
+                 listen: str = "127.0.0.1:0") -> list[str]:
+    argv = [sys.executable, "-I", "-m", "osprey_sidecar", "--listen", listen, "--tls-cert", str(pki.server_cert_file),
             "--tls-key", str(pki.server_key_file), "--token-file", str(token_file), *[a for r in roots for a in ("--root", r)]]
     if client_ca:
         argv += ["--tls-client-ca", str(pki.ca_file)]
@@ -114,17 +115,19 @@ class TlsSidecar:
                 self.proc.wait()
 
 
-def start_tls_sidecar(roots: Sequence[str], pki: Pki, directory: Path, *, client_ca: bool = False) -> TlsSidecar:
-    """The sidecar serving `roots` on a free loopback port with TLS, once it says it serves."""
+def start_tls_sidecar(roots: Sequence[str], pki: Pki, directory: Path, *, client_ca: bool = False, socket: Path | None = None) -> TlsSidecar:
+    """The sidecar serving `roots` on a free loopback port with TLS (on the unix `socket` when
+    given: its port is then 0), once it says it serves."""
     directory.mkdir(parents=True, exist_ok=True)
     token_file = directory / "token"
     token = write_token(token_file)
     log = directory / "sidecar.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(sidecar_argv(roots, pki, token_file, client_ca=client_ca, parent_pid=os.getpid()),
+        proc = subprocess.Popen(sidecar_argv(roots, pki, token_file, client_ca=client_ca, parent_pid=os.getpid(),
+                                             listen=f"unix:{socket}" if socket is not None else "127.0.0.1:0"),
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=directory)
     deadline = time.monotonic() + START_BOUND_S
-    while (port := serving_port(log)) is None:
+    while (port := serving_port(log) if socket is None else (0 if b"serving on unix:" in log.read_bytes() else None)) is None:
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             proc.wait()

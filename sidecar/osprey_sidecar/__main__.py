@@ -18,6 +18,18 @@ from .server import MAX_WORKERS, ServerTls, build_server, build_tls_server
 PEM_MAX_BYTES = 1024 * 1024
 
 
+def _wait_for(path: str, timeout: float) -> bool:
+    """Whether `path` came to exist within `timeout` seconds (checked every 5 ms)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     # First of all, before a token or key is read: commands run as the sidecar's uid (in a lane,
     # and on the host as the local dispatcher), and without this they could read the token out of
@@ -26,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="osprey_sidecar", description="Serve Osprey's ToolService on a unix socket, or on a TCP port with TLS.")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--socket", help="unix socket path to listen on")
-    where.add_argument("--listen", metavar="HOST:PORT", help="TCP address to listen on with TLS (needs --tls-cert, --tls-key and --token-file)")
+    where.add_argument("--listen", metavar="HOST:PORT", help="TCP address to listen on with TLS (needs --tls-cert, --tls-key and --token-file); "
+                       "`unix:PATH` serves TLS on a unix socket that anyone may connect to (a lane on another machine, reached through its gateway)")
     parser.add_argument("--tls-cert", metavar="FILE", help="with --listen: the server's certificate chain (PEM)")
     parser.add_argument("--tls-key", metavar="FILE", help="with --listen: the server's private key (PEM)")
     parser.add_argument("--tls-client-ca", metavar="FILE", help="with --listen: accept only clients whose certificate this CA (PEM) signed (mutual TLS)")
@@ -37,8 +50,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--forget-secrets", action="store_true", help="once read, remove the token file and the TLS key file (a lane on another machine gets them in a volume its commands could read)")
     parser.add_argument("--reap-strays", action="store_true", help="after each command, kill every process it left running outside its process group (only in a lane: a container of its own)")
     parser.add_argument("--parent-pid", type=int, metavar="PID", help="exit (stopping every running command) when process PID, the broker that started this one, ends")
+    parser.add_argument("--wait-for", metavar="FILE", help="before reading the token and TLS files, wait until FILE exists (whoever "
+                        "provides them writes it last: a lane on another machine starts while its workspace is copied in)")
+    parser.add_argument("--wait-timeout", type=float, default=60.0, metavar="SECONDS", help="with --wait-for: give up (exit 1) after this long")
     parser.add_argument("--version", action="version", version=__version__)
     args = parser.parse_args(argv)
+    if args.wait_for and not _wait_for(args.wait_for, args.wait_timeout):
+        print(f"osprey_sidecar: {args.wait_for} did not appear within {args.wait_timeout:g} s", file=sys.stderr, flush=True)
+        return 1
     tls = _server_tls(parser, args)
     _keep_freed_memory()
     if args.parent_pid:
@@ -74,7 +93,14 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             print(f"osprey_sidecar: {exc}", file=sys.stderr, flush=True)
             return 1
-        serving = f"{args.listen.rpartition(':')[0]}:{port} (TLS{', clients need a certificate' if tls.client_ca_pem else ''})"
+        if args.listen.startswith("unix:"):
+            # The gateway connects as another user; TLS with the client's certificate and the token
+            # guard the calls, as on TCP.
+            os.chmod(args.listen[len("unix:"):], 0o666)
+            where_served = args.listen
+        else:
+            where_served = f"{args.listen.rpartition(':')[0]}:{port}"
+        serving = f"{where_served} (TLS{', clients need a certificate' if tls.client_ca_pem else ''})"
     else:
         server = build_server(args.root, args.socket, token, reap_strays=args.reap_strays, executor=executor)
         serving = args.socket

@@ -1,13 +1,15 @@
-"""`python -m osprey_sidecar.forward --listen HOST:PORT --suffix .lane.osprey.invalid --port 7443`:
+"""`python -m osprey_sidecar.forward --listen HOST:PORT --suffix .lane.osprey.invalid --sockets /lanes`:
 the gateway of lanes on another machine's engine, routing by the TLS server name.
 
-A lane without a network of its own sits on an internal network that reaches nothing, and an
-engine publishes no port from such a network. The gateway is one container on the engine's
-default bridge with a published port, attached to the internal network of each lane it serves.
-It reads the TLS ClientHello of each connection for its server name (`LANE.SUFFIX`: the name the
-lane's certificate carries), connects to the container `LANE` on `--port`, and passes bytes
-both ways, the ClientHello first. It holds no key and decrypts nothing: TLS runs end to end
-between the broker and the lane's sidecar, which checks the broker's certificate and token.
+A lane has no network (as on this machine), so an engine publishes no port of it. The gateway is
+one container on the engine's default bridge with a published port and a volume of sockets:
+each lane mounts its own directory of that volume, `LANE`, where its sidecar serves TLS on
+`tools.sock`. The gateway reads the TLS ClientHello of each connection for its server name
+(`LANE.SUFFIX`: the name the lane's certificate carries), connects to `SOCKETS/LANE/tools.sock`,
+and passes bytes both ways, the ClientHello first. It holds no key and decrypts nothing: TLS
+runs end to end between the broker and the lane's sidecar, which checks the broker's
+certificate and token (a lane that swapped its socket for a link to another's reaches a sidecar
+whose certificate the broker refuses).
 
 Bounds: at most `MAX_CONNECTIONS` at once; the ClientHello must arrive within `HELLO_S` and fit
 in one TLS record; the lane must accept within `CONNECT_S`. Anything else is closed.
@@ -22,6 +24,7 @@ import struct
 import sys
 
 MAX_CONNECTIONS = 256
+SOCKET_NAME = "tools.sock"
 CONNECT_S = 5.0
 HELLO_S = 5.0
 CHUNK = 64 * 1024
@@ -82,7 +85,7 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             writer.close()
 
 
-async def serve(listen: tuple[str, int], suffix: str, port: int, ready: asyncio.Event | None = None) -> None:
+async def serve(listen: tuple[str, int], suffix: str, sockets: str, ready: asyncio.Event | None = None) -> None:
     """Route connections to `listen` by their server name until cancelled."""
     slots = asyncio.Semaphore(MAX_CONNECTIONS)
 
@@ -101,7 +104,7 @@ async def serve(listen: tuple[str, int], suffix: str, port: int, ready: asyncio.
                 client_writer.close()
                 return
             try:
-                lane_reader, lane_writer = await asyncio.wait_for(asyncio.open_connection(lane, port), CONNECT_S)
+                lane_reader, lane_writer = await asyncio.wait_for(asyncio.open_unix_connection(f"{sockets}/{lane}/{SOCKET_NAME}", limit=CHUNK), CONNECT_S)
             except (TimeoutError, OSError):
                 client_writer.close()
                 return
@@ -118,7 +121,8 @@ async def serve(listen: tuple[str, int], suffix: str, port: int, ready: asyncio.
 
     server = await asyncio.start_server(handle, *listen, limit=CHUNK)
     bound = server.sockets[0].getsockname()[1]
-    print(f"osprey_sidecar.forward: routing {listen[0]}:{bound} to LANE:{port} by the server name LANE{suffix}", file=sys.stderr, flush=True)
+    print(f"osprey_sidecar.forward: routing {listen[0]}:{bound} to {sockets}/LANE/{SOCKET_NAME} by the server name LANE{suffix}",
+          file=sys.stderr, flush=True)
     if ready is not None:
         ready.set()
     async with server:
@@ -136,10 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="osprey_sidecar.forward", description="Route TLS connections to lanes by server name (a lanes' gateway).")
     parser.add_argument("--listen", type=_address, required=True, metavar="HOST:PORT")
     parser.add_argument("--suffix", required=True, help="the server names' common suffix; what comes before it names the lane's container")
-    parser.add_argument("--port", type=int, required=True, help="the port the lanes' sidecars listen on")
+    parser.add_argument("--sockets", required=True, metavar="DIR", help="the directory holding each lane's directory, where its sidecar's socket is")
     args = parser.parse_args(argv)
     try:
-        asyncio.run(serve(args.listen, args.suffix, args.port))
+        asyncio.run(serve(args.listen, args.suffix, args.sockets))
     except KeyboardInterrupt:
         pass
     return 0

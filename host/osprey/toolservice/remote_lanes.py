@@ -8,15 +8,16 @@ there is made of:
   their own, mounted read-only over it;
 - a volume holding the sidecar's TLS certificate and key, its client CA and its token, which the
   sidecar reads at start and then removes (`--forget-secrets`);
-- the lane container, on an internal network of its own (it reaches nothing; with `network`
-  on, the default bridge too), its sidecar serving TLS on `LANE_PORT` there, locked down as a
-  local lane is (no capabilities, read-only root, limits);
-- a gateway container, one for this machine's lanes on the engine (`gateway_name`), on the
-  default bridge with `LANE_PORT` published (an engine publishes no port of an internal network)
-  and attached to each lane's network: it routes each TLS connection to the lane its server name
-  names (`osprey_sidecar.forward`) and holds no key, since TLS runs end to end between the broker
-  and the sidecar. It stays between lanes (a lane start is then one container start);
-  `osprey sandbox prune` removes it once no lane uses it.
+- the lane container, with no network (as on this machine; with `network` on, the default
+  bridge), locked down as a local lane is (no capabilities, read-only root, limits), its sidecar
+  serving TLS on a unix socket in a directory of the gateway's sockets volume that only this lane
+  mounts;
+- a gateway container, one for this machine's lanes on the engine (`gateway_name`, per lane
+  image), on the default bridge with `LANE_PORT` published and the sockets volume at `/lanes`:
+  it routes each TLS connection to the lane its server name names (`osprey_sidecar.forward`) and
+  holds no key, since TLS runs end to end between the broker and the sidecar. It stays between
+  lanes (a lane start is then one container start); `osprey sandbox prune` removes it once no
+  lane uses it.
 
 The broker reaches the sidecar at the engine's host and the published port, pins the lane's
 own CA (`lane_tls`) and presents its client certificate and the lane's token. Everything made
@@ -68,8 +69,14 @@ from .workspace_sync import Manifest, SyncLimits, SyncReport, bring_back, escapi
 
 REMOTE_LABEL = "osprey.remote"
 GATEWAY_LABEL = "osprey.gateway"
+VIA_LABEL = "osprey.via"  # on a lane: the gateway it is reached through
+SOCKETS_IN_GATEWAY = "/lanes"
+SOCKETS_IN_LOADER = "/osprey-sockets"
+SOCKET_DIR_IN_LANE = "/run/osprey-sock"
+SOCKET_NAME = "tools.sock"
 LANE_PORT = 7443
 SECRETS_IN_LANE = "/run/osprey-lane"
+READY_FILE = "ready"  # the last entry of the archive that fills a lane's volumes
 LOG_LINES = 20
 READY_POLL_S = 0.01
 RECORDS_DIR = "lanes"
@@ -101,7 +108,6 @@ class RemoteLane(Lane):
     """A lane on a remote engine, with what its backend made for it."""
 
     gateway: str
-    network: str
     volumes: list[str]
     record_path: Path
     record: LaneRecord
@@ -141,7 +147,7 @@ class LaneAttachment(BaseModel):
 
     def write(self, path: str | os.PathLike[str]) -> None:
         """Write it to a new file (0600) at `path`."""
-        data = {**self.model_dump(mode="json"), "client_key_pem": self.client_key_pem.get_secret_value(), "token": self.token.get_secret_value()}
+        data = {**self.model_dump(), "client_key_pem": self.client_key_pem.get_secret_value(), "token": self.token.get_secret_value()}
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(data, fh)
@@ -273,9 +279,30 @@ def _discard_begun() -> None:
         begun.discard(backend)
 
 
-def gateway_name() -> str:
-    """The name of this machine's gateway on an engine (one per machine, whatever the broker)."""
-    return f"osprey-gw-{host_id()[:16]}"
+@dataclass(frozen=True)
+class _Gateway:
+    """A gateway on the engine: its container, published port and sockets directory there."""
+
+    id: str
+    name: str
+    port: int
+    sockets: str  # the sockets volume's path on the engine's machine
+
+
+def _socket_dir_entry(name: str, owner: tuple[int, int]) -> tuple[tarfile.TarInfo, bytes]:
+    """The tar entry of a lane's socket directory: the lane's user makes its socket there, the
+    gateway (as nobody) reaches it and the volume's owner can empty it, but no one lists it. The
+    engine may have made it already (root's, 0755) when the lane started first: unpacking the
+    entry sets its owner and mode."""
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, (info.uid, info.gid), info.mtime = tarfile.DIRTYPE, 0o733, owner, int(time.time())
+    return info, b""
+
+
+def gateway_name(image: str) -> str:
+    """The name of this machine's gateway on an engine for lanes of `image` (one per machine and
+    lane image, whatever the broker: a gateway runs the `forward` of its lanes' version)."""
+    return f"osprey-gw-{host_id()[:12]}-{image.rpartition(':')[2][:12]}"
 
 
 def engine_address(target: EngineTarget) -> str:
@@ -460,7 +487,7 @@ class RemoteDockerBackend(LaneBackend):
         options = request.options
         image = self._image(options, request.home, progress)
         session = request.session_id
-        lane_name = network = f"osprey-lane-{session}"  # the lane's container, network and certificate name
+        lane_name = f"osprey-lane-{session}"  # the lane's container, socket directory and certificate name
         labels = {**_owner_labels(), "osprey.session": session, "osprey.workspace": workspace, "osprey.image": image}
         owner = workspace_owner(workspace)
 
@@ -477,26 +504,33 @@ class RemoteDockerBackend(LaneBackend):
             self._sdk("making a lane volume", lambda v=volume: client.volumes.create(v, labels={**labels, "osprey.volume": "1"}))
             made.append(("volume", volume))
 
-        self._sdk("making the lane's network", lambda: client.api.create_network(network, driver="bridge", internal=True, labels=labels))
-        made.append(("network", network))
+        # The lane's socket directory is in the sockets volume of the gateway (one for this
+        # machine's lanes of this image on the engine); the gateway is found or started, and the
+        # lane made and started, while the workspace travels. The lane's sidecar waits for the
+        # `ready` file that ends the archive (after its socket directory, the workspace and its
+        # secrets) before it reads them.
+        via = gateway_name(image)
+        sockets = self._sockets_volume(via)
+        made.append(("socket dir", f"{via}/{lane_name}"))
 
-        # The gateway (one for this machine's lanes on the engine) is found or started while the
-        # workspace travels and the lane starts, and joins the lane's network.
-        def join_gateway() -> tuple[str, int]:
-            gateway_id, port = self._gateway(image)
-            self._sdk("connecting the lanes' gateway", lambda: client.api.connect_container_to_network(gateway_id, network))
-            return gateway_id, port
+        def start_lane() -> str:
+            lane_id = self._create_lane(request, image, lane_name, {**labels, VIA_LABEL: via}, volumes, protected_dirs, workspace, owner,
+                                        socket_dir=f"{sockets}/{lane_name}")
+            made.append(("container", lane_id))
+            self._sdk("starting the lane", lambda: client.api.start(lane_id))
+            return lane_id
 
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="osprey-lane-gateway")
-        gateway = pool.submit(join_gateway)
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="osprey-lane-start")
+        gateway = pool.submit(self._gateway, image)
+        started = pool.submit(start_lane)
         pool.shutdown(wait=False)
         try:
             pki = make_lane_pki(lane_name)
             token = secrets.token_hex(32)
             # The lane's certificate, key and token travel in the same archive as the workspace.
-            lane_secrets = _secret_entries(SECRETS_IN_LANE.lstrip("/") + "/", {
-                "server.pem": pki.server_cert_pem, "server.key": pki.server_key_pem, "client-ca.pem": pki.ca_pem,
-                "token": token.encode() + b"\n"}, owner)
+            lane_secrets = [_socket_dir_entry(f"{SOCKETS_IN_LOADER.lstrip('/')}/{lane_name}", owner), *_secret_entries(
+                SECRETS_IN_LANE.lstrip("/") + "/", {"server.pem": pki.server_cert_pem, "server.key": pki.server_key_pem, "client-ca.pem": pki.ca_pem,
+                                                    "token": token.encode() + b"\n", READY_FILE: b""}, owner)]
             progress(f"sending the workspace {workspace} to the engine ...")
             with tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024) as packed:
                 manifest = pack(workspace, packed, limits=self.limits, owner=owner, prefix=workspace.lstrip("/") + "/", extra=lane_secrets)
@@ -506,7 +540,8 @@ class RemoteDockerBackend(LaneBackend):
                 made.append(("record", str(record_path)))
                 # A container that never starts, with every volume mounted writable, takes the archive in.
                 loader_mounts = [{"Type": "volume", "Source": volumes[0], "Target": workspace},
-                                 {"Type": "volume", "Source": volumes[1], "Target": SECRETS_IN_LANE}] + [
+                                 {"Type": "volume", "Source": volumes[1], "Target": SECRETS_IN_LANE},
+                                 {"Type": "volume", "Source": f"{via}-sockets", "Target": SOCKETS_IN_LOADER}] + [
                     {"Type": "volume", "Source": v, "Target": f"{workspace}/{p}"} for v, p in zip(volumes[2:], protected_dirs, strict=True)]
                 loader = self._sdk("preparing the lane's workspace", lambda: client.api.create_container(
                     image, command=["true"], entrypoint=[], labels=labels, network_disabled=True,
@@ -517,22 +552,15 @@ class RemoteDockerBackend(LaneBackend):
                 finally:
                     self._sdk("removing the workspace loader", lambda: client.api.remove_container(loader, force=True))
             progress(f"sent {len(manifest.entries):,} files and directories")
-
-            lane_id = self._create_lane(request, image, lane_name, labels, volumes, protected_dirs, workspace, owner)
-            made.append(("container", lane_id))
-            if options.network:
-                self._sdk("connecting the lane to the network", lambda: client.api.connect_container_to_network(lane_id, "bridge"))
-
-            self._sdk("starting the lane", lambda: client.api.start(lane_id))
+            lane_id = started.result()
             self._make_symlinks(lane_id, escaping_symlinks(manifest.entries), workspace, owner)
-            gateway_id, port = gateway.result()
-            connection = Connection(pki.target(engine_address(self.target), port), token=token)
-            return RemoteLane(id=lane_id, name=lane_name, workspace=workspace, image=image, connection=connection, gateway=gateway_id,
-                              network=network, volumes=volumes, record_path=record_path, record=record)
+            reached = gateway.result()
+            connection = Connection(pki.target(engine_address(self.target), reached.port), token=token)
+            return RemoteLane(id=lane_id, name=lane_name, workspace=workspace, image=image, connection=connection, gateway=reached.id,
+                              volumes=volumes, record_path=record_path, record=record)
         except BaseException:
             with suppress(Exception):
-                gateway_id, _ = gateway.result()
-                client.api.disconnect_container_from_network(gateway_id, network, force=True)
+                started.result()  # what it made is in `made` before the caller removes it
             raise
 
     def _make_symlinks(self, lane_id: str, links: Mapping[str, str], workspace: str, owner: tuple[int, int]) -> None:
@@ -552,10 +580,10 @@ class RemoteDockerBackend(LaneBackend):
         self._sdk(what, lambda: client.api.exec_start(created["Id"]))
 
     def _create_lane(self, request: LaneRequest, image: str, name: str, labels: dict[str, str], volumes: list[str],
-                     protected_dirs: list[str], workspace: str, owner: tuple[int, int]) -> str:
-        """The lane's container, on its own network (of its name), not started."""
+                     protected_dirs: list[str], workspace: str, owner: tuple[int, int], *, socket_dir: str) -> str:
+        """The lane's container, not started: no network (the default bridge with `network` on),
+        its sidecar's socket in `socket_dir` (a path on the engine's machine)."""
         client = self.client()
-        network = name
         options = request.options
         memory = size_bytes(options.memory_limit)
         mounts = [
@@ -563,26 +591,29 @@ class RemoteDockerBackend(LaneBackend):
             {"Type": "volume", "Source": volumes[1], "Target": SECRETS_IN_LANE},
         ] + [{"Type": "volume", "Source": v, "Target": f"{workspace}/{p}", "ReadOnly": True} for v, p in zip(volumes[2:], protected_dirs, strict=True)]
         host_config = client.api.create_host_config(
-            mounts=mounts, network_mode=network, cap_drop=["ALL"], security_opt=["no-new-privileges:true"], read_only=True,
+            # A bind the engine makes at start when the loader has not made it yet (a mount of
+            # type bind would refuse a source that does not exist at create).
+            binds=[f"{socket_dir}:{SOCKET_DIR_IN_LANE}:rw"],
+            mounts=mounts, network_mode="bridge" if options.network else "none", cap_drop=["ALL"], security_opt=["no-new-privileges:true"], read_only=True,
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={options.tmp_size},mode=1777", "/dev/mqueue": "ro,nosuid,nodev,noexec,size=4k"},
             shm_size="64m", pids_limit=options.pids_limit, mem_limit=memory, memswap_limit=memory, nano_cpus=int(options.cpus * 1e9))
-        command = ["--listen", f"0.0.0.0:{LANE_PORT}", "--tls-cert", f"{SECRETS_IN_LANE}/server.pem",
+        command = ["--listen", f"unix:{SOCKET_DIR_IN_LANE}/{SOCKET_NAME}", "--tls-cert", f"{SECRETS_IN_LANE}/server.pem",
                    "--tls-key", f"{SECRETS_IN_LANE}/server.key", "--tls-client-ca", f"{SECRETS_IN_LANE}/client-ca.pem",
                    "--token-file", f"{SECRETS_IN_LANE}/token", "--forget-secrets", "--seal", SECRETS_IN_LANE,
+                   "--wait-for", f"{SECRETS_IN_LANE}/{READY_FILE}", "--wait-timeout", f"{options.ready_timeout:g}",
                    "--root", workspace, "--reap-strays"]
         created = self._sdk("making the lane", lambda: client.api.create_container(
             image, command=command, name=name, user=f"{owner[0]}:{owner[1]}", working_dir=workspace, labels=labels,
-            environment={"HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}, host_config=host_config,
-            networking_config=client.api.create_networking_config({network: client.api.create_endpoint_config(aliases=[name])})))
+            environment={"HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}, host_config=host_config))
         return str(created["Id"])
 
-    def _gateway(self, image: str) -> tuple[str, int]:
-        """This machine's gateway on the engine, started if need be: its id and published port.
-        Brokers of this machine share it (a start that loses the race to make it takes the other's)."""
+    def _gateway(self, image: str) -> _Gateway:
+        """This machine's gateway on the engine for lanes of `image`, started if need be. Brokers
+        of this machine share it (a start that loses the race to make it takes the other's)."""
         import docker
 
         client = self.client()
-        name = gateway_name()
+        name = gateway_name(image)
         why = ""
         for _ in range(3):
             try:
@@ -606,24 +637,46 @@ class RemoteDockerBackend(LaneBackend):
                     continue
                 attrs = client.api.inspect_container(attrs["Id"])
             bound = ((attrs.get("NetworkSettings") or {}).get("Ports") or {}).get(f"{LANE_PORT}/tcp") or []
-            if bound:
-                return str(attrs["Id"]), int(bound[0]["HostPort"])
+            sockets = [m.get("Source") for m in attrs.get("Mounts") or [] if m.get("Destination") == SOCKETS_IN_GATEWAY]
+            if bound and sockets and sockets[0]:
+                return _Gateway(id=str(attrs["Id"]), name=name, port=int(bound[0]["HostPort"]), sockets=str(sockets[0]))
         raise SandboxError(f"the lanes' gateway {name} could not be started on the engine at {self.target.host}{why}")
+
+    def _sockets_volume(self, gateway: str) -> str:
+        """The sockets volume of the gateway named `gateway` (made if need be): its path on the
+        engine's machine."""
+        client = self.client()
+        labels = {LABEL: "1", REMOTE_LABEL: "1", "osprey.owner_host": host_id()}
+        volume = self._sdk("making the lanes' sockets volume", lambda: client.api.create_volume(f"{gateway}-sockets", labels=labels))
+        mountpoint = volume.get("Mountpoint") or self._sdk("finding the lanes' sockets volume",
+                                                           lambda: client.api.inspect_volume(f"{gateway}-sockets")).get("Mountpoint")
+        if not mountpoint:
+            raise SandboxError(f"the engine at {self.target.host} does not say where the volume {gateway}-sockets is; "
+                               "lanes need a volume driver that keeps it on the engine's machine (`local`)")
+        return str(mountpoint)
 
     def _create_gateway(self, image: str, name: str) -> str:
         client = self.client()
+        labels = {LABEL: "1", REMOTE_LABEL: "1", GATEWAY_LABEL: "1", "osprey.owner_host": host_id(), "osprey.image": image}
+        volume = f"{name}-sockets"
+        self._sockets_volume(name)
         host_config = client.api.create_host_config(
             network_mode="bridge", cap_drop=["ALL"], security_opt=["no-new-privileges:true"], read_only=True,
             pids_limit=64, mem_limit=_GATEWAY_MEMORY, memswap_limit=_GATEWAY_MEMORY, nano_cpus=int(0.5e9),
-            port_bindings={f"{LANE_PORT}/tcp": None}, restart_policy={"Name": "unless-stopped"})
-        labels = {LABEL: "1", REMOTE_LABEL: "1", GATEWAY_LABEL: "1", "osprey.owner_host": host_id(), "osprey.image": image}
+            port_bindings={f"{LANE_PORT}/tcp": None}, restart_policy={"Name": "unless-stopped"},
+            mounts=[{"Type": "volume", "Source": volume, "Target": SOCKETS_IN_GATEWAY}])
         created = self._sdk("making the lanes' gateway", lambda: client.api.create_container(
             image, name=name, user="65534:65534", labels=labels, ports=[LANE_PORT], host_config=host_config,
             entrypoint=["/usr/bin/tini", "--", "python3", "-I", "-S", "-B", "-c", _SIDECAR.format(module="forward")],
-            command=["--listen", f"0.0.0.0:{LANE_PORT}", "--suffix", SERVER_NAME_SUFFIX, "--port", str(LANE_PORT)]))
+            command=["--listen", f"0.0.0.0:{LANE_PORT}", "--suffix", SERVER_NAME_SUFFIX, "--sockets", SOCKETS_IN_GATEWAY]))
         gateway_id = str(created["Id"])
         self._sdk("starting the lanes' gateway", lambda: client.api.start(gateway_id))
         return gateway_id
+
+    def _remove_socket_dir(self, gateway: str, lane: str) -> None:
+        """Remove a lane's directory from its gateway's sockets volume (as the volume's owner)."""
+        with suppress(Exception):
+            self._exec(gateway, ["rm", "-rf", "--", f"{SOCKETS_IN_GATEWAY}/{lane}"], (0, 0), "removing the lane's socket directory")
 
     async def _wait_ready(self, lane: RemoteLane, deadline_s: float) -> None:
         end = time.monotonic() + deadline_s
@@ -660,7 +713,7 @@ class RemoteDockerBackend(LaneBackend):
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             # json, not pydantic's serialiser: a name that is not UTF-8 must survive (as a \udcXX escape).
-            fh.write(json.dumps(record.model_dump(mode="json")))
+            fh.write(json.dumps(record.model_dump()))
         os.replace(temporary, path)
         return path
 
@@ -762,7 +815,7 @@ class RemoteDockerBackend(LaneBackend):
             self._sdk("removing the workspace reader", lambda: client.api.remove_container(reader, force=True))
 
     async def destroy(self, lane: Lane) -> None:
-        """Bring the lane's changes back, then remove the lane, its gateway and network, and (when
+        """Bring the lane's changes back, then remove the lane, its socket directory and (when
         everything came back) its volumes and record; safe to call twice."""
         await lane.connection.close()
         if not isinstance(lane, RemoteLane):
@@ -783,7 +836,7 @@ class RemoteDockerBackend(LaneBackend):
             pass
         except (docker.errors.DockerException, OSError) as exc:
             self.progress(f"warning: the lane container {lane.id[:12]} could not be removed: {str(exc)[:200]}")
-        self._remove_network(lane.network)
+        self._remove_socket_dir(lane.gateway, lane.name)
         if not lane.record_path.exists():
             return  # destroyed before
         try:
@@ -800,31 +853,26 @@ class RemoteDockerBackend(LaneBackend):
         forget_record(lane.record_path)
 
     def prune_gateway(self) -> bool:
-        """Remove this machine's gateway when no lane's network holds it; whether it was removed."""
+        """Remove this machine's gateways (and their sockets volumes) that no lane is reached
+        through; whether one was removed."""
         import docker
 
         client = self.client()
         try:
-            attrs = client.api.inspect_container(gateway_name())
-        except docker.errors.NotFound:
-            return False
+            gateways = client.api.containers(all=True, filters={"label": [GATEWAY_LABEL, f"osprey.owner_host={host_id()}"]})
+            used = {(c.get("Labels") or {}).get(VIA_LABEL) for c in client.api.containers(all=True, filters={"label": [LABEL, VIA_LABEL]})}
         except (docker.errors.DockerException, OSError) as exc:
-            raise SandboxError(f"the engine at {self.target.host} could not be asked for the lanes' gateway: {str(exc)[:300]}") from None
-        if set((attrs.get("NetworkSettings") or {}).get("Networks") or {}) - {"bridge"}:
-            return False
-        with suppress(docker.errors.NotFound):
-            client.api.remove_container(attrs["Id"], force=True)
-        return True
-
-    def _remove_network(self, network: str) -> None:
-        """Remove a lane's network, taking the shared gateway off it first."""
-        import docker
-
-        client = self.client()
-        with suppress(docker.errors.DockerException, OSError):
-            client.api.disconnect_container_from_network(gateway_name(), network, force=True)
-        with suppress(docker.errors.DockerException, OSError):
-            client.api.remove_network(network)
+            raise SandboxError(f"the engine at {self.target.host} could not be asked for the lanes' gateways: {str(exc)[:300]}") from None
+        removed = False
+        for gateway in gateways:
+            name = (gateway.get("Names") or ["/"])[0].lstrip("/")
+            if name in used:
+                continue
+            with suppress(docker.errors.NotFound):
+                client.api.remove_container(gateway["Id"], force=True)
+            self._remove_volumes([f"{name}-sockets"])
+            removed = True
+        return removed
 
     def volume_exists(self, volume: str) -> bool:
         import docker
@@ -857,8 +905,8 @@ class RemoteDockerBackend(LaneBackend):
             try:
                 if kind == "container":
                     client.api.remove_container(name, force=True)
-                elif kind == "network":
-                    self._remove_network(name)
+                elif kind == "socket dir":
+                    self._remove_socket_dir(*name.split("/", 1))
                 elif kind == "volume":
                     client.api.remove_volume(name, force=True)
                 elif kind == "record":
@@ -870,28 +918,28 @@ class RemoteDockerBackend(LaneBackend):
         return await asyncio.to_thread(self._reap)
 
     def _reap(self) -> list[str]:
-        """Remove the containers and networks of this machine's lanes whose broker died; their
-        workspace volumes stay for `osprey sandbox recover`."""
+        """Remove the containers (and socket directories) of this machine's lanes whose broker
+        died; their workspace volumes stay for `osprey sandbox recover`."""
         import docker
 
         client = self.client()
         removed = []
         try:
             containers = client.api.containers(all=True, filters={"label": [LABEL, REMOTE_LABEL]})
-            networks = client.api.networks(filters={"label": [LABEL, REMOTE_LABEL]})
         except (docker.errors.DockerException, OSError):
             return []
         for container in containers:
-            if not _owner_gone(container.get("Labels") or {}):
+            labels = container.get("Labels") or {}
+            if not _owner_gone(labels):
                 continue
             try:
                 client.api.remove_container(container["Id"], force=True)
             except (docker.errors.DockerException, OSError):
                 continue
-            removed.append((container.get("Names") or [container["Id"][:12]])[0].lstrip("/"))
-        for network in networks:
-            if _owner_gone(network.get("Labels") or {}):
-                self._remove_network(network["Id"])
+            name = (container.get("Names") or [container["Id"][:12]])[0].lstrip("/")
+            if labels.get(VIA_LABEL):
+                self._remove_socket_dir(labels[VIA_LABEL], name)
+            removed.append(name)
         return removed
 
     def protected_changes(self, request: LaneRequest, before: Mapping[str, str | None]) -> list[str]:
