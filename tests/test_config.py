@@ -247,14 +247,16 @@ def test_project_cannot_turn_the_sandbox_off_or_open_it(workspace: Path, home: P
     (home / "config.toml").write_text("[sandbox]\nenabled = true\n")
     path = project_file(repo(workspace), (
         '[sandbox]\nenabled = false\nnetwork = true\nbase_image = "evil:latest"\nsocket = "/tmp/lane.sock"\n'
-        'token_file = "/tmp/token"\nprotect_git = false\nmemory_limit = "4g"\ncpus = 4\n'
+        'token_file = "/tmp/token"\nprotect_git = false\nmemory_limit = "4g"\ncpus = 4\nlane_file = "/tmp/lane.json"\n'
+        'registry = "registry.evil.example/lanes"\n'
     ))
     s = load_settings(workspace, {}, env_for(home))
     sb = s.sandbox
     assert (sb.enabled, sb.network, sb.base_image, sb.socket, sb.token_file, sb.protect_git) == (True, False, None, None, None, True)
-    assert (sb.memory_limit, sb.cpus) == ("2g", 2.0)  # higher resource limits are guarded too
+    assert (sb.memory_limit, sb.cpus, sb.lane_file, sb.registry) == ("2g", 2.0, None, None)  # higher resource limits are guarded too
     keys = sorted(w.split(": ignored ")[1].split(":")[0] for w in s.warnings)
-    assert keys == [f"sandbox.{k}" for k in ("base_image", "cpus", "enabled", "memory_limit", "network", "protect_git", "socket", "token_file")]
+    assert keys == [f"sandbox.{k}" for k in ("base_image", "cpus", "enabled", "lane_file", "memory_limit", "network", "protect_git", "registry",
+                                             "socket", "token_file")]
     assert all(w.startswith(str(path)) for w in s.warnings)
 
 

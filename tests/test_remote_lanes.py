@@ -491,3 +491,47 @@ def test_a_lane_record_keeps_names_that_are_not_utf8(tmp_path: Path) -> None:
                                      workspace=os.fsdecode(b"/w\xff"), image="i", manifest=Manifest(made_at=1.0, entries={name: "d"}))
     path = RemoteDockerBackend._write_record(tmp_path / "osprey-ws-x.json", record)
     assert remote_lanes.read_record(path) == record
+
+
+async def test_with_a_registry_the_lane_image_is_pulled_by_digest(tmp_path: Path, workspace: Path, home: Path, osprey_env: dict[str, str]) -> None:
+    """`[sandbox] registry`: a remote engine without the lane image pulls it by digest once
+    `osprey sandbox build --push` put it there; before that, it is copied as without one."""
+    from local_registry import LocalRegistry
+
+    from osprey.toolservice.images import registry_ref
+
+    (workspace / "a.txt").write_text("alpha\n")
+    with LocalRegistry(tmp_path / "registry") as registry, RemoteEngine() as fresh:  # an engine of its own: no lane image on it
+        where = f"{registry.address}/osprey"
+        backend = RemoteDockerBackend(target_of(fresh), progress=(messages := []).append)
+        lane = await backend.provision(request_for(workspace, home, "noreg", registry=where), progress=messages.append)
+        await backend.destroy(lane)
+        assert any(m.startswith(f"the registry {where} has no {lane.image}") for m in messages), messages
+        assert any(m.startswith("copying the lane image") for m in messages), messages
+        backend.prune_gateway()
+        client = fresh.client()
+        client.images.remove(lane.image, force=True)
+
+        (Path(osprey_env["OSPREY_HOME"]) / "config.toml").write_text(f'[sandbox]\nregistry = "{where}"\n')
+        pushed = await asyncio.to_thread(subprocess.run, [str(Path(sys.executable).with_name("osprey")), "sandbox", "build", "--push"],
+                                         capture_output=True, text=True, env=osprey_env, timeout=900)
+        assert pushed.returncode == 0, pushed.stderr
+        ref = registry_ref(where, lane.image).rpartition(":")[0]
+        assert f"pushed {ref}@sha256:" in pushed.stderr, pushed.stderr
+
+        again = RemoteDockerBackend(target_of(fresh), progress=(messages := []).append)
+        lane = await again.provision(request_for(workspace, home, "reg", registry=where), progress=messages.append)
+        try:
+            assert (await ToolClient(lane.connection).read_file("a.txt")).content.endswith("alpha")
+        finally:
+            await again.destroy(lane)
+        assert any(m.startswith(f"pulling the lane image {ref}@sha256:") for m in messages), messages
+        assert not any(m.startswith("copying the lane image") for m in messages), messages
+        assert any(d.startswith(f"{ref}@sha256:") for d in client.images.get(lane.image).attrs["RepoDigests"])
+        again.prune_gateway()
+
+
+def test_push_without_a_registry_says_what_to_set(osprey_env: dict[str, str]) -> None:
+    run = subprocess.run([str(Path(sys.executable).with_name("osprey")), "sandbox", "build", "--push"], capture_output=True, text=True,
+                         env=osprey_env, timeout=120)
+    assert run.returncode != 0 and "[sandbox] registry" in run.stderr, run.stderr

@@ -34,7 +34,9 @@ def sandbox() -> None:
 @click.option("--base-image", help="Build on this image instead of [sandbox] base_image (Debian- or Ubuntu-based).")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the image tag.")
 @click.option("--compose-env", is_flag=True, help="Also build the broker image; print both tags as an env file for compose.yaml.")
-def build(force: bool, base_image: str | None, quiet: bool, compose_env: bool) -> None:
+@click.option("--push", is_flag=True, help="Also push the lane image to [sandbox] registry (where lanes on other machines' engines "
+                                           "pull it from, by digest) and print its reference by digest.")
+def build(force: bool, base_image: str | None, quiet: bool, compose_env: bool, push: bool) -> None:
     """Build the lane image (and, once, its Debian base) unless it is already there, on the engine
     lanes run on ([sandbox] engine, DOCKER_CONTEXT, DOCKER_HOST, else this machine's). An engine
     on another machine gets the images copied from this machine's engine, where one runs (as a
@@ -43,10 +45,13 @@ def build(force: bool, base_image: str | None, quiet: bool, compose_env: bool) -
 
     from ..errors import OspreyError, SandboxError
     from ..toolservice.engines import local_client, open_engine
-    from ..toolservice.images import copy_image, ensure_broker_image, ensure_image
+    from ..toolservice.images import copy_image, ensure_broker_image, ensure_image, push_image
 
+    pushed = None
     try:
         settings = _settings(base_image)
+        if push and not settings.sandbox.registry:
+            raise SandboxError("--push needs a registry: set [sandbox] registry = \"HOST[:PORT][/PATH]\" in your config.toml")
         client, engine = open_engine(settings.sandbox.engine, os.environ)
         progress = (lambda _: None) if quiet else (lambda line: click.echo(f"  {line}", err=True))
         builder = client
@@ -57,12 +62,17 @@ def build(force: bool, base_image: str | None, quiet: bool, compose_env: bool) -
                 progress("this machine has no Docker engine: the images are built on the remote engine")
         tag = ensure_image(builder, settings.sandbox.base_image, force=force, progress=progress, home=settings.home)
         broker = ensure_broker_image(builder, tag, force=force, progress=progress, home=settings.home) if compose_env else None
+        if push:
+            assert settings.sandbox.registry is not None
+            pushed = push_image(builder, tag, settings.sandbox.registry, progress=progress)
         if builder is not client:
             copy_image(builder, client, tag, progress=progress)
             if broker:
                 copy_image(builder, client, broker, progress=progress, what="the broker image")
     except OspreyError as exc:
         _fail(exc)
+    if pushed:
+        click.echo(f"pushed {pushed}", err=True)
     if broker:
         click.echo(f"OSPREY_LANE_IMAGE={tag}\nOSPREY_BROKER_IMAGE={broker}")
     else:
@@ -107,9 +117,9 @@ def status() -> None:
 
 
 def _have_base(client, settings) -> bool:
-    from ..toolservice.images import BASE_TAG, _image_exists
+    from ..toolservice.images import BASE_TAG, image_exists
 
-    return _image_exists(client, settings.sandbox.base_image or BASE_TAG)
+    return image_exists(client, settings.sandbox.base_image or BASE_TAG)
 
 
 @sandbox.command()

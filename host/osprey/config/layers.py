@@ -325,6 +325,8 @@ def loosening(layer: Mapping[str, Any], below: FileConfig, default_policy: Appro
     check(("sandbox", "lane_file"), lambda v: v != sb.lane_file, "attach the run to another lane")
     # The engine gets a copy of the workspace (and runs the tools): a project may not send it elsewhere.
     check(("sandbox", "engine"), lambda v: v != sb.engine, "choose the engine lanes run on")
+    # The lane image is what runs the tools: a project may not name where it comes from.
+    check(("sandbox", "registry"), lambda v: v != sb.registry, "choose the registry the lane image comes from")
     # A lane's limits keep a runaway command (a fork bomb, a memory hog) from the host.
     for key, measure in (("memory_limit", size_bytes), ("tmp_size", size_bytes), ("pids_limit", float), ("cpus", float),
                          ("sync_max_files", float), ("sync_max_bytes", size_bytes)):

@@ -137,6 +137,9 @@ class SandboxSettings(_Strict):
     protect_git: bool = Field(True, description="mount the workspace's .git and .osprey read-only in lanes; false lets a lane write them")
     engine: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$",
                                description="the Docker context whose engine runs lanes; unset: DOCKER_CONTEXT, DOCKER_HOST, else the local socket")
+    registry: str | None = Field(None, max_length=255, pattern=r"^[a-z0-9][a-z0-9.-]*(:[0-9]{1,5})?(/[a-z0-9][a-z0-9._-]*)*$",
+                                 description="a registry (HOST[:PORT][/PATH]) lanes on another machine's engine pull the lane image from, by digest; "
+                                             "`osprey sandbox build --push` puts it there")
     sync_max_files: int = Field(100_000, ge=1, le=10_000_000, description="a lane on another machine: files, directories and symlinks copied there or back, at most")
     sync_max_bytes: str = Field("2g", pattern=r"^[0-9]+[bkmg]?$", description="a lane on another machine: bytes of files copied there or back, at most")
 

@@ -182,7 +182,8 @@ def _short(exc: BaseException) -> str:
     return text[:300]
 
 
-def _image_exists(client: Any, ref: str) -> bool:
+def image_exists(client: Any, ref: str) -> bool:
+    """Whether the engine `client` has the image `ref`."""
     import docker
 
     try:
@@ -231,7 +232,7 @@ def resolve_base(client: Any, configured: str | None, progress: Progress = _quie
     import docker
 
     if configured:
-        if _image_exists(client, configured):
+        if image_exists(client, configured):
             return configured
         progress(f"pulling {configured} ...")
         try:
@@ -239,7 +240,7 @@ def resolve_base(client: Any, configured: str | None, progress: Progress = _quie
             return configured
         except docker.errors.DockerException as exc:
             progress(f"cannot pull {configured} ({_short(exc)}); building on Osprey's own Debian base instead")
-    if _image_exists(client, BASE_TAG):
+    if image_exists(client, BASE_TAG):
         return BASE_TAG
     return build_base(client, progress, cancel=cancel)
 
@@ -333,7 +334,7 @@ def ensure_image(client: Any, configured_base: str | None = None, *, force: bool
 
     Setting `cancel` (from another thread) stops a build that is under way."""
     tag, base = image_tag(client, configured_base, progress, cancel)
-    if not force and _image_exists(client, tag):
+    if not force and image_exists(client, tag):
         remember_lane_image(home, recipe_fingerprint(configured_base, engine_key()), tag)
         return tag
     with tempfile.TemporaryDirectory(prefix="osprey-lane-build-") as tmp:
@@ -367,7 +368,7 @@ def prune_images(client: Any, configured_base: str | None = None) -> list[str]:
     import docker
 
     current = None
-    if _image_exists(client, configured_base or BASE_TAG):
+    if image_exists(client, configured_base or BASE_TAG):
         current, _ = image_tag(client, configured_base)
     in_use = {c.image.id for c in client.containers.list(all=True)}
     removed = []
@@ -416,7 +417,7 @@ def ensure_broker_image(client: Any, lane_tag: str, *, force: bool = False, prog
     _hash_files(h, _host_dir(), _host_files())  # the broker's code is part of what the tag names
     h.update(repo_file(*DEMO_SESSION).read_bytes())
     tag = f"{BROKER_REPOSITORY}:{h.hexdigest()[:16]}"
-    if not force and _image_exists(client, tag):
+    if not force and image_exists(client, tag):
         return tag
     base = client.images.get(lane_tag).labels.get("osprey.base", BASE_TAG)
     python_version = _python_version(client, lane_tag)
@@ -439,7 +440,7 @@ def copy_image(source: Any, target: Any, tag: str, *, progress: Progress = _quie
     tag names the image's content, so an image of that tag is the same image. `what` names it in messages."""
     import docker
 
-    if _image_exists(target, tag):
+    if image_exists(target, tag):
         return False
     try:
         size = int(source.api.inspect_image(tag).get("Size") or 0)
@@ -464,7 +465,58 @@ def copy_image(source: Any, target: Any, tag: str, *, progress: Progress = _quie
                 raise SandboxError(f"copying {what} to the engine failed: {str(status['error'])[:300]}")
     except docker.errors.DockerException as exc:
         raise SandboxError(f"copying {what} to the engine failed: {_short(exc)}") from None
-    if not _image_exists(target, tag):
+    if not image_exists(target, tag):
         raise SandboxError(f"the engine did not keep {what} {tag} it was sent")
     progress(f"copied {what} ({sent[0] / 1e6:,.0f} MB)")
     return True
+
+
+def registry_ref(registry: str, tag: str) -> str:
+    """Where the image `tag` (REPOSITORY:HASH) is kept in `registry` (HOST[:PORT]/PATH)."""
+    return f"{registry.rstrip('/')}/{tag}"
+
+
+def push_image(client: Any, tag: str, registry: str, *, progress: Progress = _quiet) -> str:
+    """Push the image `tag` from the engine `client` to `registry`; its reference by digest
+    (`REGISTRY/REPOSITORY@sha256:...`), which names exactly these bytes."""
+    import docker
+
+    repository, _, version = registry_ref(registry, tag).rpartition(":")
+    progress(f"pushing {tag} to {repository} ...")
+    digest = None
+    try:
+        client.api.tag(tag, repository, version)
+        for status in client.api.push(repository, tag=version, stream=True, decode=True):
+            if isinstance(status, dict) and status.get("error"):
+                raise SandboxError(f"pushing {tag} to {registry} failed: {str(status['error'])[:300]}")
+            if isinstance(status, dict):
+                digest = (status.get("aux") or {}).get("Digest") or digest
+    except docker.errors.DockerException as exc:
+        raise SandboxError(f"pushing {tag} to {registry} failed: {_short(exc)}") from None
+    if not isinstance(digest, str) or not digest.startswith("sha256:"):
+        raise SandboxError(f"the registry {registry} did not say the digest of {tag} it was sent")
+    return f"{repository}@{digest}"
+
+
+def pull_by_digest(client: Any, tag: str, registry: str, *, progress: Progress = _quiet) -> bool:
+    """Put the image `tag` on the engine `client` from `registry`: the engine resolves the
+    registry's `tag` to a digest, pulls that digest (the engine checks the bytes against it) and
+    tags it `tag`. False, with a message, when the registry does not have it or cannot be asked."""
+    import docker
+
+    repository, _, version = registry_ref(registry, tag).rpartition(":")
+    try:
+        digest = client.api.inspect_distribution(f"{repository}:{version}")["Descriptor"]["digest"]
+    except (docker.errors.DockerException, KeyError, TypeError) as exc:
+        progress(f"the registry {registry} has no {tag} ({_short(exc)}); `osprey sandbox build --push` puts it there")
+        return False
+    pinned = f"{repository}@{digest}"
+    progress(f"pulling the lane image {pinned} ...")
+    try:
+        for status in client.api.pull(repository, tag=digest, stream=True, decode=True):
+            if isinstance(status, dict) and status.get("error"):
+                raise SandboxError(f"pulling {pinned} failed: {str(status['error'])[:300]}")
+        client.api.tag(pinned, *tag.split(":", 1))
+    except docker.errors.DockerException as exc:
+        raise SandboxError(f"pulling {pinned} failed: {_short(exc)}") from None
+    return image_exists(client, tag)

@@ -399,7 +399,7 @@ class RemoteDockerBackend(LaneBackend):
         """The lane image on the remote engine: copied from this machine's engine unless it is
         there already (its tag names its content); built there when this machine has no engine."""
         from .engines import local_client
-        from .images import copy_image, ensure_image
+        from .images import copy_image, ensure_image, image_exists, image_tag, pull_by_digest
 
         if options.base_image in self._images:
             return self._images[options.base_image]
@@ -414,6 +414,13 @@ class RemoteDockerBackend(LaneBackend):
                 self._images[options.base_image] = tag
                 return tag
         local = self._local_client
+        if options.registry:
+            # The recipe's tag (its base built here if need be), pulled by digest from the
+            # registry when the engine lacks it and the registry has it.
+            tag, _ = image_tag(local, options.base_image, progress)
+            if image_exists(self.client(), tag) or pull_by_digest(self.client(), tag, options.registry, progress=progress):
+                self._images[options.base_image] = tag
+                return tag
         tag = ensure_image(local, options.base_image, progress=progress, home=home)
         copy_image(local, self.client(), tag, progress=progress)
         self._images[options.base_image] = tag  # for this backend's later lanes
