@@ -91,7 +91,9 @@ async def test_a_remote_lane_gets_the_workspace_and_its_edits_come_back(backend:
     assert not record.exists(), "the record goes once everything came back"
     volumes = {v.name for v in engine_client(remote_engine).volumes.list()}
     assert not set(lane.volumes) & volumes, "the lane's volumes are removed once its changes came back"
-    containers = engine_client(remote_engine).containers.list(all=True, filters={"label": "osprey.session=" + lane.name.removeprefix("osprey-lane-")})
+    session = lane.name.removeprefix("osprey-lane-").rpartition("-")[0]  # the session id, then a nonce of this start
+    assert session == f"t-{os.getpid()}"
+    containers = engine_client(remote_engine).containers.list(all=True, filters={"label": "osprey.session=" + session})
     assert not containers
 
 
@@ -150,11 +152,15 @@ async def test_the_lane_has_no_network_and_its_secrets_are_gone(backend: RemoteD
     assert sorted(set(listing) - {"client-ca.pem", "server.pem", "ready", "[exit", "code", "0]"}) == [".", "..", "tools.sock"], listing
 
 
+@pytest.mark.parametrize("uid", [0, 1000])
 async def test_a_lane_sees_only_its_own_socket_directory(backend: RemoteDockerBackend, workspace: Path, home: Path,
-                                                         remote_engine: RemoteEngine) -> None:
+                                                         remote_engine: RemoteEngine, uid: int) -> None:
     """Lanes share their gateway's sockets volume, each mounting only its own directory; what a
-    lane leaves there goes with it."""
+    lane leaves there goes with it, whoever owns the workspace (no one has capabilities in the
+    gateway)."""
     (workspace / "a.txt").write_text("alpha\n")
+    os.chown(workspace, uid, uid)
+    os.chown(workspace / "a.txt", uid, uid)
     first = await backend.provision(request_for(workspace, home, "sock1"))
     second = await backend.provision(request_for(workspace, home, "sock2"))
     try:
@@ -163,10 +169,18 @@ async def test_a_lane_sees_only_its_own_socket_directory(backend: RemoteDockerBa
     finally:
         await backend.destroy(first)
     api = engine_client(remote_engine).api
-    run = api.exec_create(second.gateway, ["ls", "/lanes"])
-    left = api.exec_start(run["Id"]).decode().split()
+
+    def listing() -> list[str]:
+        run = api.exec_create(second.gateway, ["ls", "/lanes"])
+        return api.exec_start(run["Id"]).decode().split()
+
+    # The lane may leave more in its directory than its socket, even a directory it shut.
+    await ToolClient(second.connection).bash("mkdir -p /run/osprey-sock/d/e && touch /run/osprey-sock/d/e/f && chmod 000 /run/osprey-sock/d")
+    left = listing()
     await backend.destroy(second)
     assert second.name in left and first.name not in left, left
+    assert second.name not in listing()
+    assert not [m for m in backend.messages if "socket directory" in m], backend.messages  # type: ignore[attr-defined]
 
 
 async def test_the_published_port_refuses_all_but_the_broker(lane: RemoteLane) -> None:
@@ -463,6 +477,30 @@ async def test_a_remote_lane_begun_before_the_session_is_taken_over(remote_engin
     assert not client.containers.list(all=True, filters={"label": f"osprey.session={session}"})
 
 
+async def test_a_remote_lane_begun_with_other_settings_is_replaced(remote_engine: RemoteEngine, workspace: Path, home: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session whose settings differ from those its lane was begun with removes that lane and
+    starts its own: one lane, with the session's settings."""
+    from osprey.toolservice.home_config import LaneHomeConfig, prepare_home
+
+    for key, value in remote_engine.env.items():
+        monkeypatch.setenv(key, value)
+    (workspace / "a.txt").write_text("alpha\n")
+    session = f"other-{os.getpid()}"
+    prepare_home(LaneHomeConfig(workspace=str(workspace), session_id=session, sandbox=SandboxSettings(enabled=True, pids_limit=100), home=home))
+    supervisor = LaneSupervisor(str(workspace), session, SandboxSettings(enabled=True), home=home)
+    await supervisor.start()
+    client = engine_client(remote_engine)
+    try:
+        lanes = client.containers.list(all=True, filters={"label": f"osprey.session={session}"})
+        assert len(lanes) == 1 and lanes[0].attrs["HostConfig"]["PidsLimit"] == 512, [c.name for c in lanes]
+        assert (await supervisor.client.read_file("a.txt")).content.endswith("alpha")
+    finally:
+        await supervisor.close()
+    assert not client.containers.list(all=True, filters={"label": f"osprey.session={session}"})
+    assert not [v for v in client.volumes.list() if session in v.name]
+
+
 def test_a_remote_lane_begun_for_no_session_is_removed(remote_engine: RemoteEngine, workspace: Path, home: Path) -> None:
     """A lane begun for a session that never asked for it (the front end failed before) is removed
     at exit, with its volumes and record."""
@@ -495,40 +533,62 @@ def test_a_lane_record_keeps_names_that_are_not_utf8(tmp_path: Path) -> None:
 
 async def test_with_a_registry_the_lane_image_is_pulled_by_digest(tmp_path: Path, workspace: Path, home: Path, osprey_env: dict[str, str]) -> None:
     """`[sandbox] registry`: a remote engine without the lane image pulls it by digest once
-    `osprey sandbox build --push` put it there; before that, it is copied as without one."""
+    `osprey sandbox build --push` put it there, and only the image built here; before that, or
+    when the registry holds another image under its tag, it is copied as without a registry."""
     from local_registry import LocalRegistry
 
-    from osprey.toolservice.images import registry_ref
+    from osprey.toolservice.engines import local_client
+    from osprey.toolservice.images import BASE_TAG, registry_ref
 
     (workspace / "a.txt").write_text("alpha\n")
+    here = local_client()
     with LocalRegistry(tmp_path / "registry") as registry, RemoteEngine() as fresh:  # an engine of its own: no lane image on it
         where = f"{registry.address}/osprey"
-        backend = RemoteDockerBackend(target_of(fresh), progress=(messages := []).append)
-        lane = await backend.provision(request_for(workspace, home, "noreg", registry=where), progress=messages.append)
-        await backend.destroy(lane)
-        assert any(m.startswith(f"the registry {where} has no {lane.image}") for m in messages), messages
-        assert any(m.startswith("copying the lane image") for m in messages), messages
-        backend.prune_gateway()
         client = fresh.client()
-        client.images.remove(lane.image, force=True)
+
+        async def start(name: str, lane_home: Path) -> list[str]:
+            backend = RemoteDockerBackend(target_of(fresh), progress=(messages := []).append)
+            lane = await backend.provision(request_for(workspace, lane_home, name, registry=where), progress=messages.append)
+            try:
+                assert (await ToolClient(lane.connection).read_file("a.txt")).content.endswith("alpha")
+            finally:
+                await backend.destroy(lane)
+            backend.prune_gateway()
+            messages.append(f"image {lane.image}")
+            return messages
+
+        empty = await start("noreg", home)
+        tag = empty[-1].removeprefix("image ")
+        assert any(m.startswith(f"the registry {where} has no {tag}") for m in empty), empty
+        assert any(m.startswith("copying the lane image") for m in empty), empty
+        client.images.remove(tag, force=True)
+
+        # Another image under the lane image's name in the registry is not taken.
+        repository, _, version = registry_ref(where, tag).rpartition(":")
+        here.api.tag(BASE_TAG, repository, version)
+        try:
+            for _ in here.api.push(repository, tag=version, stream=True, decode=True):
+                pass
+        finally:
+            here.api.remove_image(f"{repository}:{version}")
+        impostor = await start("impostor", home)
+        assert any("failed: it is not the image built here" in m for m in impostor), impostor
+        assert any(m.startswith("copying the lane image") for m in impostor), impostor
+        client.images.remove(tag, force=True)
 
         (Path(osprey_env["OSPREY_HOME"]) / "config.toml").write_text(f'[sandbox]\nregistry = "{where}"\n')
         pushed = await asyncio.to_thread(subprocess.run, [str(Path(sys.executable).with_name("osprey")), "sandbox", "build", "--push"],
                                          capture_output=True, text=True, env=osprey_env, timeout=900)
         assert pushed.returncode == 0, pushed.stderr
-        ref = registry_ref(where, lane.image).rpartition(":")[0]
-        assert f"pushed {ref}@sha256:" in pushed.stderr, pushed.stderr
+        assert f"pushed {repository}@sha256:" in pushed.stderr, pushed.stderr
+        assert not here.images.list(name=repository), "the name it was pushed by is not left on this machine's engine"
 
-        again = RemoteDockerBackend(target_of(fresh), progress=(messages := []).append)
-        lane = await again.provision(request_for(workspace, home, "reg", registry=where), progress=messages.append)
-        try:
-            assert (await ToolClient(lane.connection).read_file("a.txt")).content.endswith("alpha")
-        finally:
-            await again.destroy(lane)
-        assert any(m.startswith(f"pulling the lane image {ref}@sha256:") for m in messages), messages
-        assert not any(m.startswith("copying the lane image") for m in messages), messages
-        assert any(d.startswith(f"{ref}@sha256:") for d in client.images.get(lane.image).attrs["RepoDigests"])
-        again.prune_gateway()
+        for lane_home in (home, Path(osprey_env["OSPREY_HOME"])):  # checked against the image built here; the digest pushed from here
+            pulled = await start("reg", lane_home)
+            assert any(m.startswith(f"pulling the lane image {repository}@sha256:") for m in pulled), pulled
+            assert not any(m.startswith("copying the lane image") for m in pulled), pulled
+            assert any(d.startswith(f"{repository}@sha256:") for d in client.images.get(tag).attrs["RepoDigests"])
+            client.images.remove(tag, force=True)
 
 
 def test_push_without_a_registry_says_what_to_set(osprey_env: dict[str, str]) -> None:

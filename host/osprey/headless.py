@@ -88,7 +88,7 @@ def _prepare_lane(resolution: Any) -> str | None:
     """With `--sandbox`, start making the session's lane now, before the session's own set-up
     (the session takes it over); the session id it is named for, or None without a new lane."""
     settings = resolution.settings
-    if not settings.sandbox.enabled or settings.sandbox.socket:
+    if not settings.sandbox.enabled or settings.sandbox.socket or settings.sandbox.lane_file:
         return None
     from .session.core import new_session_id
     from .toolservice.home_config import home_config, prepare_home

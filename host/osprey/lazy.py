@@ -33,6 +33,20 @@ def module(name: str) -> ModuleType:
         return lazy
 
 
+_importing = threading.Lock()
+
+
+def imported(name: str) -> ModuleType:
+    """`name`, imported now by one thread at a time. PyYAML's C loader imports `yaml` from inside
+    `yaml`'s own import: a second thread importing it meanwhile can be handed the half-made
+    module (a NameError at the first parse); every lazy import of it goes through here."""
+    with _importing:
+        found = sys.modules.get(name)
+        if found is not None and not getattr(getattr(found, "__spec__", None), "_initializing", False):
+            return found
+        return importlib.import_module(name)
+
+
 class Pattern:
     """A regular expression compiled at its first use rather than at import (a module's patterns
     often serve a path most runs never take). It offers the `re.Pattern` methods Osprey calls."""

@@ -64,7 +64,7 @@ def build(force: bool, base_image: str | None, quiet: bool, compose_env: bool, p
         broker = ensure_broker_image(builder, tag, force=force, progress=progress, home=settings.home) if compose_env else None
         if push:
             assert settings.sandbox.registry is not None
-            pushed = push_image(builder, tag, settings.sandbox.registry, progress=progress)
+            pushed = push_image(builder, tag, settings.sandbox.registry, progress=progress, home=settings.home)
         if builder is not client:
             copy_image(builder, client, tag, progress=progress)
             if broker:

@@ -24,8 +24,9 @@ def split(text: str, where: str) -> tuple[str, str]:
 def parse(block: str, where: str) -> dict[str, Any]:
     """The fields of a frontmatter block, parsed as YAML with a safe loader (libyaml's when there).
     Raises PersonaError for invalid YAML or a block that is not a mapping of fields."""
-    import yaml  # type: ignore[import-untyped]  # PyYAML ships no type information
+    from ..lazy import imported
 
+    yaml = imported("yaml")
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         data = yaml.load(block, Loader=loader)  # noqa: S506 - a safe loader

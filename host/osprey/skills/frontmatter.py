@@ -146,9 +146,9 @@ _SKILL_KEYS = ("name", "description")
 
 def _yaml() -> Any:
     """PyYAML, imported when the first frontmatter is parsed (it is not needed before)."""
-    import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
+    from ..lazy import imported
 
-    return yaml
+    return imported("yaml")
 
 
 @functools.cache

@@ -50,11 +50,11 @@ def offer_backend(request: LaneRequest, backend: concurrent.futures.Future[LaneB
         return _begun.setdefault((request.workspace, request.session_id), (request, backend))[1] is backend
 
 
-def take_backend(request: LaneRequest) -> concurrent.futures.Future[LaneBackend | None] | None:
-    """The backend offered for this very request, if any (one for other settings is dropped)."""
+def take_backend(request: LaneRequest) -> tuple[LaneRequest, concurrent.futures.Future[LaneBackend | None]] | None:
+    """The backend offered for the request's workspace and session, with the request it was
+    begun for (other settings: the taker removes what was begun, and chooses afresh)."""
     with _begun_lock:
-        found = _begun.pop((request.workspace, request.session_id), None)
-    return found[1] if found is not None and found[0] == request else None
+        return _begun.pop((request.workspace, request.session_id), None)
 
 
 class LaneRequest(BaseModel):

@@ -52,6 +52,8 @@ class AttachedHomeConfig(_HomeConfig):
     token_file: str | None = Field(None, description="the file holding the lane's token")
     lane_file: str | None = Field(None, description="the file describing a lane on another machine's engine")
     ready_timeout: float = Field(30.0, gt=0, le=600)
+    sync_max_files: int = Field(100_000, ge=1, description="with a lane file: what a sync copies, at most")
+    sync_max_bytes: int = Field(2 * 1024**3, ge=1)
 
     @model_validator(mode="after")
     def _one_lane(self) -> AttachedHomeConfig:
@@ -79,7 +81,10 @@ def home_config(
     if sandbox is not None and sandbox.enabled and sandbox.lane_file:
         if sandbox.socket:
             raise ConfigError("--sandbox-socket and --sandbox-lane name two lanes: give one of them")
-        return AttachedHomeConfig(roots=list(roots), lane_file=sandbox.lane_file, ready_timeout=sandbox.ready_timeout)
+        from ..config import size_bytes
+
+        return AttachedHomeConfig(roots=list(roots), lane_file=sandbox.lane_file, ready_timeout=sandbox.ready_timeout,
+                                  sync_max_files=sandbox.sync_max_files, sync_max_bytes=size_bytes(sandbox.sync_max_bytes))
     if sandbox is not None and sandbox.enabled and sandbox.socket:
         return AttachedHomeConfig(roots=list(roots), target=UnixTarget(path=sandbox.socket), token_file=sandbox.token_file, ready_timeout=sandbox.ready_timeout)
     if sandbox is not None and sandbox.enabled:

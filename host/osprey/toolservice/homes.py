@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from .backend import Lane, LaneBackend, LaneRequest  # lanes only: a session with the local dispatcher never loads them
     from .engines import EngineTarget
     from .remote_lanes import RemoteDockerBackend
-    from .workspace_sync import SyncReport
+    from .workspace_sync import SyncLimits, SyncReport
 
 READY_DEADLINE_S = 10.0
 # Where the local dispatcher's directory cannot be watched, its socket is checked after 1 ms, then
@@ -505,8 +505,19 @@ class LaneSupervisor(ToolServiceHome):
         if self._backend is None:
             from .backend import take_backend
 
-            begun = take_backend(self.request)
-            chosen = await asyncio.wrap_future(begun) if begun is not None else None
+            chosen = None
+            offered = take_backend(self.request)
+            if offered is not None:
+                from .remote_lanes import RemoteDockerBackend  # the only backend a front end begins with
+
+                begun_for, choosing = offered
+                chosen = await asyncio.wrap_future(choosing)
+                if isinstance(chosen, RemoteDockerBackend):
+                    if begun_for != self.request:
+                        await chosen.discard_begun(begun_for)  # begun with other settings: removed, and chosen afresh
+                        chosen = None
+                    else:
+                        chosen.progress = self.progress  # it was begun before this home had a place to say things
             self._backend = chosen or await docker_backend(self.options, self.progress)
         self.lane = await self.backend.provision(self.request, progress=self.progress)
         self.protected_at_start = self.lane.protected  # a replacement lane must not hide a change
@@ -640,7 +651,8 @@ class AttachedLane(ToolServiceHome):
     kind: HomeKind = "attached"
 
     def __init__(self, roots: Sequence[str], target: ServiceTarget | str | None = None, *, token_file: str | None = None,
-                 lane_file: str | None = None, ready_timeout: float = 30.0, progress: Callable[[str], None] = lambda _: None) -> None:
+                 lane_file: str | None = None, ready_timeout: float = 30.0, progress: Callable[[str], None] = lambda _: None,
+                 limits: SyncLimits | None = None) -> None:
         super().__init__(roots)
         if (target is None) == (lane_file is None):
             raise ValueError("an attached lane is named by its target or by a lane file, one of the two")
@@ -650,6 +662,7 @@ class AttachedLane(ToolServiceHome):
         self.lane_file = lane_file
         self.ready_timeout = ready_timeout
         self.progress = progress
+        self.limits = limits
         self.connection: Connection | None = None
         self._remote: tuple[RemoteDockerBackend, Path] | None = None  # the backend and record a lane file's workspace syncs by
 
@@ -696,15 +709,21 @@ class AttachedLane(ToolServiceHome):
     def _attach_remote(self, lane_file: str) -> str:
         """Read the lane file, check that its lane holds this workspace on the engine it names, and
         keep what syncing needs; the lane's token."""
-        from .remote_lanes import LaneAttachment, RemoteDockerBackend, read_record
+        import re
+
+        from .remote_lanes import LaneAttachment, RemoteDockerBackend, engine_address, read_record
 
         attachment = LaneAttachment.read(lane_file)
         record_path = Path(attachment.record)
+        if not record_path.is_absolute() or not re.fullmatch(r"osprey-ws-[A-Za-z0-9_.-]{1,200}\.json", record_path.name):
+            raise SandboxError(f"the lane file {lane_file} names {record_path} as its lane's record, which is not one Osprey writes")
         record = read_record(record_path)
         if os.path.realpath(self.roots[0]) != record.workspace:
             raise SandboxError(f"the lane in {lane_file} holds a copy of {record.workspace}, not of {self.roots[0]}: "
                                f"run with -C {record.workspace}")
-        backend = RemoteDockerBackend(record.engine, progress=self.progress)
+        if attachment.host != engine_address(record.engine):
+            raise SandboxError(f"the lane file {lane_file} points at {attachment.host}, but its lane runs on the engine at {record.engine.host}")
+        backend = RemoteDockerBackend(record.engine, progress=self.progress, limits=self.limits)
         backend.check_engine(record)
         self.target = attachment.target()
         self.where = f"{self.target.where} ({record.lane} on {record.engine.host})"
@@ -749,8 +768,13 @@ def build_home(config: HomeConfig, *, progress: Callable[[str], None] = lambda _
     """The home `config` describes, not yet started. `progress` shows a lane's start-up and
     warnings; `backend` makes a lane home's lanes (default: the local Docker engine)."""
     if isinstance(config, AttachedHomeConfig):
+        limits = None
+        if config.lane_file is not None:
+            from .workspace_sync import SyncLimits
+
+            limits = SyncLimits(max_files=config.sync_max_files, max_bytes=config.sync_max_bytes)
         return AttachedLane(config.roots, config.target, token_file=config.token_file, lane_file=config.lane_file,
-                            ready_timeout=config.ready_timeout, progress=progress)
+                            ready_timeout=config.ready_timeout, progress=progress, limits=limits)
     if isinstance(config, LaneHomeConfig):
         return LaneSupervisor(config.workspace, config.session_id, config.sandbox, progress, config.home, backend=backend)
     assert isinstance(config, LocalHomeConfig)

@@ -22,6 +22,7 @@ import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -130,9 +131,14 @@ def known_lane_image(home: Path | None, fingerprint: str) -> str | None:
 
 def remember_lane_image(home: Path | None, fingerprint: str, tag: str | None) -> None:
     """Record (or, with None, forget) the lane image of a fingerprint; best effort."""
+    _update_cache(_lane_image_cache(home), fingerprint, tag)
+
+
+def _update_cache(path: Path, key: str, value: str | None) -> None:
+    """Set (or, with None, drop) `key` in the small JSON map at `path`, keeping its newest
+    `LANE_IMAGE_CACHE_ENTRIES`; best effort."""
     from ..files import read_no_follow
 
-    path = _lane_image_cache(home)
     raw = read_no_follow(path, LANE_IMAGE_CACHE_MAX_BYTES)
     try:
         known = json.loads(raw) if raw else {}
@@ -140,9 +146,9 @@ def remember_lane_image(home: Path | None, fingerprint: str, tag: str | None) ->
         known = {}
     if not isinstance(known, dict):
         known = {}
-    known.pop(fingerprint, None)
-    if tag is not None:
-        known[fingerprint] = tag
+    known.pop(key, None)
+    if value is not None:
+        known[key] = value
     entries = dict(list(known.items())[-LANE_IMAGE_CACHE_ENTRIES:])
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -476,9 +482,27 @@ def registry_ref(registry: str, tag: str) -> str:
     return f"{registry.rstrip('/')}/{tag}"
 
 
-def push_image(client: Any, tag: str, registry: str, *, progress: Progress = _quiet) -> str:
+PUSHED_CACHE = "pushed-images.json"
+_PINNED = re.compile(r"[a-z0-9][a-z0-9.:/_-]{0,255}@sha256:[0-9a-f]{64}")
+
+
+def pushed_image(home: Path | None, ref: str) -> str | None:
+    """The reference by digest this machine pushed the image `ref` (`REGISTRY/REPOSITORY:HASH`)
+    as, if it did."""
+    from ..files import read_no_follow
+
+    raw = read_no_follow((home or Path.home() / ".osprey") / "cache" / PUSHED_CACHE, LANE_IMAGE_CACHE_MAX_BYTES)
+    try:
+        pinned = json.loads(raw).get(ref) if raw else None
+    except (ValueError, AttributeError):
+        return None
+    return pinned if isinstance(pinned, str) and _PINNED.fullmatch(pinned) and pinned.startswith(ref.rpartition(":")[0] + "@") else None
+
+
+def push_image(client: Any, tag: str, registry: str, *, progress: Progress = _quiet, home: Path | None = None) -> str:
     """Push the image `tag` from the engine `client` to `registry`; its reference by digest
-    (`REGISTRY/REPOSITORY@sha256:...`), which names exactly these bytes."""
+    (`REGISTRY/REPOSITORY@sha256:...`), which names exactly these bytes, recorded in `home` for
+    this machine's later pulls (`pull_by_digest`)."""
     import docker
 
     repository, _, version = registry_ref(registry, tag).rpartition(":")
@@ -493,30 +517,48 @@ def push_image(client: Any, tag: str, registry: str, *, progress: Progress = _qu
                 digest = (status.get("aux") or {}).get("Digest") or digest
     except docker.errors.DockerException as exc:
         raise SandboxError(f"pushing {tag} to {registry} failed: {_short(exc)}") from None
+    finally:
+        with suppress(docker.errors.DockerException):
+            client.api.remove_image(f"{repository}:{version}")  # the name it was pushed by; `tag` keeps the image
     if not isinstance(digest, str) or not digest.startswith("sha256:"):
         raise SandboxError(f"the registry {registry} did not say the digest of {tag} it was sent")
+    _update_cache((home or Path.home() / ".osprey") / "cache" / PUSHED_CACHE, f"{repository}:{version}", f"{repository}@{digest}")
     return f"{repository}@{digest}"
 
 
-def pull_by_digest(client: Any, tag: str, registry: str, *, progress: Progress = _quiet) -> bool:
-    """Put the image `tag` on the engine `client` from `registry`: the engine resolves the
-    registry's `tag` to a digest, pulls that digest (the engine checks the bytes against it) and
-    tags it `tag`. False, with a message, when the registry does not have it or cannot be asked."""
+def pull_by_digest(client: Any, tag: str, registry: str, *, expected_id: str | None = None, home: Path | None = None,
+                   progress: Progress = _quiet) -> bool:
+    """Put the image `tag` on the engine `client` from `registry`, pulled by digest (the engine
+    checks the bytes against it) and tagged `tag`. The digest is the one this machine pushed
+    (`push_image`), else the one the registry names for `tag`, whose image must then have the
+    id `expected_id` (of the image built here): no one who can push to the registry chooses what
+    runs the tools. False, with a message, when that cannot be done (the caller copies instead)."""
     import docker
 
     repository, _, version = registry_ref(registry, tag).rpartition(":")
-    try:
-        digest = client.api.inspect_distribution(f"{repository}:{version}")["Descriptor"]["digest"]
-    except (docker.errors.DockerException, KeyError, TypeError) as exc:
-        progress(f"the registry {registry} has no {tag} ({_short(exc)}); `osprey sandbox build --push` puts it there")
-        return False
-    pinned = f"{repository}@{digest}"
+    pinned = pushed_image(home, f"{repository}:{version}")
+    if pinned is None:
+        if expected_id is None:
+            progress(f"the lane image is not pulled from {registry}: this machine did not push it and has not built it to check it against")
+            return False
+        try:
+            digest = client.api.inspect_distribution(f"{repository}:{version}")["Descriptor"]["digest"]
+        except (docker.errors.DockerException, KeyError, TypeError) as exc:
+            progress(f"the registry {registry} has no {tag} ({_short(exc)}); `osprey sandbox build --push` puts it there")
+            return False
+        pinned = f"{repository}@{digest}"
     progress(f"pulling the lane image {pinned} ...")
     try:
-        for status in client.api.pull(repository, tag=digest, stream=True, decode=True):
+        for status in client.api.pull(repository, tag=pinned.rpartition("@")[2], stream=True, decode=True):
             if isinstance(status, dict) and status.get("error"):
-                raise SandboxError(f"pulling {pinned} failed: {str(status['error'])[:300]}")
+                raise SandboxError(str(status["error"])[:300])
+        pulled = client.api.inspect_image(pinned)["Id"]
+        if expected_id is not None and pulled != expected_id:
+            with suppress(docker.errors.DockerException):
+                client.api.remove_image(pinned)
+            raise SandboxError(f"it is not the image built here (id {pulled[:19]}, expected {expected_id[:19]})")
         client.api.tag(pinned, *tag.split(":", 1))
-    except docker.errors.DockerException as exc:
-        raise SandboxError(f"pulling {pinned} failed: {_short(exc)}") from None
+    except (docker.errors.DockerException, SandboxError) as exc:
+        progress(f"pulling {pinned} failed: {exc if isinstance(exc, SandboxError) else _short(exc)}")
+        return False
     return image_exists(client, tag)

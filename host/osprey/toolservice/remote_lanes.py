@@ -70,6 +70,8 @@ from .workspace_sync import Manifest, SyncLimits, SyncReport, bring_back, escapi
 REMOTE_LABEL = "osprey.remote"
 GATEWAY_LABEL = "osprey.gateway"
 VIA_LABEL = "osprey.via"  # on a lane: the gateway it is reached through
+OWNER_LABEL = "osprey.uid"  # on a lane: the uid:gid it runs as
+WAIT_FOR_WORKSPACE_S = 24 * 3600  # the sidecar waits this long for its workspace at most (the broker gives up sooner)
 SOCKETS_IN_GATEWAY = "/lanes"
 SOCKETS_IN_LOADER = "/osprey-sockets"
 SOCKET_DIR_IN_LANE = "/run/osprey-sock"
@@ -107,7 +109,8 @@ class LaneRecord(BaseModel):
 class RemoteLane(Lane):
     """A lane on a remote engine, with what its backend made for it."""
 
-    gateway: str
+    gateway: str  # the gateway's name
+    owner: tuple[int, int]  # the lane's uid and gid
     volumes: list[str]
     record_path: Path
     record: LaneRecord
@@ -254,13 +257,18 @@ class _Begun:
     made: list[tuple[str, str]] = field(default_factory=list)
     relay: _Relay = field(default_factory=_Relay)
 
-    def discard(self, backend: RemoteDockerBackend | None = None) -> None:
-        """Remove what the start made, once it ended (a start nobody took over)."""
+    def discard(self, backend: RemoteDockerBackend) -> None:
+        """Remove what the start made, once it ended (a start nobody took over). One still under
+        way after `BEGUN_EXIT_WAIT_S` is left to the reaper (its broker is gone by then) and its
+        volumes to `osprey sandbox recover`: removing beside it would race what it makes."""
         if not self.future.cancel():
-            with suppress(BaseException):
+            try:
                 self.future.result(timeout=BEGUN_EXIT_WAIT_S)
-        if backend is not None:
-            backend._remove_made(self.made)
+            except concurrent.futures.TimeoutError:
+                return
+            except BaseException:  # noqa: BLE001 - it failed: what it made is still removed
+                pass
+        backend._remove_made(self.made)
 
 
 _begun_lock = threading.Lock()
@@ -279,23 +287,13 @@ def _discard_begun() -> None:
         begun.discard(backend)
 
 
-@dataclass(frozen=True)
-class _Gateway:
-    """A gateway on the engine: its container, published port and sockets directory there."""
-
-    id: str
-    name: str
-    port: int
-    sockets: str  # the sockets volume's path on the engine's machine
-
-
 def _socket_dir_entry(name: str, owner: tuple[int, int]) -> tuple[tarfile.TarInfo, bytes]:
     """The tar entry of a lane's socket directory: the lane's user makes its socket there, the
-    gateway (as nobody) reaches it and the volume's owner can empty it, but no one lists it. The
-    engine may have made it already (root's, 0755) when the lane started first: unpacking the
-    entry sets its owner and mode."""
+    gateway (as nobody) reaches it, and no one else lists or writes it. The engine may have made
+    it already (root's, 0755) when the lane started first: unpacking the entry sets its owner and
+    mode."""
     info = tarfile.TarInfo(name)
-    info.type, info.mode, (info.uid, info.gid), info.mtime = tarfile.DIRTYPE, 0o733, owner, int(time.time())
+    info.type, info.mode, (info.uid, info.gid), info.mtime = tarfile.DIRTYPE, 0o711, owner, int(time.time())
     return info, b""
 
 
@@ -418,7 +416,9 @@ class RemoteDockerBackend(LaneBackend):
             # The recipe's tag (its base built here if need be), pulled by digest from the
             # registry when the engine lacks it and the registry has it.
             tag, _ = image_tag(local, options.base_image, progress)
-            if image_exists(self.client(), tag) or pull_by_digest(self.client(), tag, options.registry, progress=progress):
+            built = local.api.inspect_image(tag)["Id"] if image_exists(local, tag) else None
+            if image_exists(self.client(), tag) or pull_by_digest(self.client(), tag, options.registry, expected_id=built, home=home,
+                                                                  progress=progress):
                 self._images[options.base_image] = tag
                 return tag
         tag = ensure_image(local, options.base_image, progress=progress, home=home)
@@ -450,12 +450,19 @@ class RemoteDockerBackend(LaneBackend):
 
         return run
 
+    async def discard_begun(self, request: LaneRequest) -> None:
+        """Remove the lane `begin` started for `request`'s workspace and session, if any."""
+        with _begun_lock:
+            begun = self._begun.pop((request.workspace, request.session_id), None)
+        if begun is not None:
+            await asyncio.to_thread(begun.discard, self)
+
     async def provision(self, request: LaneRequest, *, progress: Progress = quiet) -> RemoteLane:
         loop = asyncio.get_running_loop()
         with _begun_lock:
             begun = self._begun.pop((request.workspace, request.session_id), None)
         if begun is not None and begun.request != request:
-            await asyncio.to_thread(begun.discard)
+            await asyncio.to_thread(begun.discard, self)
             begun = None
         made: list[tuple[str, str]] = begun.made if begun is not None else []  # (kind, name) to remove when the start fails
         if begun is not None:
@@ -494,7 +501,10 @@ class RemoteDockerBackend(LaneBackend):
         options = request.options
         image = self._image(options, request.home, progress)
         session = request.session_id
-        lane_name = f"osprey-lane-{session}"  # the lane's container, socket directory and certificate name
+        # Each start's names are new (a session resumed after a crash must not take over the
+        # volumes its earlier lane left for `recover`).
+        unique = f"{session}-{secrets.token_hex(3)}"
+        lane_name = f"osprey-lane-{unique}"  # the lane's container, socket directory and certificate name
         labels = {**_owner_labels(), "osprey.session": session, "osprey.workspace": workspace, "osprey.image": image}
         owner = workspace_owner(workspace)
 
@@ -506,7 +516,7 @@ class RemoteDockerBackend(LaneBackend):
             protected.add(relative)
             if os.path.isdir(path) and not os.path.islink(path):
                 protected_dirs.append(relative)
-        volumes = [f"osprey-ws-{session}", f"osprey-sec-{session}"] + [f"osprey-ro{i}-{session}" for i in range(len(protected_dirs))]
+        volumes = [f"osprey-ws-{unique}", f"osprey-sec-{unique}"] + [f"osprey-ro{i}-{unique}" for i in range(len(protected_dirs))]
         for volume in volumes:
             self._sdk("making a lane volume", lambda v=volume: client.volumes.create(v, labels={**labels, "osprey.volume": "1"}))
             made.append(("volume", volume))
@@ -518,10 +528,11 @@ class RemoteDockerBackend(LaneBackend):
         # secrets) before it reads them.
         via = gateway_name(image)
         sockets = self._sockets_volume(via)
-        made.append(("socket dir", f"{via}/{lane_name}"))
+        made.append(("socket dir", f"{via}/{lane_name}/{owner[0]}:{owner[1]}"))
 
         def start_lane() -> str:
-            lane_id = self._create_lane(request, image, lane_name, {**labels, VIA_LABEL: via}, volumes, protected_dirs, workspace, owner,
+            lane_id = self._create_lane(request, image, lane_name, {**labels, VIA_LABEL: via, OWNER_LABEL: f"{owner[0]}:{owner[1]}"}, volumes,
+                                        protected_dirs, workspace, owner,
                                         socket_dir=f"{sockets}/{lane_name}")
             made.append(("container", lane_id))
             self._sdk("starting the lane", lambda: client.api.start(lane_id))
@@ -561,9 +572,8 @@ class RemoteDockerBackend(LaneBackend):
             progress(f"sent {len(manifest.entries):,} files and directories")
             lane_id = started.result()
             self._make_symlinks(lane_id, escaping_symlinks(manifest.entries), workspace, owner)
-            reached = gateway.result()
-            connection = Connection(pki.target(engine_address(self.target), reached.port), token=token)
-            return RemoteLane(id=lane_id, name=lane_name, workspace=workspace, image=image, connection=connection, gateway=reached.id,
+            connection = Connection(pki.target(engine_address(self.target), gateway.result()), token=token)
+            return RemoteLane(id=lane_id, name=lane_name, workspace=workspace, image=image, connection=connection, gateway=via, owner=owner,
                               volumes=volumes, record_path=record_path, record=record)
         except BaseException:
             with suppress(Exception):
@@ -580,11 +590,13 @@ class RemoteDockerBackend(LaneBackend):
                 argv += [target, f"{workspace}/{path}"]
             self._exec(lane_id, argv, owner, "making the workspace's symlinks in the lane")
 
-    def _exec(self, lane_id: str, argv: list[str], owner: tuple[int, int], what: str) -> None:
-        """Run `argv` in the lane as its user, to its end."""
+    def _exec(self, container: str, argv: list[str], owner: tuple[int, int], what: str) -> int | None:
+        """Run `argv` in the container as `owner`, to its end; its exit code."""
         client = self.client()
-        created = self._sdk(what, lambda: client.api.exec_create(lane_id, argv, user=f"{owner[0]}:{owner[1]}"))
+        created = self._sdk(what, lambda: client.api.exec_create(container, argv, user=f"{owner[0]}:{owner[1]}"))
         self._sdk(what, lambda: client.api.exec_start(created["Id"]))
+        code = self._sdk(what, lambda: client.api.exec_inspect(created["Id"])).get("ExitCode")
+        return code if isinstance(code, int) else None
 
     def _create_lane(self, request: LaneRequest, image: str, name: str, labels: dict[str, str], volumes: list[str],
                      protected_dirs: list[str], workspace: str, owner: tuple[int, int], *, socket_dir: str) -> str:
@@ -607,16 +619,17 @@ class RemoteDockerBackend(LaneBackend):
         command = ["--listen", f"unix:{SOCKET_DIR_IN_LANE}/{SOCKET_NAME}", "--tls-cert", f"{SECRETS_IN_LANE}/server.pem",
                    "--tls-key", f"{SECRETS_IN_LANE}/server.key", "--tls-client-ca", f"{SECRETS_IN_LANE}/client-ca.pem",
                    "--token-file", f"{SECRETS_IN_LANE}/token", "--forget-secrets", "--seal", SECRETS_IN_LANE,
-                   "--wait-for", f"{SECRETS_IN_LANE}/{READY_FILE}", "--wait-timeout", f"{options.ready_timeout:g}",
+                   "--wait-for", f"{SECRETS_IN_LANE}/{READY_FILE}", "--wait-timeout", str(WAIT_FOR_WORKSPACE_S),
                    "--root", workspace, "--reap-strays"]
         created = self._sdk("making the lane", lambda: client.api.create_container(
             image, command=command, name=name, user=f"{owner[0]}:{owner[1]}", working_dir=workspace, labels=labels,
             environment={"HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}, host_config=host_config))
         return str(created["Id"])
 
-    def _gateway(self, image: str) -> _Gateway:
-        """This machine's gateway on the engine for lanes of `image`, started if need be. Brokers
-        of this machine share it (a start that loses the race to make it takes the other's)."""
+    def _gateway(self, image: str) -> int:
+        """This machine's gateway on the engine for lanes of `image`, started if need be: its
+        published port. Brokers of this machine share it (a start that loses the race to make it
+        takes the other's)."""
         import docker
 
         client = self.client()
@@ -644,9 +657,8 @@ class RemoteDockerBackend(LaneBackend):
                     continue
                 attrs = client.api.inspect_container(attrs["Id"])
             bound = ((attrs.get("NetworkSettings") or {}).get("Ports") or {}).get(f"{LANE_PORT}/tcp") or []
-            sockets = [m.get("Source") for m in attrs.get("Mounts") or [] if m.get("Destination") == SOCKETS_IN_GATEWAY]
-            if bound and sockets and sockets[0]:
-                return _Gateway(id=str(attrs["Id"]), name=name, port=int(bound[0]["HostPort"]), sockets=str(sockets[0]))
+            if bound:
+                return int(bound[0]["HostPort"])
         raise SandboxError(f"the lanes' gateway {name} could not be started on the engine at {self.target.host}{why}")
 
     def _sockets_volume(self, gateway: str) -> str:
@@ -680,10 +692,19 @@ class RemoteDockerBackend(LaneBackend):
         self._sdk("starting the lanes' gateway", lambda: client.api.start(gateway_id))
         return gateway_id
 
-    def _remove_socket_dir(self, gateway: str, lane: str) -> None:
-        """Remove a lane's directory from its gateway's sockets volume (as the volume's owner)."""
-        with suppress(Exception):
-            self._exec(gateway, ["rm", "-rf", "--", f"{SOCKETS_IN_GATEWAY}/{lane}"], (0, 0), "removing the lane's socket directory")
+    def _remove_socket_dir(self, gateway: str, lane: str, owner: tuple[int, int]) -> None:
+        """Remove a lane's directory from its gateway's sockets volume: emptied as the lane's user
+        (whose it is; no one has capabilities in the gateway), then removed as the volume's owner."""
+        directory = f"{SOCKETS_IN_GATEWAY}/{lane}"
+        try:
+            emptied = self._exec(gateway, ["sh", "-c", 'chmod -R u+rwx -- "$1" && find "$1" -mindepth 1 -delete', "sh", directory], owner,
+                                 "emptying the lane's socket directory")
+            removed = emptied == 0 and self._exec(gateway, ["rmdir", "--", directory], (0, 0), "removing the lane's socket directory") == 0
+        except SandboxError:
+            removed = False
+        if not removed:
+            self.progress(f"warning: the lane's socket directory {directory} could not be removed from the gateway {gateway}; "
+                          "`osprey sandbox prune` removes the gateway and its volume once no lane uses it")
 
     async def _wait_ready(self, lane: RemoteLane, deadline_s: float) -> None:
         end = time.monotonic() + deadline_s
@@ -843,7 +864,7 @@ class RemoteDockerBackend(LaneBackend):
             pass
         except (docker.errors.DockerException, OSError) as exc:
             self.progress(f"warning: the lane container {lane.id[:12]} could not be removed: {str(exc)[:200]}")
-        self._remove_socket_dir(lane.gateway, lane.name)
+        self._remove_socket_dir(lane.gateway, lane.name, lane.owner)
         if not lane.record_path.exists():
             return  # destroyed before
         try:
@@ -913,7 +934,9 @@ class RemoteDockerBackend(LaneBackend):
                 if kind == "container":
                     client.api.remove_container(name, force=True)
                 elif kind == "socket dir":
-                    self._remove_socket_dir(*name.split("/", 1))
+                    gateway, lane, ids = name.split("/")
+                    uid, _, gid = ids.partition(":")
+                    self._remove_socket_dir(gateway, lane, (int(uid), int(gid)))
                 elif kind == "volume":
                     client.api.remove_volume(name, force=True)
                 elif kind == "record":
@@ -944,9 +967,18 @@ class RemoteDockerBackend(LaneBackend):
             except (docker.errors.DockerException, OSError):
                 continue
             name = (container.get("Names") or [container["Id"][:12]])[0].lstrip("/")
-            if labels.get(VIA_LABEL):
-                self._remove_socket_dir(labels[VIA_LABEL], name)
+            uid, _, gid = labels.get(OWNER_LABEL, "").partition(":")
+            if labels.get(VIA_LABEL) and uid.isdigit() and gid.isdigit():
+                self._remove_socket_dir(labels[VIA_LABEL], name, (int(uid), int(gid)))
             removed.append(name)
+        try:  # networks of lanes made before lanes had none
+            networks = client.api.networks(filters={"label": [LABEL, REMOTE_LABEL]})
+        except (docker.errors.DockerException, OSError):
+            networks = []
+        for network in networks:
+            if _owner_gone(network.get("Labels") or {}):
+                with suppress(docker.errors.DockerException, OSError):
+                    client.api.remove_network(network["Id"])
         return removed
 
     def protected_changes(self, request: LaneRequest, before: Mapping[str, str | None]) -> list[str]:
@@ -981,7 +1013,10 @@ def _record_lock(path: Path) -> Iterator[None]:
     takes it, so that two never read back or rewrite the record at once."""
     import fcntl
 
-    fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise SandboxError(f"the lane record {path} cannot be locked ({exc.strerror}): is the lane gone?") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -990,10 +1025,11 @@ def _record_lock(path: Path) -> Iterator[None]:
 
 
 def forget_record(path: Path) -> None:
-    """Remove a lane record (its changes are back) and its lock."""
+    """Remove a lane record (its changes are back) and its lock (a sync waiting for it then finds
+    the record gone)."""
     with _record_lock(path):
         path.unlink(missing_ok=True)
-    path.with_name(f".{path.name}.lock").unlink(missing_ok=True)
+        path.with_name(f".{path.name}.lock").unlink(missing_ok=True)
 
 
 def read_record(path: Path) -> LaneRecord:
@@ -1033,16 +1069,21 @@ def recover_lanes(home: Path | None, limits: SyncLimits | None = None) -> list[s
         try:
             backend.check_engine(record)
             backend._reap()
-            if not backend.volume_exists(record.volumes[0]):
-                forget_record(path)
-                lines.append(f"{record.lane}: its volume {record.volumes[0]} is gone from the engine at {record.engine.host}; nothing to bring back")
-                continue
-            report = backend.read_back(record)
+            with _record_lock(path):  # a broker attached to the lane may be syncing it
+                if not path.exists():
+                    continue
+                if not backend.volume_exists(record.volumes[0]):
+                    path.unlink()
+                    path.with_name(f".{path.name}.lock").unlink(missing_ok=True)
+                    lines.append(f"{record.lane}: its volume {record.volumes[0]} is gone from the engine at {record.engine.host}; nothing to bring back")
+                    continue
+                report = backend.read_back(read_record(path))
+                if report.complete:
+                    backend._remove_volumes(record.volumes)
+                    path.unlink()
+                    path.with_name(f".{path.name}.lock").unlink(missing_ok=True)
         except SandboxError as exc:
             lines.append(f"{record.lane} ({record.workspace}): {exc}")
             continue
         lines.append(f"{record.lane} ({record.workspace}): {describe(report)}")
-        if report.complete:
-            backend._remove_volumes(record.volumes)
-            forget_record(path)
     return lines
