@@ -595,3 +595,14 @@ def test_push_without_a_registry_says_what_to_set(osprey_env: dict[str, str]) ->
     run = subprocess.run([str(Path(sys.executable).with_name("osprey")), "sandbox", "build", "--push"], capture_output=True, text=True,
                          env=osprey_env, timeout=120)
     assert run.returncode != 0 and "[sandbox] registry" in run.stderr, run.stderr
+
+
+async def test_sandbox_status_lists_the_remote_lanes_and_their_gateway(lane: RemoteLane, remote_engine: RemoteEngine,
+                                                                       osprey_env: dict[str, str]) -> None:
+    run = await asyncio.to_thread(subprocess.run, [str(Path(sys.executable).with_name("osprey")), "sandbox", "status"], capture_output=True,
+                                  text=True, env={**osprey_env, **remote_engine.env}, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "a remote engine" in run.stdout
+    rows = {line.split()[0]: line for line in run.stdout.splitlines()[3:]}
+    assert f"{os.getpid()} (alive)" in rows[lane.name] and lane.workspace in rows[lane.name], run.stdout
+    assert "(gateway)" in rows[lane.gateway] and "this machine's lanes" in rows[lane.gateway], run.stdout

@@ -110,10 +110,16 @@ def status() -> None:
     if not lanes:
         click.echo("no lanes")
         return
-    click.echo(f"{'NAME':28} {'STATUS':10} {'OWNER':14} WORKSPACE")
+    width = max(28, *(len(lane["name"]) for lane in lanes))
+    click.echo(f"{'NAME':{width}} {'STATUS':10} {'OWNER':22} WORKSPACE")
     for lane in lanes:
-        owner = f"{lane['owner_pid']} ({'alive' if lane['owner_alive'] else 'gone'})"
-        click.echo(f"{lane['name']:28} {lane['status']:10} {owner:14} {lane['workspace']}")
+        if lane["gateway"]:
+            owner, workspace = "(gateway)", f"routes calls to {'this' if lane['owner_alive'] is not None else 'another'} machine's lanes"
+        elif lane["owner_alive"] is None:
+            owner, workspace = f"{lane['owner_pid']} (host {lane['owner_host'][:8]})", lane["workspace"]
+        else:
+            owner, workspace = f"{lane['owner_pid']} ({'alive' if lane['owner_alive'] else 'gone'})", lane["workspace"]
+        click.echo(f"{lane['name']:{width}} {lane['status']:10} {owner:22} {workspace}")
 
 
 def _have_base(client, settings) -> bool:

@@ -354,14 +354,18 @@ def _logs_of(api: EngineAPI, container_id: str, lines: int = LOG_LINES) -> str:
 
 def list_lanes(client: Any | None = None) -> list[dict[str, Any]]:
     """Live and orphaned lanes with their labels and whether their owner still runs."""
+    from ..owners import host_id
+
     client = client or docker_client()
     out = []
     for c in client.containers.list(all=True, filters={"label": LABEL}):
         labels = c.labels or {}
+        elsewhere = labels.get("osprey.owner_host", host_id()) != host_id()
         out.append({
             "id": c.short_id, "name": c.name, "status": c.status, "session": labels.get("osprey.session", ""),
             "workspace": labels.get("osprey.workspace", ""), "owner_pid": labels.get("osprey.owner_pid", ""),
-            "owner_alive": _owner_alive(labels), "image": labels.get("osprey.image", ""),
+            "owner_alive": None if elsewhere else _owner_alive(labels), "image": labels.get("osprey.image", ""),
+            "gateway": bool(labels.get("osprey.gateway")), "owner_host": labels.get("osprey.owner_host", ""),
         })
     return out
 
