@@ -37,6 +37,26 @@ def quiet(_: str) -> None:
     """A progress callback that shows nothing."""
 
 
+def read_small_file(path: str | Path, limit: int, what: str, *, follow_symlinks: bool = True, missing: str = "") -> bytes:
+    """The content of the file `path`, at most `limit` bytes; otherwise a SandboxError that says
+    what is wrong with it (`what` names it: "the lane token file"; `missing` adds to the message
+    when it does not exist)."""
+    from ..errors import SandboxError
+    from ..files import FileRefused, read_file
+
+    try:
+        raw = read_file(path, limit, follow_symlinks=follow_symlinks)
+    except FileRefused as exc:
+        why = "is not a regular file" if exc.reason == "not_regular" else \
+            f"is over {limit:,} bytes, so it is not one" if exc.reason == "too_large" else f"cannot be read: {exc.strerror}"
+        raise SandboxError(f"{what} {path} {why}") from None
+    except OSError as exc:
+        raise SandboxError(f"{what} {path} cannot be read: {exc.strerror}") from None
+    if raw is None:
+        raise SandboxError(f"{what} {path} cannot be read: no such file{missing}")
+    return raw
+
+
 # Backends a front end began choosing (and their lanes provisioning) before its session asked,
 # by workspace and session (`homes.prepare_engine_lane`); the session's home takes its own over.
 _begun_lock = threading.Lock()

@@ -694,17 +694,9 @@ class AttachedLane(ToolServiceHome):
     def _read_token(self) -> str | None:
         if not self.token_file:
             return None
-        from ..files import FileRefused, read_file
+        from .backend import read_small_file
 
-        try:
-            raw = read_file(self.token_file, TOKEN_FILE_MAX_BYTES, follow_symlinks=True)
-        except FileRefused as exc:
-            what = "is not a regular file" if exc.reason == "not_regular" else \
-                f"is over {TOKEN_FILE_MAX_BYTES} bytes, so it holds no token" if exc.reason == "too_large" else f"cannot be read: {exc.strerror}"
-            raise SandboxError(f"the lane token file {self.token_file} {what}") from None
-        if raw is None:
-            raise SandboxError(f"the lane token file {self.token_file} cannot be read: no such file")
-        return raw.decode("utf-8", "replace").strip()
+        return read_small_file(self.token_file, TOKEN_FILE_MAX_BYTES, "the lane token file").decode("utf-8", "replace").strip()
 
     def _attach_remote(self, lane_file: str) -> str:
         """Read the lane file, check that its lane holds this workspace on the engine it names, and

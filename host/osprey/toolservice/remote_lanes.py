@@ -59,7 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretBytes, SecretStr
 from ..config import SandboxSettings, size_bytes
 from ..errors import SandboxError
 from ..owners import boot_id, host_id, owner_record, pid_namespace
-from .backend import Lane, LaneBackend, LaneRequest, LaneState, Progress, quiet
+from .backend import Lane, LaneBackend, LaneRequest, LaneState, Progress, quiet, read_small_file
 from .client import Connection
 from .engines import Engine, EngineTarget, connect, identify
 from .lane_tls import SERVER_NAME_SUFFIX, make_lane_pki
@@ -158,16 +158,7 @@ class LaneAttachment(BaseModel):
     @classmethod
     def read(cls, path: str | Path) -> LaneAttachment:
         """The attachment in the file at `path` (a SandboxError says what is wrong with it)."""
-        from ..files import FileRefused, read_file
-
-        try:
-            raw = read_file(path, ATTACHMENT_MAX_BYTES, follow_symlinks=True)
-        except FileRefused as exc:
-            what = "is not a regular file" if exc.reason == "not_regular" else \
-                f"is over {ATTACHMENT_MAX_BYTES:,} bytes, so it does not describe a lane" if exc.reason == "too_large" else f"cannot be read: {exc.strerror}"
-            raise SandboxError(f"the lane file {path} {what}") from None
-        if raw is None:
-            raise SandboxError(f"the lane file {path} cannot be read: no such file (is the lane still running?)")
+        raw = read_small_file(path, ATTACHMENT_MAX_BYTES, "the lane file", missing=" (is the lane still running?)")
         try:
             return cls.model_validate(json.loads(raw))
         except ValueError as exc:
@@ -1034,14 +1025,7 @@ def forget_record(path: Path) -> None:
 
 def read_record(path: Path) -> LaneRecord:
     """A lane record written by `RemoteDockerBackend` (a SandboxError when it cannot be used)."""
-    from ..files import FileRefused, read_file
-
-    try:
-        raw = read_file(path, RECORD_MAX_BYTES)
-    except (FileRefused, OSError) as exc:
-        raise SandboxError(f"the lane record {path} cannot be read ({exc})") from None
-    if raw is None:
-        raise SandboxError(f"the lane record {path} is gone")
+    raw = read_small_file(path, RECORD_MAX_BYTES, "the lane record", follow_symlinks=False, missing=" (its lane is gone)")
     try:
         return LaneRecord.model_validate(json.loads(raw))
     except ValueError as exc:
