@@ -39,7 +39,8 @@ _importing = threading.Lock()
 def imported(name: str) -> ModuleType:
     """`name`, imported now by one thread at a time. PyYAML's C loader imports `yaml` from inside
     `yaml`'s own import: a second thread importing it meanwhile can be handed the half-made
-    module (a NameError at the first parse); every lazy import of it goes through here."""
+    module (a NameError at the first parse). Every lazy import of it goes through here, and so
+    does that of a package importing it that may be first imported in a thread (the docker SDK)."""
     with _importing:
         found = sys.modules.get(name)
         if found is not None and not getattr(getattr(found, "__spec__", None), "_initializing", False):

@@ -158,7 +158,11 @@ def _loopback(host: str) -> bool:
 
 def connect(target: EngineTarget, *, timeout: float = ENGINE_TIMEOUT_S) -> Any:
     """A docker SDK client for the engine (not yet asked anything)."""
-    import docker
+    from ..lazy import imported
+
+    # The SDK imports PyYAML (through paramiko and invoke), which frontmatter readers import in
+    # other threads: its first import goes through the one lock they take (`lazy.imported`).
+    docker = imported("docker")
 
     kwargs: dict[str, Any] = {"base_url": target.host, "timeout": timeout, "version": "auto"}
     if target.tls_verify:
