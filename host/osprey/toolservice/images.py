@@ -101,8 +101,20 @@ def engine_key() -> tuple[str, ...]:
     return tuple(os.environ.get(name, "") for name in ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONTEXT"))
 
 
-def _lane_image_cache(home: Path | None) -> Path:
-    return (home or Path.home() / ".osprey") / "cache" / LANE_IMAGE_CACHE
+def _cache_file(home: Path | None, name: str) -> Path:
+    return (home or Path.home() / ".osprey") / "cache" / name
+
+
+def _read_cache(path: Path) -> dict[str, Any]:
+    """The small JSON map at `path` (empty when it is missing, too big or not a map)."""
+    from ..files import read_no_follow
+
+    raw = read_no_follow(path, LANE_IMAGE_CACHE_MAX_BYTES)
+    try:
+        known = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return known if isinstance(known, dict) else {}
 
 
 def recipe_fingerprint(configured_base: str | None, engine: tuple[str, ...]) -> str:
@@ -119,33 +131,19 @@ def recipe_fingerprint(configured_base: str | None, engine: tuple[str, ...]) -> 
 def known_lane_image(home: Path | None, fingerprint: str) -> str | None:
     """The lane image an earlier start found or built for this fingerprint, if any (not checked
     against the engine: a start whose image is gone checks again)."""
-    from ..files import read_no_follow
-
-    raw = read_no_follow(_lane_image_cache(home), LANE_IMAGE_CACHE_MAX_BYTES)
-    try:
-        tag = json.loads(raw).get(fingerprint) if raw else None
-    except (ValueError, AttributeError):
-        return None
+    tag = _read_cache(_cache_file(home, LANE_IMAGE_CACHE)).get(fingerprint)
     return tag if isinstance(tag, str) and _LANE_TAG.fullmatch(tag) else None
 
 
 def remember_lane_image(home: Path | None, fingerprint: str, tag: str | None) -> None:
     """Record (or, with None, forget) the lane image of a fingerprint; best effort."""
-    _update_cache(_lane_image_cache(home), fingerprint, tag)
+    _update_cache(_cache_file(home, LANE_IMAGE_CACHE), fingerprint, tag)
 
 
 def _update_cache(path: Path, key: str, value: str | None) -> None:
     """Set (or, with None, drop) `key` in the small JSON map at `path`, keeping its newest
     `LANE_IMAGE_CACHE_ENTRIES`; best effort."""
-    from ..files import read_no_follow
-
-    raw = read_no_follow(path, LANE_IMAGE_CACHE_MAX_BYTES)
-    try:
-        known = json.loads(raw) if raw else {}
-    except ValueError:
-        known = {}
-    if not isinstance(known, dict):
-        known = {}
+    known = _read_cache(path)
     known.pop(key, None)
     if value is not None:
         known[key] = value
@@ -489,13 +487,7 @@ _PINNED = re.compile(r"[a-z0-9][a-z0-9.:/_-]{0,255}@sha256:[0-9a-f]{64}")
 def pushed_image(home: Path | None, ref: str) -> str | None:
     """The reference by digest this machine pushed the image `ref` (`REGISTRY/REPOSITORY:HASH`)
     as, if it did."""
-    from ..files import read_no_follow
-
-    raw = read_no_follow((home or Path.home() / ".osprey") / "cache" / PUSHED_CACHE, LANE_IMAGE_CACHE_MAX_BYTES)
-    try:
-        pinned = json.loads(raw).get(ref) if raw else None
-    except (ValueError, AttributeError):
-        return None
+    pinned = _read_cache(_cache_file(home, PUSHED_CACHE)).get(ref)
     return pinned if isinstance(pinned, str) and _PINNED.fullmatch(pinned) and pinned.startswith(ref.rpartition(":")[0] + "@") else None
 
 
@@ -522,7 +514,7 @@ def push_image(client: Any, tag: str, registry: str, *, progress: Progress = _qu
             client.api.remove_image(f"{repository}:{version}")  # the name it was pushed by; `tag` keeps the image
     if not isinstance(digest, str) or not digest.startswith("sha256:"):
         raise SandboxError(f"the registry {registry} did not say the digest of {tag} it was sent")
-    _update_cache((home or Path.home() / ".osprey") / "cache" / PUSHED_CACHE, f"{repository}:{version}", f"{repository}@{digest}")
+    _update_cache(_cache_file(home, PUSHED_CACHE), f"{repository}:{version}", f"{repository}@{digest}")
     return f"{repository}@{digest}"
 
 
