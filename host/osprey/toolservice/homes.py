@@ -701,25 +701,12 @@ class AttachedLane(ToolServiceHome):
     def _attach_remote(self, lane_file: str) -> str:
         """Read the lane file, check that its lane holds this workspace on the engine it names, and
         keep what syncing needs; the lane's token."""
-        import re
+        from .remote_lanes import open_attachment
 
-        from .remote_lanes import LaneAttachment, RemoteDockerBackend, engine_address, read_record
-
-        attachment = LaneAttachment.read(lane_file)
-        record_path = Path(attachment.record)
-        if not record_path.is_absolute() or not re.fullmatch(r"osprey-ws-[A-Za-z0-9_.-]{1,200}\.json", record_path.name):
-            raise SandboxError(f"the lane file {lane_file} names {record_path} as its lane's record, which is not one Osprey writes")
-        record = read_record(record_path)
-        if os.path.realpath(self.roots[0]) != record.workspace:
-            raise SandboxError(f"the lane in {lane_file} holds a copy of {record.workspace}, not of {self.roots[0]}: "
-                               f"run with -C {record.workspace}")
-        if attachment.host != engine_address(record.engine):
-            raise SandboxError(f"the lane file {lane_file} points at {attachment.host}, but its lane runs on the engine at {record.engine.host}")
-        backend = RemoteDockerBackend(record.engine, progress=self.progress, limits=self.limits)
-        backend.check_engine(record)
+        attachment, record, backend = open_attachment(lane_file, self.roots[0], limits=self.limits, progress=self.progress)
         self.target = attachment.target()
         self.where = f"{self.target.where} ({record.lane} on {record.engine.host})"
-        self._remote = (backend, record_path)
+        self._remote = (backend, Path(attachment.record))
         return attachment.token.get_secret_value()
 
     async def _sync(self, *, push: bool) -> SyncReport:

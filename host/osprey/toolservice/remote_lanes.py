@@ -41,6 +41,7 @@ import concurrent.futures
 import io
 import json
 import os
+import re
 import secrets
 import ssl
 import tarfile
@@ -165,6 +166,28 @@ class LaneAttachment(BaseModel):
             raise SandboxError(f"the lane file {path} does not describe a lane (it is written by osprey.testing's lane): {str(exc)[:300]}") from None
 
 
+_RECORD_NAME = re.compile(r"osprey-ws-[A-Za-z0-9_.-]{1,200}\.json")
+
+
+def open_attachment(lane_file: str, workspace: str, *, limits: SyncLimits | None = None,
+                    progress: Progress = quiet) -> tuple[LaneAttachment, LaneRecord, RemoteDockerBackend]:
+    """The attachment in `lane_file`, its lane's record, and a backend for the lane's engine, once
+    checked: the record is one Osprey writes, its lane holds a copy of `workspace`, and the file
+    points at the engine the lane ran on (a SandboxError says which does not hold)."""
+    attachment = LaneAttachment.read(lane_file)
+    record_path = Path(attachment.record)
+    if not record_path.is_absolute() or not _RECORD_NAME.fullmatch(record_path.name):
+        raise SandboxError(f"the lane file {lane_file} names {record_path} as its lane's record, which is not one Osprey writes")
+    record = read_record(record_path)
+    if os.path.realpath(workspace) != record.workspace:
+        raise SandboxError(f"the lane in {lane_file} holds a copy of {record.workspace}, not of {workspace}: run with -C {record.workspace}")
+    if attachment.host != engine_address(record.engine):
+        raise SandboxError(f"the lane file {lane_file} points at {attachment.host}, but its lane runs on the engine at {record.engine.host}")
+    backend = RemoteDockerBackend(record.engine, progress=progress, limits=limits)
+    backend.check_engine(record)
+    return attachment, record, backend
+
+
 def records_dir(home: Path | None) -> Path:
     return (home or Path.home() / ".osprey") / RECORDS_DIR
 
@@ -263,17 +286,16 @@ class _Begun:
 
 
 _begun_lock = threading.Lock()
-_all_begun: list[tuple[RemoteDockerBackend, _Begun]] = []
-_discard_at_exit: list[bool] = []
+_begun_by: list[RemoteDockerBackend] = []  # the backends that began lanes (each keeps those not taken over)
 BEGUN_EXIT_WAIT_S = 30.0
 
 
 def _discard_begun() -> None:
     """At exit: remove the lanes begun for sessions that never took them over."""
     with _begun_lock:
-        left = [(backend, begun) for backend, begun in _all_begun if (begun.request.workspace, begun.request.session_id) in backend._begun
-                and backend._begun[(begun.request.workspace, begun.request.session_id)] is begun]
-        _all_begun.clear()
+        left = [(backend, begun) for backend in _begun_by for begun in backend._begun.values()]
+        for backend in _begun_by:
+            backend._begun.clear()
     for backend, begun in left:
         begun.discard(backend)
 
@@ -286,6 +308,11 @@ def _socket_dir_entry(name: str, owner: tuple[int, int]) -> tuple[tarfile.TarInf
     info = tarfile.TarInfo(name)
     info.type, info.mode, (info.uid, info.gid), info.mtime = tarfile.DIRTYPE, 0o711, owner, int(time.time())
     return info, b""
+
+
+def sockets_volume(gateway: str) -> str:
+    """The name of the sockets volume of the gateway named `gateway`."""
+    return f"{gateway}-sockets"
 
 
 def gateway_name(image: str) -> str:
@@ -426,10 +453,10 @@ class RemoteDockerBackend(LaneBackend):
         begun = _Begun(request=request)
         with _begun_lock:
             self._begun[(request.workspace, request.session_id)] = begun
-            if not _discard_at_exit:
+            if not _begun_by:
                 atexit.register(_discard_begun)
-                _discard_at_exit.append(True)
-            _all_begun.append((self, begun))
+            if self not in _begun_by:
+                _begun_by.append(self)
 
         def run() -> None:
             if not begun.future.set_running_or_notify_cancel():
@@ -550,7 +577,7 @@ class RemoteDockerBackend(LaneBackend):
                 # A container that never starts, with every volume mounted writable, takes the archive in.
                 loader_mounts = [{"Type": "volume", "Source": volumes[0], "Target": workspace},
                                  {"Type": "volume", "Source": volumes[1], "Target": SECRETS_IN_LANE},
-                                 {"Type": "volume", "Source": f"{via}-sockets", "Target": SOCKETS_IN_LOADER}] + [
+                                 {"Type": "volume", "Source": sockets_volume(via), "Target": SOCKETS_IN_LOADER}] + [
                     {"Type": "volume", "Source": v, "Target": f"{workspace}/{p}"} for v, p in zip(volumes[2:], protected_dirs, strict=True)]
                 loader = self._sdk("preparing the lane's workspace", lambda: client.api.create_container(
                     image, command=["true"], entrypoint=[], labels=labels, network_disabled=True,
@@ -657,24 +684,22 @@ class RemoteDockerBackend(LaneBackend):
         engine's machine."""
         client = self.client()
         labels = {LABEL: "1", REMOTE_LABEL: "1", "osprey.owner_host": host_id()}
-        volume = self._sdk("making the lanes' sockets volume", lambda: client.api.create_volume(f"{gateway}-sockets", labels=labels))
-        mountpoint = volume.get("Mountpoint") or self._sdk("finding the lanes' sockets volume",
-                                                           lambda: client.api.inspect_volume(f"{gateway}-sockets")).get("Mountpoint")
+        name = sockets_volume(gateway)
+        volume = self._sdk("making the lanes' sockets volume", lambda: client.api.create_volume(name, labels=labels))
+        mountpoint = volume.get("Mountpoint") or self._sdk("finding the lanes' sockets volume", lambda: client.api.inspect_volume(name)).get("Mountpoint")
         if not mountpoint:
-            raise SandboxError(f"the engine at {self.target.host} does not say where the volume {gateway}-sockets is; "
+            raise SandboxError(f"the engine at {self.target.host} does not say where the volume {name} is; "
                                "lanes need a volume driver that keeps it on the engine's machine (`local`)")
         return str(mountpoint)
 
     def _create_gateway(self, image: str, name: str) -> str:
         client = self.client()
         labels = {LABEL: "1", REMOTE_LABEL: "1", GATEWAY_LABEL: "1", "osprey.owner_host": host_id(), "osprey.image": image}
-        volume = f"{name}-sockets"
-        self._sockets_volume(name)
         host_config = client.api.create_host_config(
             network_mode="bridge", cap_drop=["ALL"], security_opt=["no-new-privileges:true"], read_only=True,
             pids_limit=64, mem_limit=_GATEWAY_MEMORY, memswap_limit=_GATEWAY_MEMORY, nano_cpus=int(0.5e9),
             port_bindings={f"{LANE_PORT}/tcp": None}, restart_policy={"Name": "unless-stopped"},
-            mounts=[{"Type": "volume", "Source": volume, "Target": SOCKETS_IN_GATEWAY}])
+            mounts=[{"Type": "volume", "Source": sockets_volume(name), "Target": SOCKETS_IN_GATEWAY}])  # made by `_provision`
         created = self._sdk("making the lanes' gateway", lambda: client.api.create_container(
             image, name=name, user="65534:65534", labels=labels, ports=[LANE_PORT], host_config=host_config,
             entrypoint=["/usr/bin/tini", "--", "python3", "-I", "-S", "-B", "-c", _SIDECAR.format(module="forward")],
@@ -889,7 +914,7 @@ class RemoteDockerBackend(LaneBackend):
                 continue
             with suppress(docker.errors.NotFound):
                 client.api.remove_container(gateway["Id"], force=True)
-            self._remove_volumes([f"{name}-sockets"])
+            self._remove_volumes([sockets_volume(name)])
             removed = True
         return removed
 
