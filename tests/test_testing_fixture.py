@@ -22,20 +22,25 @@ def test_plugin_is_registered(pytestconfig) -> None:  # type: ignore[no-untyped-
     assert pytestconfig.pluginmanager.has_plugin("osprey")
 
 
+def change_the_greeting(lane, workspace: Path, model_server: ModelServer, env: dict[str, str], bash: str) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    """`osprey agent` attached with `lane.agent_args()`, the model editing greeting.txt, then running `bash`."""
+    (workspace / "greeting.txt").write_text("hello world\n")
+    model_server.add(
+        Reply.tool_call("edit_file", {"path": "greeting.txt", "old_string": "world", "new_string": "lane"}),
+        Reply.tool_call("bash", {"command": bash}),
+        Reply.text("done"),
+    )
+    return subprocess.run(
+        [osprey_bin(), "agent", *lane.agent_args(), "--yolo", "--provider", "openai", "--base-url", model_server.base_url,
+         "-C", str(workspace), "change the greeting"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+
+
 def test_agent_edits_a_file_in_the_testcontainers_lane(request, osprey_lane_workspace: Path, osprey_env: dict[str, str], model_server: ModelServer) -> None:  # type: ignore[no-untyped-def]
     require_docker()
     lane = request.getfixturevalue("osprey_lane")
-    (osprey_lane_workspace / "greeting.txt").write_text("hello world\n")
-    model_server.add(
-        Reply.tool_call("edit_file", {"path": "greeting.txt", "old_string": "world", "new_string": "lane"}),
-        Reply.tool_call("bash", {"command": "cat /proc/net/dev | grep -c ':'; cat greeting.txt"}),
-        Reply.text("done"),
-    )
-    run = subprocess.run(
-        [osprey_bin(), "agent", *lane.agent_args(), "--yolo", "--provider", "openai", "--base-url", model_server.base_url,
-         "-C", str(osprey_lane_workspace), "change the greeting"],
-        capture_output=True, text=True, env=osprey_env, timeout=120,
-    )
+    run = change_the_greeting(lane, osprey_lane_workspace, model_server, osprey_env, "cat /proc/net/dev | grep -c ':'; cat greeting.txt")
     assert run.returncode == 0, run.stderr
     events = [json.loads(line) for line in run.stdout.splitlines()]
     assert events[0]["tool_service"] == "lane"
@@ -92,17 +97,9 @@ def test_the_fixture_works_unchanged_against_a_remote_engine(request, monkeypatc
     for key, value in remote_engine.env.items():
         monkeypatch.setenv(key, value)
     lane = request.getfixturevalue("osprey_lane")
-    (osprey_lane_workspace / "greeting.txt").write_text("hello world\n")  # after the lane started: the agent sends it
-    model_server.add(
-        Reply.tool_call("edit_file", {"path": "greeting.txt", "old_string": "world", "new_string": "lane"}),
-        Reply.tool_call("bash", {"command": "cat greeting.txt; echo later > later.txt"}),
-        Reply.text("done"),
-    )
-    run = subprocess.run(
-        [osprey_bin(), "agent", *lane.agent_args(), "--yolo", "--provider", "openai", "--base-url", model_server.base_url,
-         "-C", str(osprey_lane_workspace), "change the greeting"],
-        capture_output=True, text=True, env={**osprey_env, **remote_engine.env}, timeout=120,
-    )
+    # greeting.txt is written after the lane started: the agent sends it.
+    run = change_the_greeting(lane, osprey_lane_workspace, model_server, {**osprey_env, **remote_engine.env},
+                              "cat greeting.txt; echo later > later.txt")
     assert run.returncode == 0, run.stderr
     assert lane.agent_args()[0] == "--sandbox-lane"
     events = [json.loads(line) for line in run.stdout.splitlines()]
